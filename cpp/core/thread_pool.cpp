@@ -1,0 +1,91 @@
+// core/thread_pool.cpp: spin-then-sleep workers; see thread_pool.h for why.
+#include "core/thread_pool.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define EMBER_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define EMBER_PAUSE() asm volatile("yield")
+#else
+#define EMBER_PAUSE() ((void)0)
+#endif
+
+namespace ember {
+
+namespace {
+constexpr int kSpinRounds = 200000;  // ~a few ms of polling before a worker sleeps
+}
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  workers_.reserve(n_threads_ - 1);
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& job) {
+  if (n_threads_ == 1) {
+    job(0, 1);
+    return;
+  }
+  job_ = &job;
+  n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  {
+    // The lock pairs with the sleeping side's predicate check so no wake-up is lost.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  job(0, n_threads_);
+  while (n_pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
+  job_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int ith) {
+  uint64_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinRounds) {
+      EMBER_PAUSE();
+      ++spins;
+    }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(ith, n_threads_);
+    n_pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+int ThreadPool::default_n_threads() {
+  // Count distinct (physical id, core id) pairs; SMT siblings share a core and add little.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string line, physical = "0";
+  while (std::getline(cpuinfo, line)) {
+    auto value = [&] { return line.substr(line.find(':') + 1); };
+    if (line.rfind("physical id", 0) == 0) physical = value();
+    if (line.rfind("core id", 0) == 0) cores.emplace(physical, value());
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace ember

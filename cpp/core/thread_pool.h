@@ -1,0 +1,52 @@
+// core/thread_pool.h: persistent worker threads that run one parallel job at a time.
+// Workers spin briefly between jobs (a decode step issues hundreds of small jobs, and waking a
+// sleeping thread costs more than most of them), then sleep on a condition variable.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ember {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread: ThreadPool(2) starts one worker.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Runs job(ith, nth) for ith in [0, nth) on nth = n_threads() threads (the caller is ith 0)
+  // and returns when all have finished. Jobs must not throw. Not reentrant.
+  void run(const std::function<void(int ith, int nth)>& job);
+
+  // Physical cores of this machine (falls back to hardware_concurrency).
+  static int default_n_threads();
+
+ private:
+  void worker_loop(int ith);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};  // bumped once per job
+  std::atomic<int> n_pending_{0};        // workers still running the current job
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+// Splits [0, n) into nth nearly equal parts; part ith is [begin, end).
+inline void split_range(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
+  const int64_t per = n / nth, extra = n % nth;
+  *begin = ith * per + (ith < extra ? ith : extra);
+  *end = *begin + per + (ith < extra ? 1 : 0);
+}
+
+}  // namespace ember

@@ -1,0 +1,36 @@
+// quant/quant.h: reference (scalar) row converters for every type the table in types.cpp
+// names. They define the formats; SIMD kernels in cpu/ are tested against them.
+#pragma once
+
+#include <cstdint>
+
+namespace ember {
+
+// dst[n] = values of src, n a multiple of the type's block size.
+void dequantize_row_f32(const void* src, float* dst, int64_t n);
+void dequantize_row_f16(const void* src, float* dst, int64_t n);
+void dequantize_row_bf16(const void* src, float* dst, int64_t n);
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_row_q2_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q3_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q6_k(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+
+// dst = blocks of src[n], bit-identical to gguf-py's gguf.quants.quantize.
+void quantize_row_f32(const float* src, void* dst, int64_t n);
+void quantize_row_f16(const float* src, void* dst, int64_t n);
+void quantize_row_bf16(const float* src, void* dst, int64_t n);
+void quantize_row_q4_0(const float* src, void* dst, int64_t n);
+void quantize_row_q4_1(const float* src, void* dst, int64_t n);
+void quantize_row_q5_0(const float* src, void* dst, int64_t n);
+void quantize_row_q5_1(const float* src, void* dst, int64_t n);
+void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+
+}  // namespace ember

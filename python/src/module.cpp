@@ -1,0 +1,19 @@
+// module.cpp: the ember._core entry point. Only calls one init_x per binding file.
+#include <nanobind/nanobind.h>
+
+namespace nb = nanobind;
+
+void init_errors(nb::module_& m);
+void init_gguf(nb::module_& m);
+void init_quant(nb::module_& m);
+void init_tokenizer(nb::module_& m);
+void init_model(nb::module_& m);
+
+NB_MODULE(_core, m) {
+  m.doc() = "ember's C++ core: GGUF files, quantization, tokenizers, models";
+  init_errors(m);
+  init_gguf(m);
+  init_quant(m);
+  init_tokenizer(m);
+  init_model(m);
+}
