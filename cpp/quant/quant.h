@@ -6,7 +6,11 @@
 
 namespace ember {
 
-// dst[n] = values of src, n a multiple of the type's block size.
+// Block pointers must have their struct's alignment (2 bytes; quant/convert.h handles any other
+// source). Layouts are in quant/blocks.h.
+
+// dst[n] = values of src, n a multiple of the type's block size; bit-identical to gguf-py's
+// gguf.quants.dequantize.
 void dequantize_row_f32(const void* src, float* dst, int64_t n);
 void dequantize_row_f16(const void* src, float* dst, int64_t n);
 void dequantize_row_bf16(const void* src, float* dst, int64_t n);

@@ -1,0 +1,98 @@
+// quant/dequantize.cpp: reference dequantizers of the 32-element block types (q4_0, q4_1, q5_0,
+// q5_1, q8_0, iq4_nl). Each reproduces gguf-py's numpy arithmetic bit for bit: the integer quant
+// is formed first, converted to f32, then scaled with one rounded multiply (and one rounded add
+// for the types with a minimum), in that order.
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/no_contract.h"
+
+namespace ember {
+
+// src holds n / 32 blocks (2-byte aligned); dst[n].
+
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockQ4_0& x = blocks[b];
+    const float d = f16_to_f32(x.d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      dst[j] = d * static_cast<float>((x.qs[j] & 0x0f) - 8);
+      dst[j + kQK / 2] = d * static_cast<float>((x.qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_1*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockQ4_1& x = blocks[b];
+    const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
+    for (int j = 0; j < kQK / 2; ++j) {
+      dst[j] = d * static_cast<float>(x.qs[j] & 0x0f) + m;
+      dst[j + kQK / 2] = d * static_cast<float>(x.qs[j] >> 4) + m;
+    }
+  }
+}
+
+namespace {
+
+// The 32 fifth bits of a q5 block, element i at bit i.
+uint32_t load_qh(const uint8_t qh[4]) {
+  return static_cast<uint32_t>(qh[0]) | static_cast<uint32_t>(qh[1]) << 8 |
+         static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
+}
+
+}  // namespace
+
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_0*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockQ5_0& x = blocks[b];
+    const float d = f16_to_f32(x.d);
+    const uint32_t qh = load_qh(x.qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = (x.qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
+      const int q1 = (x.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+      dst[j] = d * static_cast<float>(q0 - 16);
+      dst[j + kQK / 2] = d * static_cast<float>(q1 - 16);
+    }
+  }
+}
+
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_1*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockQ5_1& x = blocks[b];
+    const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
+    const uint32_t qh = load_qh(x.qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = (x.qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
+      const int q1 = (x.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+      dst[j] = d * static_cast<float>(q0) + m;
+      dst[j + kQK / 2] = d * static_cast<float>(q1) + m;
+    }
+  }
+}
+
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockQ8_0& x = blocks[b];
+    const float d = f16_to_f32(x.d);
+    for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(x.qs[j]);
+  }
+}
+
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockIQ4_NL& x = blocks[b];
+    const float d = f16_to_f32(x.d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      dst[j] = d * static_cast<float>(kIq4nlValues[x.qs[j] & 0x0f]);
+      dst[j + kQK / 2] = d * static_cast<float>(kIq4nlValues[x.qs[j] >> 4]);
+    }
+  }
+}
+
+}  // namespace ember

@@ -1,0 +1,154 @@
+// quant/quantize.cpp: reference quantizers of the 32-element block types (q4_0, q4_1, q5_0, q5_1,
+// q8_0), bit for bit as gguf-py's gguf.quants.quantize: the same f32 operations in the same
+// order, the same truncation and rounding, the same d == 0 handling, and the same float -> byte
+// casts numpy performs on x86-64 (so even overflowing inputs give gguf-py's bytes).
+#include <cmath>
+
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/no_contract.h"
+
+namespace ember {
+namespace {
+
+// numpy's float32 -> uint8 / int8 cast on x86-64: truncate to int32 (cvttss2si: NaN and values
+// out of int32 range give INT32_MIN), then keep the low byte.
+uint8_t numpy_cast_byte(float t) {
+  const bool in_range = t >= -2147483648.0f && t < 2147483648.0f;  // false for NaN
+  const int32_t i = in_range ? static_cast<int32_t>(t) : INT32_MIN;
+  return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xffu);
+}
+
+// np.trunc(v).astype(np.uint8).clip(0, q_max)
+uint8_t trunc_clip(float v, uint8_t q_max) {
+  const uint8_t q = numpy_cast_byte(std::trunc(v));
+  return q < q_max ? q : q_max;
+}
+
+// The signed value of largest magnitude, the first one on ties; numpy's argmax picks the first
+// NaN if there is one.
+float signed_absmax(const float* x) {
+  int imax = 0;
+  float amax = std::fabs(x[0]);
+  for (int j = 1; j < kQK && !std::isnan(amax); ++j) {
+    const float a = std::fabs(x[j]);
+    if (a > amax || std::isnan(a)) {
+      amax = a;
+      imax = j;
+    }
+  }
+  return x[imax];
+}
+
+// np.max / np.min of a block: NaN propagates (the first NaN is returned).
+void block_min_max(const float* x, float* min, float* max) {
+  *min = *max = x[0];
+  for (int j = 0; j < kQK; ++j) {
+    if (std::isnan(x[j])) {
+      *min = *max = x[j];
+      return;
+    }
+    if (x[j] < *min) *min = x[j];
+    if (x[j] > *max) *max = x[j];
+  }
+}
+
+// np.where(d == 0, 0, 1 / d)
+float inverse_or_zero(float d) { return d == 0.0f ? 0.0f : 1.0f / d; }
+
+// gguf-py's np_roundf: round half away from zero, as sign(v) * (floor(|v|) + floor(2 * frac)).
+float np_roundf(float v) {
+  const float a = std::fabs(v);
+  const float floored = std::floor(a);
+  const float b = floored + std::floor(2.0f * (a - floored));
+  const float sign = v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);  // np.sign: 0 and NaN map to themselves
+  return sign * b;
+}
+
+// Packs 32 quants of up to 5 bits: low nibbles of q[j] and q[j + 16] share qs[j]; the fifth bits
+// go to qh (element j at bit j), when qh is given.
+void pack_nibbles(const uint8_t q[kQK], uint8_t qs[kQK / 2], uint8_t qh[4]) {
+  for (int j = 0; j < kQK / 2; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0x0f) | (q[j + kQK / 2] << 4));
+  if (qh == nullptr) return;
+  for (int i = 0; i < 4; ++i) {
+    uint8_t byte = 0;
+    for (int bit = 0; bit < 8; ++bit) byte |= static_cast<uint8_t>(((q[8 * i + bit] >> 4) & 1) << bit);
+    qh[i] = byte;
+  }
+}
+
+}  // namespace
+
+// src[n], n a multiple of 32; dst receives n / 32 blocks.
+
+void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_0*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    const float d = signed_absmax(src) / -8.0f;  // the extreme value maps to q = 0 exactly
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip(src[j] * id + 8.5f, 15);
+    blocks[b].d = f32_to_f16(d);
+    pack_nibbles(q, blocks[b].qs, nullptr);
+  }
+}
+
+void quantize_row_q4_1(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_1*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    float min, max;
+    block_min_max(src, &min, &max);
+    const float d = (max - min) / 15.0f;
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip((src[j] - min) * id + 0.5f, 15);
+    blocks[b].d = f32_to_f16(d);
+    blocks[b].m = f32_to_f16(min);
+    pack_nibbles(q, blocks[b].qs, nullptr);
+  }
+}
+
+void quantize_row_q5_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_0*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    const float d = signed_absmax(src) / -16.0f;
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip(src[j] * id + 16.5f, 31);
+    blocks[b].d = f32_to_f16(d);
+    pack_nibbles(q, blocks[b].qs, blocks[b].qh);
+  }
+}
+
+void quantize_row_q5_1(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_1*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    float min, max;
+    block_min_max(src, &min, &max);
+    const float d = (max - min) / 31.0f;
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip((src[j] - min) * id + 0.5f, 31);
+    blocks[b].d = f32_to_f16(d);
+    blocks[b].m = f32_to_f16(min);
+    pack_nibbles(q, blocks[b].qs, blocks[b].qh);
+  }
+}
+
+void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    float amax = 0.0f;  // np.max of |x|, NaN propagating
+    for (int j = 0; j < kQK; ++j) {
+      const float a = std::fabs(src[j]);
+      if (a > amax || std::isnan(a)) amax = a;
+      if (std::isnan(a)) break;
+    }
+    const float d = amax / 127.0f;
+    const float id = inverse_or_zero(d);
+    blocks[b].d = f32_to_f16(d);
+    for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = static_cast<int8_t>(numpy_cast_byte(np_roundf(src[j] * id)));
+  }
+}
+
+}  // namespace ember
