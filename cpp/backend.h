@@ -1,0 +1,150 @@
+// backend.h: the interface every compute backend (cpu/, later cuda/ and metal/) implements —
+// buffers, the ops a model's forward pass needs, a capability query and synchronize.
+// Model code calls ops only through this interface; it knows nothing of threads or ISAs.
+//
+// Conventions shared by every op:
+//  - activations are float32, row-major, and live in the backend's memory (host memory on CPU);
+//  - weights are GGUF tensors in any dtype the backend supports, laid out as in the file;
+//  - ops may run asynchronously; synchronize() waits for all of them (the CPU runs each op to
+//    completion before returning, so its synchronize() does nothing);
+//  - ops never throw and never allocate: callers check supports() and sizes once, at load.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "quant/types.h"
+
+namespace ember {
+
+class Backend;
+
+// The ops of the Backend interface, for supports().
+enum class Op { matmul, get_rows, rms_norm, rope, add, add_bias, silu_mul, softmax, store_kv, attention };
+
+const char* op_name(Op op);
+
+// Memory owned by (or wrapped into) a backend. Move-only; frees itself through its backend.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* backend, void* data, size_t n_bytes, bool owned)
+      : backend_(backend), data_(data), n_bytes_(n_bytes), owned_(owned) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t n_bytes() const { return n_bytes_; }
+  void reset();
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t n_bytes_ = 0;
+  bool owned_ = false;  // false: wraps memory someone else owns (e.g. the GGUF mapping)
+};
+
+// How RoPE pairs up the dimensions of a head.
+enum class RopeLayout {
+  interleaved,  // pairs (2i, 2i+1): llama.cpp's "normal" mode (GGUF llama Q/K rows are permuted for it)
+  neox,         // pairs (i, i + n_rot/2): GPT-NeoX / HF rotate_half (qwen2, qwen3)
+};
+
+struct RopeParams {
+  RopeLayout layout = RopeLayout::interleaved;
+  int64_t n_rot = 0;                 // leading dims of each head that rotate (even, <= head_dim)
+  const float* inv_freq = nullptr;   // [n_rot/2] angle per position of pair i, scaling included:
+                                     // freq_scale * freq_base^(-2i/n_rot) / freq_factor[i]
+};
+
+// Where one layer's cached keys and values of one sequence live, stored as f16 rows of
+// [n_head_kv * head_dim]. The token at position t sits in slot(t): with a block table (paged
+// cache), slot(t) = block_table[t / block_size] * block_size + t % block_size; without one
+// (contiguous cache), slot(t) = t.
+struct KVView {
+  uint16_t* k = nullptr;  // f16 [n_slots, row_stride]
+  uint16_t* v = nullptr;  // f16 [n_slots, row_stride]
+  int64_t row_stride = 0;                // elements from one slot to the next (>= n_head_kv * head_dim)
+  const int32_t* block_table = nullptr;  // [n_blocks of the sequence] or nullptr
+  int64_t block_size = 0;                // tokens per block when block_table is set
+
+  int64_t slot(int64_t pos) const {
+    return block_table ? int64_t{block_table[pos / block_size]} * block_size + pos % block_size : pos;
+  }
+  const uint16_t* k_row(int64_t pos) const { return k + slot(pos) * row_stride; }
+  const uint16_t* v_row(int64_t pos) const { return v + slot(pos) * row_stride; }
+};
+
+// The largest head_dim any backend's attention must handle (kernels keep a head in registers or
+// on the stack); models with larger heads are rejected at load.
+inline constexpr int64_t kMaxHeadDim = 512;
+
+// The attention of one sequence's new rows over its cache (which already holds those rows).
+struct AttentionParams {
+  int64_t n_head = 0;     // query heads
+  int64_t n_head_kv = 0;  // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
+  int64_t head_dim = 0;
+  float scale = 1.0f;     // applied to q·k before the softmax, usually 1/sqrt(head_dim)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only).
+  virtual bool supports(Op op, DType dtype) const = 0;
+  // Waits until every op issued so far has finished.
+  virtual void synchronize() = 0;
+
+  // --- buffers ---
+  // Uninitialized memory of n_bytes, 64-byte aligned. Pages may be committed lazily.
+  virtual Buffer alloc(size_t n_bytes) = 0;
+  // Memory the backend reads in place when it can (the CPU never copies): weights in the mapping.
+  virtual Buffer wrap_host(const void* data, size_t n_bytes) = 0;
+  virtual void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) = 0;
+  virtual void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) = 0;
+
+  // --- ops ---
+  // y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ; W is a GGUF tensor {n_in, n_out} of `wtype`.
+  virtual void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                      const float* x, int64_t n_rows, float* y) = 0;
+  // y[n_ids, n_cols] = table[ids[i], :] dequantized; table is {n_cols, n_table_rows} of `type`.
+  virtual void get_rows(DType type, const void* table, int64_t n_cols,
+                        const int32_t* ids, int64_t n_ids, float* y) = 0;
+  // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * weight; x, y [n_rows, n_cols], weight [n_cols].
+  // y may alias x.
+  virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols,
+                        float eps, float* y) = 0;
+  // Rotates x[n_rows, n_heads, head_dim] in place; row r is at position positions[r].
+  virtual void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,
+                    const int32_t* positions, const RopeParams& params) = 0;
+  // y[n] = a[n] + b[n]; y may alias a or b.
+  virtual void add(const float* a, const float* b, int64_t n, float* y) = 0;
+  // x[r, :] += bias[:] for x [n_rows, n_cols].
+  virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) = 0;
+  // y[n] = silu(gate[n]) * up[n]; y may alias gate or up.
+  virtual void silu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].
+  virtual void softmax(float* x, int64_t n_rows, int64_t n_cols) = 0;
+  // Writes k, v [n_rows, n_head_kv * head_dim] (f32) into the cache slots of positions[n_rows].
+  virtual void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
+                        const float* k, const float* v) = 0;
+  // out[n_rows, n_head * head_dim] = causal attention of q[n_rows, n_head * head_dim] over the
+  // cached keys/values at positions 0..positions[r] of `kv` (f16).
+  virtual void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
+                         const AttentionParams& params, float* out) = 0;
+
+ protected:
+  friend class Buffer;
+  // Frees memory alloc() returned.
+  virtual void free_buffer(void* data, size_t n_bytes) = 0;
+};
+
+}  // namespace ember

@@ -1,0 +1,24 @@
+// cpu/attention_kernels.h: the per-ISA inner kernels of attention.cpp and store_kv.cpp. Private to
+// cpu/: the *_avx2 variants are compiled with AVX2/FMA/F16C flags and only called when
+// OpsIsa::avx2_f16c says the CPU has them.
+#pragma once
+
+#include <cstdint>
+
+#include "backend.h"
+
+namespace ember::cpu {
+
+// out[head_dim] = softmax(scale * q·K[0..n_keys)ᵀ) · V[0..n_keys) for one query head, reading
+// head_dim columns starting at kv_offset of each cached f16 row.
+void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                           int64_t head_dim, float scale, float* out);
+// Same, head_dim a multiple of 8.
+void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                         int64_t head_dim, float scale, float* out);
+
+// dst[n] = f16 of src[n], rounding to nearest even. The avx2 variant needs n % 8 == 0.
+void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n);
+void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n);
+
+}  // namespace ember::cpu

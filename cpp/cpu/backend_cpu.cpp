@@ -1,0 +1,108 @@
+// cpu/backend_cpu.cpp: CpuBackend forwards each op to its cpu/ implementation on its own pool.
+#include "cpu/backend_cpu.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "cpu/cpu_features.h"
+#include "cpu/matmul.h"
+
+namespace ember {
+
+namespace {
+
+cpu::OpsIsa detect_ops_isa() {
+  // Follows the level the matmul kernels run at (EMBER_CPU_ISA caps it for tests).
+  const cpu::IsaLevel level = cpu::active_isa_level();
+  cpu::OpsIsa isa;
+  isa.avx2_f16c = level == cpu::IsaLevel::avx2 || level == cpu::IsaLevel::avx512;
+  return isa;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads)
+    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_n_threads()), isa_(detect_ops_isa()) {}
+
+bool CpuBackend::supports(Op op, DType dtype) const {
+  switch (op) {
+    case Op::matmul:
+      return cpu::matmul_supports(dtype);
+    case Op::get_rows:
+      return type_traits(dtype).dequantize_row != nullptr;
+    default:
+      return dtype == DType::f32;
+  }
+}
+
+Buffer CpuBackend::alloc(size_t n_bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (n_bytes + kAlign - 1) / kAlign * kAlign;
+  // Large blocks come from fresh mmap'd pages, so memory is committed only where it is written.
+  void* data = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  if (!data) throw Error(cat("[cpu] out of memory allocating ", n_bytes, " bytes"));
+  return Buffer(this, data, n_bytes, /*owned=*/true);
+}
+
+Buffer CpuBackend::wrap_host(const void* data, size_t n_bytes) {
+  return Buffer(this, const_cast<void*>(data), n_bytes, /*owned=*/false);
+}
+
+void CpuBackend::upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) {
+  std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, n_bytes);
+}
+
+void CpuBackend::download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) {
+  std::memcpy(dst, static_cast<const uint8_t*>(src.data()) + offset, n_bytes);
+}
+
+void CpuBackend::free_buffer(void* data, size_t) { std::free(data); }
+
+void CpuBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
+                        int64_t n_rows, float* y) {
+  cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_);
+}
+
+void CpuBackend::get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids,
+                          int64_t n_ids, float* y) {
+  cpu::get_rows(type, table, n_cols, ids, n_ids, y, pool_);
+}
+
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols,
+                          float eps, float* y) {
+  cpu::rms_norm(x, weight, n_rows, n_cols, eps, y, pool_);
+}
+
+void CpuBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,
+                      const int32_t* positions, const RopeParams& params) {
+  cpu::rope(x, n_rows, n_heads, head_dim, positions, params, pool_);
+}
+
+void CpuBackend::add(const float* a, const float* b, int64_t n, float* y) {
+  cpu::add(a, b, n, y, pool_);
+}
+
+void CpuBackend::add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) {
+  cpu::add_bias(x, bias, n_rows, n_cols, pool_);
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
+  cpu::silu_mul(gate, up, n, y, pool_);
+}
+
+void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) {
+  cpu::softmax(x, n_rows, n_cols, pool_);
+}
+
+void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows,
+                          int64_t n_kv_dim, const float* k, const float* v) {
+  cpu::store_kv(kv, positions, n_rows, n_kv_dim, k, v, isa_, pool_);
+}
+
+void CpuBackend::attention(const float* q, const int32_t* positions, int64_t n_rows,
+                           const KVView& kv, const AttentionParams& params, float* out) {
+  cpu::attention(q, positions, n_rows, kv, params, out, isa_, pool_);
+}
+
+}  // namespace ember

@@ -1,0 +1,55 @@
+// cpu/backend_cpu.h: the CPU backend — the reference every other backend is tested against.
+// Owns the thread pool its ops run on; buffers are plain host memory, and weights are read in
+// place from the GGUF mapping.
+#pragma once
+
+#include <memory>
+
+#include "backend.h"
+#include "core/thread_pool.h"
+#include "cpu/ops.h"
+
+namespace ember {
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads <= 0 means ThreadPool::default_n_threads().
+  explicit CpuBackend(int n_threads = 0);
+
+  const char* name() const override { return "cpu"; }
+  bool supports(Op op, DType dtype) const override;
+  void synchronize() override {}
+  int n_threads() const { return pool_.n_threads(); }
+  ThreadPool& pool() { return pool_; }
+
+  Buffer alloc(size_t n_bytes) override;
+  Buffer wrap_host(const void* data, size_t n_bytes) override;
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) override;
+  void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) override;
+
+  void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
+              int64_t n_rows, float* y) override;
+  void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
+                float* y) override;
+  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
+                float* y) override;
+  void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const RopeParams& params) override;
+  void add(const float* a, const float* b, int64_t n, float* y) override;
+  void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) override;
+  void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
+  void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
+                const float* k, const float* v) override;
+  void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
+                 const AttentionParams& params, float* out) override;
+
+ protected:
+  void free_buffer(void* data, size_t n_bytes) override;
+
+ private:
+  ThreadPool pool_;
+  cpu::OpsIsa isa_;
+};
+
+}  // namespace ember

@@ -1,0 +1,49 @@
+// cpu/ops.h: the CPU implementations of backend.h's ops other than matmul (cpu/matmul.h), one
+// file each (get_rows.cpp, rms_norm.cpp, rope.cpp, elementwise.cpp, softmax.cpp, store_kv.cpp,
+// attention.cpp), threaded on the caller's pool. Shapes and semantics are those of backend.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backend.h"
+#include "core/thread_pool.h"
+#include "quant/types.h"
+
+namespace ember::cpu {
+
+// Which instruction-set variants the ops may use; chosen once, when the backend is made.
+struct OpsIsa {
+  bool avx2_f16c = false;  // AVX2 + FMA + F16C kernels (*_avx2.cpp)
+};
+
+// y[n_ids, n_cols] = rows ids[] of table {n_cols, *} of `type`, dequantized.
+void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
+              float* y, ThreadPool& pool);
+
+// y[n_rows, n_cols] = x / rms(x) * weight[n_cols]; y may alias x.
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
+              float* y, ThreadPool& pool);
+
+// x[n_rows, n_heads, head_dim] rotated in place by positions[n_rows].
+void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const RopeParams& params, ThreadPool& pool);
+
+// y[n] = a[n] + b[n].
+void add(const float* a, const float* b, int64_t n, float* y, ThreadPool& pool);
+// x[n_rows, n_cols] += bias[n_cols].
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
+// y[n] = silu(gate[n]) * up[n].
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
+
+// x[n_rows, n_cols] = softmax over each row, in place.
+void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
+
+// k, v [n_rows, n_kv_dim] f32 -> the f16 cache slots of positions[n_rows].
+void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
+              const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool);
+
+// out[n_rows, n_head * head_dim] = causal attention of q over kv (see backend.h).
+void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
+               const AttentionParams& params, float* out, const OpsIsa& isa, ThreadPool& pool);
+
+}  // namespace ember::cpu

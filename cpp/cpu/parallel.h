@@ -1,0 +1,27 @@
+// cpu/parallel.h: splitting an op's rows over the thread pool, or not splitting them when the
+// work is too small to pay for waking the workers (most decode-time element-wise ops).
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace ember::cpu {
+
+// Calls fn(begin, end) on disjoint parts covering [0, n). Parts go to the pool's threads when
+// there are at least 2 * min_per_thread items; otherwise the caller runs fn(0, n) alone.
+template <typename Fn>
+void parallel_for(ThreadPool& pool, int64_t n, int64_t min_per_thread, const Fn& fn) {
+  if (n <= 0) return;
+  if (pool.n_threads() == 1 || n < 2 * min_per_thread) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool.run([&](int ith, int nth) {
+    int64_t begin, end;
+    split_range(n, ith, nth, &begin, &end);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+}  // namespace ember::cpu

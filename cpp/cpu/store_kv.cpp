@@ -1,0 +1,25 @@
+// cpu/store_kv.cpp: writes new K/V rows into their cache slots as f16 (contiguous or paged).
+#include "cpu/attention_kernels.h"
+#include "cpu/ops.h"
+#include "cpu/parallel.h"
+#include "quant/blocks.h"
+
+namespace ember::cpu {
+
+void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
+              const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool) {
+  const auto convert = isa.avx2_f16c && n_kv_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
+  parallel_for(pool, n_rows, 16384 / n_kv_dim + 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t slot = kv.slot(positions[r]);
+      convert(k + r * n_kv_dim, kv.k + slot * kv.row_stride, n_kv_dim);
+      convert(v + r * n_kv_dim, kv.v + slot * kv.row_stride, n_kv_dim);
+    }
+  });
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,97 @@
+// model/config.cpp: the table of supported architectures and the GGUF metadata keys of each
+// hyper-parameter (as llama.cpp's converter writes them).
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace ember {
+
+namespace {
+
+constexpr ArchInfo kArchs[] = {
+    {"llama", RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
+    {"qwen2", RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
+    {"qwen3", RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+};
+
+}  // namespace
+
+const ArchInfo* find_arch(std::string_view name) {
+  for (const ArchInfo& arch : kArchs) {
+    if (name == arch.name) return &arch;
+  }
+  return nullptr;
+}
+
+std::string supported_arch_names() {
+  std::string names;
+  for (const ArchInfo& arch : kArchs) names += names.empty() ? arch.name : cat(", ", arch.name);
+  return names;
+}
+
+ModelConfig read_config(const GGUFFile& file) {
+  const std::string arch_name = file.get_string("general.architecture");
+  if (arch_name.empty()) {
+    throw FormatError(cat("[model] ", file.path(), ": metadata 'general.architecture' is missing"));
+  }
+  ModelConfig c;
+  c.arch = find_arch(arch_name);
+  if (!c.arch) {
+    throw Unsupported(cat("[model] ", file.path(), ": architecture '", arch_name,
+                          "' is not supported; supported architectures: ", supported_arch_names()));
+  }
+  const std::string p = arch_name + ".";
+  auto required_int = [&](const std::string& key) {
+    const int64_t value = file.get_int(p + key, -1);
+    if (value <= 0) {
+      throw FormatError(cat("[model] ", file.path(), ": metadata '", p, key, "' is ",
+                            value == -1 ? "missing" : cat(value, ", expected > 0")));
+    }
+    return value;
+  };
+  c.n_embd = required_int("embedding_length");
+  c.n_layer = required_int("block_count");
+  c.n_head = required_int("attention.head_count");
+  c.n_ff = required_int("feed_forward_length");
+  c.n_ctx_train = required_int("context_length");
+  c.n_head_kv = file.get_int(p + "attention.head_count_kv", c.n_head);
+  c.head_dim = file.get_int(p + "attention.key_length", c.n_embd / c.n_head);
+  c.rms_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.n_rot = file.get_int(p + "rope.dimension_count", c.head_dim);
+  c.rope_freq_base = static_cast<float>(file.get_float(p + "rope.freq_base", 10000.0));
+
+  const std::string where = cat("[model] ", file.path(), ": ");
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
+    throw FormatError(cat(where, "attention.head_count ", c.n_head,
+                          " is not a multiple of attention.head_count_kv ", c.n_head_kv));
+  }
+  const int64_t value_length = file.get_int(p + "attention.value_length", c.head_dim);
+  if (c.head_dim <= 0 || c.head_dim > kMaxHeadDim || value_length != c.head_dim) {
+    throw Unsupported(cat(where, "head dimension ", c.head_dim, " (value length ", value_length,
+                          ") is not supported; expected key length == value length <= ",
+                          kMaxHeadDim));
+  }
+  if (c.n_rot <= 0 || c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
+    throw FormatError(cat(where, "rope.dimension_count ", c.n_rot,
+                          " must be even and at most the head dimension ", c.head_dim));
+  }
+  if (!(c.rms_eps > 0.0f)) throw FormatError(cat(where, "attention.layer_norm_rms_epsilon must be > 0"));
+  if (!(c.rope_freq_base > 0.0f)) throw FormatError(cat(where, "rope.freq_base must be > 0"));
+
+  // RoPE scaling as llama.cpp reads it: the factor (or the older rope.scale_linear) divides the
+  // frequencies for "linear" (and when no type is given); llama3-style scaling is carried by
+  // the rope_freqs.weight tensor instead, with no scaling type needed.
+  const std::string scaling = file.get_string(p + "rope.scaling.type", "linear");
+  if (scaling != "none" && scaling != "linear") {
+    throw Unsupported(cat(where, "rope.scaling.type '", scaling,
+                          "' is not supported; supported: none, linear (and llama3-style "
+                          "frequency factors in rope_freqs.weight)"));
+  }
+  double factor = file.get_float(p + "rope.scaling.factor", 0.0);
+  if (factor == 0.0) factor = file.get_float(p + "rope.scale_linear", 0.0);
+  if (factor < 0.0) throw FormatError(cat(where, "rope.scaling.factor ", factor, " must be > 0"));
+  if (scaling == "linear" && factor > 0.0) c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  return c;
+}
+
+}  // namespace ember

@@ -1,0 +1,52 @@
+// model/config.h: a model's hyper-parameters, read from GGUF metadata and checked for sense.
+// Knows the supported architectures and their differences; nothing about weights or run state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend.h"
+#include "gguf/gguf.h"
+
+namespace ember {
+
+// What distinguishes the architectures of the llama family (see model/llama.cpp).
+struct ArchInfo {
+  const char* name;        // general.architecture
+  RopeLayout rope_layout;  // llama: interleaved (GGUF Q/K rows are permuted for it); qwen: neox
+  bool qkv_bias;           // qwen2: biases on the Q, K and V projections
+  bool qk_norm;            // qwen3: RMSNorm of every Q and K head before RoPE
+};
+
+// The ArchInfo of an architecture name; nullptr when unsupported.
+const ArchInfo* find_arch(std::string_view name);
+// "llama, qwen2, qwen3", for error messages.
+std::string supported_arch_names();
+
+struct ModelConfig {
+  const ArchInfo* arch = nullptr;
+  int64_t n_vocab = 0;      // rows of token_embd
+  int64_t n_embd = 0;       // width of the residual stream
+  int64_t n_layer = 0;
+  int64_t n_head = 0;       // query heads
+  int64_t n_head_kv = 0;    // key/value heads (grouped-query attention when < n_head)
+  int64_t head_dim = 0;     // {arch}.attention.key_length, else n_embd / n_head
+  int64_t n_ff = 0;         // hidden width of the SwiGLU feed-forward
+  int64_t n_ctx_train = 0;  // {arch}.context_length
+  float rms_eps = 1e-5f;
+
+  // RoPE: theta_i(pos) = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factor_i, where the
+  // llama3-style factors come from the rope_freqs.weight tensor (see ModelWeights).
+  int64_t n_rot = 0;        // rotated dims per head, {arch}.rope.dimension_count, else head_dim
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
+
+  int64_t n_q_dim() const { return n_head * head_dim; }      // width of Q and of attention output
+  int64_t n_kv_dim() const { return n_head_kv * head_dim; }  // width of one K (or V) cache row
+};
+
+// Reads and validates the hyper-parameters. Throws Unsupported for an unknown architecture or
+// RoPE scaling type, FormatError for missing or inconsistent values (naming the key).
+ModelConfig read_config(const GGUFFile& file);
+
+}  // namespace ember

@@ -1,0 +1,86 @@
+// model/llama.cpp: the llama-family decoder — pre-norm blocks of grouped-query attention with
+// RoPE and a SwiGLU feed-forward. Reads top to bottom; every op goes through the Backend.
+#include "model/llama.h"
+
+#include <cmath>
+
+namespace ember {
+
+void llama_forward(const Model& model, KVCache& kv, Scratch& s, const MicroBatch& batch,
+                   float* logits) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  Backend& be = model.backend();
+  const RopeParams rope = model.rope_params();
+  const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
+
+  AttentionParams attention;
+  attention.n_head = c.n_head;
+  attention.n_head_kv = c.n_head_kv;
+  attention.head_dim = c.head_dim;
+  attention.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  float* x = s.x.as<float>();          // [n, n_embd] residual stream
+  float* xn = s.xn.as<float>();        // [n, n_embd]
+  float* q = s.q.as<float>();          // [n, n_q]
+  float* k = s.k.as<float>();          // [n, n_kv]
+  float* v = s.v.as<float>();          // [n, n_kv]
+  float* attn = s.attn.as<float>();    // [n, n_q]
+  float* gate = s.ffn_gate.as<float>();  // [n, n_ff]
+  float* up = s.ffn_up.as<float>();      // [n, n_ff]
+
+  be.get_rows(w.token_embd.type, w.token_embd.data, n_embd, batch.tokens, n, x);
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    const bool last = il == c.n_layer - 1;
+    const KVView layer_kv = kv.layer(il);
+
+    // --- attention ---
+    be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
+    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, xn, n, k);
+    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
+    if (l.bk) be.add_bias(k, l.bk.f32(), n, n_kv);
+    if (l.bv) be.add_bias(v, l.bv.f32(), n, n_kv);
+    if (l.k_norm) be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
+    be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
+    be.store_kv(layer_kv, batch.positions, n, n_kv, k, v);
+    // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
+    if (last && batch.n_outputs == 0) break;
+
+    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
+    if (l.bq) be.add_bias(q, l.bq.f32(), n, n_q);
+    if (l.q_norm) be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
+    be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
+    be.attention(q, batch.positions, n, layer_kv, attention, attn);
+
+    // The last layer's projection and feed-forward only matter for the output rows: keep
+    // those (rows [n_rows] from here on) and drop the rest.
+    int64_t n_rows = n;
+    float* attn_rows = attn;
+    if (last && batch.n_outputs < n) {
+      n_rows = batch.n_outputs;
+      be.get_rows(DType::f32, attn, n_q, batch.output_rows, n_rows, q);
+      be.get_rows(DType::f32, x, n_embd, batch.output_rows, n_rows, s.x_out.as<float>());
+      attn_rows = q;
+      x = s.x_out.as<float>();
+    }
+    be.matmul(l.wo.type, l.wo.data, n_q, n_embd, attn_rows, n_rows, xn);
+    be.add(x, xn, n_rows * n_embd, x);
+
+    // --- feed-forward: down(silu(gate(h)) * up(h)) ---
+    be.rms_norm(x, l.ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
+    be.matmul(l.ffn_gate.type, l.ffn_gate.data, n_embd, c.n_ff, xn, n_rows, gate);
+    be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, xn, n_rows, up);
+    be.silu_mul(gate, up, n_rows * c.n_ff, gate);
+    be.matmul(l.ffn_down.type, l.ffn_down.data, c.n_ff, n_embd, gate, n_rows, xn);
+    be.add(x, xn, n_rows * n_embd, x);
+  }
+  if (batch.n_outputs == 0) return;
+
+  // x now holds exactly the output rows, in order.
+  be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, n_embd, c.rms_eps, xn);
+  be.matmul(w.output.type, w.output.data, n_embd, c.n_vocab, xn, batch.n_outputs, logits);
+}
+
+}  // namespace ember

@@ -1,0 +1,47 @@
+// model/model.cpp: loading — config, backend, weight binding, and RoPE frequencies.
+#include "model/model.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "cpu/backend_cpu.h"
+
+namespace ember {
+
+std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
+  std::shared_ptr<Model> model(new Model());
+  model->file_ = GGUFFile::open(path);
+  model->config_ = read_config(*model->file_);
+  auto backend = std::make_unique<CpuBackend>(options.n_threads);
+  model->n_threads_ = backend->n_threads();
+  model->backend_ = std::move(backend);
+  model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
+
+  // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it.
+  const ModelConfig& c = model->config_;
+  const float* factors = model->weights_.rope_freqs ? model->weights_.rope_freqs.f32() : nullptr;
+  model->rope_inv_freq_.resize(c.n_rot / 2);
+  for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.n_rot);
+    float inv_freq = 1.0f / std::pow(c.rope_freq_base, exponent) * c.rope_freq_scale;
+    if (factors) {
+      if (!(factors[i] > 0.0f)) {
+        throw FormatError(cat("[model] ", path, ": tensor 'rope_freqs.weight': factor ", i, " is ",
+                              factors[i], ", expected > 0"));
+      }
+      inv_freq /= factors[i];
+    }
+    model->rope_inv_freq_[i] = inv_freq;
+  }
+  return model;
+}
+
+RopeParams Model::rope_params() const {
+  RopeParams params;
+  params.layout = config_.arch->rope_layout;
+  params.n_rot = config_.n_rot;
+  params.inv_freq = rope_inv_freq_.data();
+  return params;
+}
+
+}  // namespace ember

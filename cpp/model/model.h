@@ -1,0 +1,47 @@
+// model/model.h: a loaded model — its file mapping, hyper-parameters, weights and the backend
+// they are bound to. Immutable after load and shareable by several contexts (which hold the
+// run state: KV cache and scratch, see model/context.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ember {
+
+struct ModelOptions {
+  int n_threads = 0;  // threads of the CPU backend's pool; <= 0: ThreadPool::default_n_threads()
+};
+
+class Model {
+ public:
+  // Opens, validates and binds a GGUF model. Throws FormatError / Unsupported with the file,
+  // the key or tensor, and what was expected.
+  static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+
+  const GGUFFile& file() const { return *file_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Ops run on the backend from const methods of their callers: the backend is the model's
+  // executor, not part of its value.
+  Backend& backend() const { return *backend_; }
+  RopeParams rope_params() const;
+  int n_threads() const { return n_threads_; }  // of the CPU pool that runs (or drives) the ops
+
+ private:
+  Model() = default;
+
+  std::shared_ptr<GGUFFile> file_;
+  ModelConfig config_;
+  std::unique_ptr<Backend> backend_;
+  ModelWeights weights_;
+  int n_threads_ = 1;
+  std::vector<float> rope_inv_freq_;  // [n_rot / 2], scaling and frequency factors folded in
+};
+
+}  // namespace ember

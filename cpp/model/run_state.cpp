@@ -1,0 +1,28 @@
+// model/run_state.cpp: sizing of the KV cache and the scratch buffers.
+#include "model/run_state.h"
+
+namespace ember {
+
+KVCache::KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx_)
+    : n_ctx(n_ctx_), n_kv_dim(config.n_kv_dim()) {
+  const size_t n_bytes = sizeof(uint16_t) * config.n_layer * n_ctx * n_kv_dim;
+  k = backend.alloc(n_bytes);
+  v = backend.alloc(n_bytes);
+}
+
+Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_batch(n_batch_) {
+  auto floats = [&](int64_t n_cols) { return backend.alloc(sizeof(float) * n_batch * n_cols); };
+  x = floats(c.n_embd);
+  xn = floats(c.n_embd);
+  x_out = floats(c.n_embd);
+  q = floats(c.n_q_dim());
+  k = floats(c.n_kv_dim());
+  v = floats(c.n_kv_dim());
+  attn = floats(c.n_q_dim());
+  ffn_gate = floats(c.n_ff);
+  ffn_up = floats(c.n_ff);
+  positions = backend.alloc(sizeof(int32_t) * n_batch);
+  output_rows = backend.alloc(sizeof(int32_t) * n_batch);
+}
+
+}  // namespace ember

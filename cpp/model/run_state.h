@@ -1,0 +1,61 @@
+// model/run_state.h: the mutable state of one sequence's evaluation — its KV cache and the
+// activation scratch of one micro-batch — allocated once per context, never per token.
+// (A paged cache shared by many sequences replaces KVCache in cpp/kv/; ops see both as KVView.)
+#pragma once
+
+#include <cstdint>
+
+#include "backend.h"
+#include "model/config.h"
+
+namespace ember {
+
+// One sequence's cache: contiguous f16 [n_layer][n_ctx][n_kv_dim] for K and the same for V.
+// Pages are committed as positions are first written.
+struct KVCache {
+  Buffer k;  // f16 [n_layer, n_ctx, n_kv_dim]
+  Buffer v;  // f16 [n_layer, n_ctx, n_kv_dim]
+  int64_t n_ctx = 0;
+  int64_t n_kv_dim = 0;
+
+  KVCache() = default;
+  KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx);
+
+  KVView layer(int64_t il) const {
+    KVView view;
+    view.k = k.as<uint16_t>() + il * n_ctx * n_kv_dim;
+    view.v = v.as<uint16_t>() + il * n_ctx * n_kv_dim;
+    view.row_stride = n_kv_dim;
+    return view;
+  }
+};
+
+// Activations of a micro-batch of up to n_batch rows.
+struct Scratch {
+  int64_t n_batch = 0;
+  Buffer x;            // f32 [n_batch, n_embd] residual stream
+  Buffer xn;           // f32 [n_batch, n_embd] normed block input, then a block's output
+  Buffer x_out;        // f32 [n_batch, n_embd] residual of the output rows in the last layer
+  Buffer q;            // f32 [n_batch, n_q_dim]
+  Buffer k;            // f32 [n_batch, n_kv_dim]
+  Buffer v;            // f32 [n_batch, n_kv_dim]
+  Buffer attn;         // f32 [n_batch, n_q_dim] attention output, heads concatenated
+  Buffer ffn_gate;     // f32 [n_batch, n_ff] gate projection, then silu(gate) * up
+  Buffer ffn_up;       // f32 [n_batch, n_ff]
+  Buffer positions;    // i32 [n_batch] position of each row
+  Buffer output_rows;  // i32 [n_batch] rows of the micro-batch whose logits are wanted
+
+  Scratch() = default;
+  Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);
+};
+
+// One micro-batch of one sequence.
+struct MicroBatch {
+  const int32_t* tokens = nullptr;       // [n_tokens]
+  const int32_t* positions = nullptr;    // [n_tokens], each token's position in the sequence
+  int64_t n_tokens = 0;                  // 1 .. n_batch
+  const int32_t* output_rows = nullptr;  // [n_outputs] ascending rows whose logits are wanted
+  int64_t n_outputs = 0;
+};
+
+}  // namespace ember

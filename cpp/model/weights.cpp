@@ -1,0 +1,127 @@
+// model/weights.cpp: binds llama-family tensors by their llama.cpp names and validates them.
+#include "model/weights.h"
+
+#include "core/error.h"
+
+namespace ember {
+
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+// How a tensor is used decides which dtypes are acceptable.
+enum class Use { matmul, table, f32 };
+
+class Binder {
+ public:
+  Binder(const GGUFFile& file, const Backend& backend) : file_(file), backend_(backend) {}
+
+  // The tensor `name` with ggml shape `shape`, or an absent tensor when optional and missing.
+  WeightTensor bind(const std::string& name, std::vector<int64_t> shape, Use use,
+                    bool optional = false) const {
+    const GGUFTensorInfo* info = file_.find_tensor(name);
+    if (!info) {
+      if (optional) return {};
+      throw FormatError(cat(where(name), "missing (", file_.get_string("general.architecture"),
+                            " models need it)"));
+    }
+    if (info->shape != shape) {
+      throw FormatError(cat(where(name), "expected shape ", shape_string(shape), ", got ",
+                            shape_string(info->shape)));
+    }
+    check_type(name, info->type, use);
+    WeightTensor t;
+    t.type = info->type;
+    t.data = info->data;
+    t.ne0 = shape[0];
+    t.ne1 = shape.size() > 1 ? shape[1] : 1;
+    return t;
+  }
+
+  void check_type(const std::string& name, DType type, Use use) const {
+    switch (use) {
+      case Use::f32:
+        if (type != DType::f32) {
+          throw FormatError(cat(where(name), "expected type f32, got ", dtype_name(type)));
+        }
+        break;
+      case Use::matmul:
+        if (!backend_.supports(Op::matmul, type)) {
+          throw Unsupported(cat(where(name), "type ", dtype_name(type), " is not supported by the ",
+                                backend_.name(), " backend's matmul"));
+        }
+        break;
+      case Use::table:
+        if (!backend_.supports(Op::get_rows, type)) {
+          throw Unsupported(cat(where(name), "type ", dtype_name(type),
+                                " cannot be read by the ", backend_.name(), " backend"));
+        }
+        break;
+    }
+  }
+
+  std::string where(const std::string& name) const {
+    return cat("[model] ", file_.path(), ": tensor '", name, "': ");
+  }
+
+ private:
+  const GGUFFile& file_;
+  const Backend& backend_;
+};
+
+}  // namespace
+
+ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& backend) {
+  const Binder b(file, backend);
+  ModelWeights w;
+
+  // The vocabulary size is whatever token_embd holds (vocab_size metadata is optional).
+  const GGUFTensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (!embd) throw FormatError(cat(b.where("token_embd.weight"), "missing"));
+  if (embd->shape.size() != 2 || embd->shape[1] <= 0) {
+    throw FormatError(cat(b.where("token_embd.weight"), "expected shape [", c.n_embd,
+                          ", n_vocab], got ", shape_string(embd->shape)));
+  }
+  c.n_vocab = embd->shape[1];
+  w.token_embd = b.bind("token_embd.weight", {c.n_embd, c.n_vocab}, Use::table);
+  w.output_norm = b.bind("output_norm.weight", {c.n_embd}, Use::f32);
+  w.output = b.bind("output.weight", {c.n_embd, c.n_vocab}, Use::matmul, /*optional=*/true);
+  if (!w.output) {
+    b.check_type("token_embd.weight (tied output)", w.token_embd.type, Use::matmul);
+    w.output = w.token_embd;
+    w.tied_output = true;
+  }
+  w.rope_freqs = b.bind("rope_freqs.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
+
+  const int64_t n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
+  w.layers.resize(c.n_layer);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string blk = cat("blk.", i, ".");
+    l.attn_norm = b.bind(blk + "attn_norm.weight", {n_embd}, Use::f32);
+    l.wq = b.bind(blk + "attn_q.weight", {n_embd, n_q}, Use::matmul);
+    l.wk = b.bind(blk + "attn_k.weight", {n_embd, n_kv}, Use::matmul);
+    l.wv = b.bind(blk + "attn_v.weight", {n_embd, n_kv}, Use::matmul);
+    if (c.arch->qkv_bias) {
+      l.bq = b.bind(blk + "attn_q.bias", {n_q}, Use::f32);
+      l.bk = b.bind(blk + "attn_k.bias", {n_kv}, Use::f32);
+      l.bv = b.bind(blk + "attn_v.bias", {n_kv}, Use::f32);
+    }
+    if (c.arch->qk_norm) {
+      l.q_norm = b.bind(blk + "attn_q_norm.weight", {c.head_dim}, Use::f32);
+      l.k_norm = b.bind(blk + "attn_k_norm.weight", {c.head_dim}, Use::f32);
+    }
+    l.wo = b.bind(blk + "attn_output.weight", {n_q, n_embd}, Use::matmul);
+    l.ffn_norm = b.bind(blk + "ffn_norm.weight", {n_embd}, Use::f32);
+    l.ffn_gate = b.bind(blk + "ffn_gate.weight", {n_embd, c.n_ff}, Use::matmul);
+    l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);
+    l.ffn_down = b.bind(blk + "ffn_down.weight", {c.n_ff, n_embd}, Use::matmul);
+  }
+  return w;
+}
+
+}  // namespace ember

@@ -1,0 +1,58 @@
+// model/weights.h: a model's weights as views of the GGUF tensors inside the file mapping — no
+// copies. Binding checks every tensor's presence, shape and dtype once, at load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "gguf/gguf.h"
+#include "model/config.h"
+
+namespace ember {
+
+// A tensor read in place. Shapes use ggml order: ne0 is contiguous, so a matmul weight
+// {n_in, n_out} is n_out rows of n_in values in `type` blocks.
+struct WeightTensor {
+  DType type = DType::f32;
+  const void* data = nullptr;  // nullptr: absent (optional tensors only)
+  int64_t ne0 = 0;
+  int64_t ne1 = 1;
+
+  explicit operator bool() const { return data != nullptr; }
+  const float* f32() const { return static_cast<const float*>(data); }
+};
+
+struct LayerWeights {
+  WeightTensor attn_norm;  // [n_embd] f32
+  WeightTensor wq;         // {n_embd, n_q_dim}, any matmul dtype
+  WeightTensor wk;         // {n_embd, n_kv_dim}
+  WeightTensor wv;         // {n_embd, n_kv_dim}
+  WeightTensor bq;         // [n_q_dim] f32, qwen2 only
+  WeightTensor bk;         // [n_kv_dim] f32, qwen2 only
+  WeightTensor bv;         // [n_kv_dim] f32, qwen2 only
+  WeightTensor q_norm;     // [head_dim] f32, qwen3 only
+  WeightTensor k_norm;     // [head_dim] f32, qwen3 only
+  WeightTensor wo;         // {n_q_dim, n_embd}
+  WeightTensor ffn_norm;   // [n_embd] f32
+  WeightTensor ffn_gate;   // {n_embd, n_ff}
+  WeightTensor ffn_up;     // {n_embd, n_ff}
+  WeightTensor ffn_down;   // {n_ff, n_embd}
+};
+
+struct ModelWeights {
+  WeightTensor token_embd;   // {n_embd, n_vocab}, any dtype get_rows reads
+  WeightTensor output_norm;  // [n_embd] f32
+  WeightTensor output;       // {n_embd, n_vocab}: output.weight, or token_embd when tied
+  bool tied_output = false;  // output.weight was absent
+  WeightTensor rope_freqs;   // [n_rot / 2] f32 llama3-style frequency divisors; absent: all 1
+  std::vector<LayerWeights> layers;  // [n_layer]
+};
+
+// Binds every tensor the architecture needs, checking names, shapes and dtypes (the latter
+// against what `backend` supports). Sets config.n_vocab from token_embd. Throws FormatError
+// naming the tensor, with expected and actual shape or type.
+ModelWeights bind_weights(const GGUFFile& file, ModelConfig& config, const Backend& backend);
+
+}  // namespace ember
