@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -33,6 +34,32 @@ uint64_t scalar_bytes(GGUFType t) {
 }
 
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GGUFType::f64); }
+
+// Strict UTF-8 check (no overlongs, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned c = *p;
+    int n;
+    uint32_t cp;
+    if (c < 0x80) { ++p; continue; }
+    if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (end - p <= n) return false;
+    for (int k = 1; k <= n; ++k) {
+      if ((p[k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+      return false;
+    }
+    p += n + 1;
+  }
+  return true;
+}
 
 // Bounds-checked reading from the mapping. `where` names the field being read for messages.
 class Cursor {
@@ -214,13 +241,14 @@ void GGUFFile::parse() {
   if (magic != kMagic) {
     char got[5] = {};
     std::memcpy(got, base_, 4);
-    for (char& c : got) c = (c >= 32 && c < 127) ? c : '?';
+    for (int k = 0; k < 4; ++k) got[k] = (got[k] >= 32 && got[k] < 127) ? got[k] : '?';
     in.fail("header", cat("not a GGUF file: magic is '", got, "', expected 'GGUF'"));
   }
   version_ = in.read<uint32_t>("header (version)");
   if (version_ == 1) in.fail("header", "GGUF version 1 is not supported (versions 2 and 3 are); re-convert the model");
   if (version_ != 2 && version_ != 3) {
-    const bool swapped = (version_ & 0xffff) == 0 && __builtin_bswap32(version_) <= 3;
+    const uint32_t swapped_version = __builtin_bswap32(version_);
+    const bool swapped = swapped_version >= 1 && swapped_version <= 3;
     in.fail("header", swapped ? cat("big-endian GGUF files are not supported")
                               : cat("unsupported GGUF version ", version_, " (supported: 2, 3)"));
   }
@@ -235,6 +263,7 @@ void GGUFFile::parse() {
   for (uint64_t k = 0; k < n_kv; ++k) {
     const std::string where = cat("metadata entry ", k);
     std::string key(in.read_string(where + " (key)"));
+    if (!valid_utf8(key)) in.fail(where + " (key)", "key is not valid UTF-8");
     const std::string key_where = cat("metadata '", key, "'");
     const uint32_t raw_type = in.read<uint32_t>(key_where + " (type)");
     if (!valid_type(raw_type)) in.fail(key_where, cat("unknown value type ", raw_type));
@@ -257,20 +286,25 @@ void GGUFFile::parse() {
   for (uint64_t k = 0; k < n_tensors; ++k) {
     GGUFTensorInfo t;
     t.name = std::string(in.read_string(cat("tensor ", k, " (name)")));
+    if (!valid_utf8(t.name)) in.fail(cat("tensor ", k, " (name)"), "name is not valid UTF-8");
     const std::string where = cat("tensor '", t.name, "'");
     const uint32_t n_dims = in.read<uint32_t>(where + " (n_dims)");
     if (n_dims > kMaxDims) in.fail(where, cat("has ", n_dims, " dimensions, at most ", kMaxDims, " allowed"));
     t.n_elements = 1;
+    int64_t nonzero_product = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = in.read<uint64_t>(where + " (shape)");
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         in.fail(where, cat("dimension ", d, " is ", dim, ", too large"));
       }
-      int64_t product;
-      if (__builtin_mul_overflow(t.n_elements, static_cast<int64_t>(dim), &product)) {
+      // Zero dims are legal (an empty tensor) but must not hide an overflow of the others,
+      // which numpy would reject when the tensor's shape is handed to it.
+      // (bounded by 2^60 so that even 8-byte elements keep a byte count within 64 bits).
+      if (__builtin_mul_overflow(nonzero_product, std::max<int64_t>(dim, 1), &nonzero_product) ||
+          nonzero_product > (int64_t{1} << 60)) {
         in.fail(where, "element count overflows 64 bits");
       }
-      t.n_elements = product;
+      t.n_elements *= static_cast<int64_t>(dim);
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const uint32_t raw_type = in.read<uint32_t>(where + " (type)");

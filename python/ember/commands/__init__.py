@@ -1,0 +1,1 @@
+"""One module per `ember` subcommand; each exposes register(app)."""
