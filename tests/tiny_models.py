@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -80,13 +81,18 @@ def _llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(factors, dtype=np.float32)
 
 
-def write_gguf(model, path: Path, arch: str) -> Path:
-    """Writes `model` to an f32 GGUF at `path` with llama.cpp's names and metadata keys."""
+def write_gguf(model, path: Path, arch: str, *, file_arch: str | None = None,
+               edit: Callable[[str, np.ndarray], np.ndarray | None] | None = None) -> Path:
+    """Writes `model` to an f32 GGUF at `path` with llama.cpp's names and metadata keys.
+
+    For error tests: file_arch replaces general.architecture (and the metadata key prefix);
+    edit(name, array) may return a replacement array, or None to leave the tensor out.
+    """
     cfg = model.config
     n_head, n_head_kv = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_head
     rope = cfg.rope_parameters
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), file_arch or arch)
     w.add_name(f"tiny-{arch}")
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -107,8 +113,12 @@ def write_gguf(model, path: Path, arch: str) -> Path:
         w.add_rope_scaling_factor(rope["factor"])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def add(name: str, t: torch.Tensor) -> None:
-        w.add_tensor(name, np.ascontiguousarray(t.detach().float().numpy()))
+    def add(name: str, t: torch.Tensor | np.ndarray) -> None:
+        a = np.ascontiguousarray(t.detach().float().numpy() if isinstance(t, torch.Tensor) else t)
+        if edit is not None:
+            a = edit(name, a)
+        if a is not None:
+            w.add_tensor(name, a)
 
     sd = model.state_dict()
     add("token_embd.weight", sd["model.embed_tokens.weight"])
@@ -116,7 +126,7 @@ def write_gguf(model, path: Path, arch: str) -> Path:
     if not cfg.tie_word_embeddings:
         add("output.weight", sd["lm_head.weight"])
     if rope.get("rope_type") == "llama3":
-        w.add_tensor("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
+        add("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
     for i in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         q = sd[p + "self_attn.q_proj.weight"].numpy()
@@ -124,8 +134,8 @@ def write_gguf(model, path: Path, arch: str) -> Path:
         if arch == "llama":
             q, k = _permute(q, n_head), _permute(k, n_head_kv)
         add(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
-        add(b + "attn_q.weight", torch.from_numpy(q))
-        add(b + "attn_k.weight", torch.from_numpy(k))
+        add(b + "attn_q.weight", q)
+        add(b + "attn_k.weight", k)
         add(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         for proj in ("q", "k", "v"):
             bias = sd.get(p + f"self_attn.{proj}_proj.bias")

@@ -27,13 +27,15 @@ struct PyModel {
   std::shared_ptr<ember::Model> model;
   std::unique_ptr<ember::Context> context;
 
-  PyModel(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx) {
+  PyModel(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
+          std::optional<int64_t> n_batch) {
     nb::gil_scoped_release release;
     ember::ModelOptions model_options;
     model_options.n_threads = n_threads.value_or(0);
     model = ember::Model::load(path, model_options);
     ember::ContextOptions context_options;
     context_options.n_ctx = n_ctx.value_or(0);
+    if (n_batch) context_options.n_batch = *n_batch;
     context = std::make_unique<ember::Context>(model, context_options);
   }
 
@@ -99,10 +101,13 @@ nb::dict metadata(const PyModel& self) {
 void init_model(nb::module_& m) {
   nb::class_<PyModel>(m, "Model",
                       "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
-      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>>(),
+      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>,
+                    std::optional<int64_t>>(),
            nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_ctx") = nb::none(),
+           nb::arg("n_batch") = nb::none(),
            "Loads a GGUF model (weights stay in the file mapping). n_threads defaults to the "
-           "number of physical cores, n_ctx to min(context_length, 4096).")
+           "number of physical cores, n_ctx to min(context_length, 4096), n_batch (rows per "
+           "forward pass; longer inputs are split) to 512.")
       .def("eval", &eval, nb::arg("tokens"), nb::arg("reset") = true,
            "Runs tokens through the model and returns float32 logits [n_tokens, n_vocab], one row "
            "per token. reset=False continues after the tokens already in the cache.")
@@ -114,6 +119,7 @@ void init_model(nb::module_& m) {
       .def_prop_ro("n_layer", [](const PyModel& self) { return self.model->config().n_layer; })
       .def_prop_ro("n_ctx_train", [](const PyModel& self) { return self.model->config().n_ctx_train; })
       .def_prop_ro("n_ctx", [](const PyModel& self) { return self.context->n_ctx(); })
+      .def_prop_ro("n_batch", [](const PyModel& self) { return self.context->n_batch(); })
       .def_prop_ro("n_past", [](const PyModel& self) { return self.context->n_past(); },
                    "Tokens currently in the KV cache.")
       .def_prop_ro("n_threads", [](const PyModel& self) { return self.model->n_threads(); })
