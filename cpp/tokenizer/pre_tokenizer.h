@@ -1,0 +1,46 @@
+// tokenizer/pre_tokenizer.h: splits text into words before byte-level BPE, the way the
+// tokenizer named by tokenizer.ggml.pre does (a list of regexes applied one after another, each
+// splitting every piece into its matches and the gaps between them, as llama.cpp does).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/regex_patterns.h"
+
+namespace ember {
+
+// What a tokenizer.ggml.pre name stands for.
+struct PreTokenizerSpec {
+  std::vector<MatchFn> passes;  // regexes, applied in order
+  bool ignore_merges = false;   // a word that is itself a token is not merged (Llama 3)
+  bool adds_bos = false;        // BOS is added by default when the file does not say
+};
+
+// The spec for a tokenizer.ggml.pre value; nullopt when unknown.
+std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view name);
+
+// The tokenizer.ggml.pre values find_pre_tokenizer knows, comma-separated (for messages).
+std::string known_pre_tokenizers();
+
+class PreTokenizer {
+ public:
+  explicit PreTokenizer(std::vector<MatchFn> passes) : passes_(std::move(passes)) {}
+
+  // Appends the words of `text` to `words` as [begin, end) byte ranges; together they cover
+  // the text exactly, in order. `scratch` is reused between calls to avoid allocations.
+  struct Scratch {
+    CodepointText text;
+    std::vector<std::pair<size_t, size_t>> segments, next;  // code point ranges
+  };
+  void split(std::string_view text, std::vector<std::pair<size_t, size_t>>& words,
+             Scratch& scratch) const;
+
+ private:
+  std::vector<MatchFn> passes_;
+};
+
+}  // namespace ember
