@@ -1,0 +1,125 @@
+// cpu/block_formats_x86.h: AVX2 twins of block_formats.h's quants(): one 32-element block as
+// 32 unsigned bytes u = q + kBias, in element order. Included only by *_avx2.cpp / *_avx512.cpp
+// files (their flags enable AVX2); internal linkage for the reason block_formats.h gives.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/block_formats.h"
+
+namespace ember::cpu {
+namespace {
+
+// [32 bytes] low nibbles of p[0..16) then high nibbles.
+inline __m256i nibbles_x86(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo_mask = _mm_set1_epi8(15);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), lo_mask), _mm_and_si128(v, lo_mask));
+}
+
+// [32 bytes] byte i = 0xff if bit i of bits is set, else 0.
+inline __m256i bits_to_bytes_x86(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+inline __m256i load32_x86(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline __m256i quants_x86(FormatQ4_0, const void* row, int64_t b) {
+  return nibbles_x86(static_cast<const BlockQ4_0*>(row)[b].qs);
+}
+
+inline __m256i quants_x86(FormatQ4_1, const void* row, int64_t b) {
+  return nibbles_x86(static_cast<const BlockQ4_1*>(row)[b].qs);
+}
+
+inline __m256i quants_x86(FormatQ5_0, const void* row, int64_t b) {
+  const BlockQ5_0& x = static_cast<const BlockQ5_0*>(row)[b];
+  const __m256i high = _mm256_and_si256(bits_to_bytes_x86(load_u32(x.qh)), _mm256_set1_epi8(16));
+  return _mm256_or_si256(nibbles_x86(x.qs), high);
+}
+
+inline __m256i quants_x86(FormatQ5_1, const void* row, int64_t b) {
+  const BlockQ5_1& x = static_cast<const BlockQ5_1*>(row)[b];
+  const __m256i high = _mm256_and_si256(bits_to_bytes_x86(load_u32(x.qh)), _mm256_set1_epi8(16));
+  return _mm256_or_si256(nibbles_x86(x.qs), high);
+}
+
+inline __m256i quants_x86(FormatQ8_0, const void* row, int64_t b) {
+  const BlockQ8_0& x = static_cast<const BlockQ8_0*>(row)[b];
+  return _mm256_xor_si256(load32_x86(reinterpret_cast<const uint8_t*>(x.qs)), _mm256_set1_epi8(-128));
+}
+
+inline __m256i quants_x86(FormatIQ4_NL, const void* row, int64_t b) {
+  // The codebook + 128, so the table lookup directly yields u.
+  const __m256i table = _mm256_setr_epi8(
+      1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59, -39, -15,
+      1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59, -39, -15);
+  return _mm256_shuffle_epi8(table, nibbles_x86(static_cast<const BlockIQ4_NL*>(row)[b].qs));
+}
+
+inline __m256i quants_x86(FormatQ2_K, const void* row, int64_t b) {
+  const BlockQ2_K& x = static_cast<const BlockQ2_K*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const __m256i v = load32_x86(x.qs + 32 * (j / 4));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
+}
+
+inline __m256i quants_x86(FormatQ3_K, const void* row, int64_t b) {
+  const BlockQ3_K& x = static_cast<const BlockQ3_K*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const __m256i v = load32_x86(x.qs + 32 * (j / 4));
+  const __m256i low = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))),
+                                       _mm256_set1_epi8(3));
+  // bit j of each hmask byte, moved to bit 2.
+  const __m256i hm = load32_x86(x.hmask);
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+  const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit),
+                                        _mm256_set1_epi8(4));
+  return _mm256_or_si256(low, high);
+}
+
+inline __m256i quants_x86(FormatQ4_K, const void* row, int64_t b) {
+  const BlockQ4_K& x = static_cast<const BlockQ4_K*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const __m256i v = load32_x86(x.qs + 32 * (j / 2));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * (j % 2))), _mm256_set1_epi8(15));
+}
+
+inline __m256i quants_x86(FormatQ5_K, const void* row, int64_t b) {
+  const BlockQ5_K& x = static_cast<const BlockQ5_K*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const __m256i v = load32_x86(x.qs + 32 * (j / 2));
+  const __m256i low =
+      _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * (j % 2))), _mm256_set1_epi8(15));
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+  const __m256i high = _mm256_and_si256(
+      _mm256_cmpeq_epi8(_mm256_and_si256(load32_x86(x.qh), bit), bit), _mm256_set1_epi8(16));
+  return _mm256_or_si256(low, high);
+}
+
+inline __m256i quants_x86(FormatQ6_K, const void* row, int64_t b) {
+  const BlockQ6_K& x = static_cast<const BlockQ6_K*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8), h = j / 4, k = j % 4;
+  const __m256i ql = load32_x86(x.ql + 64 * h + 32 * (k % 2));
+  const __m256i qh = load32_x86(x.qh + 32 * h);
+  const __m256i low =
+      _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (k / 2))), _mm256_set1_epi8(15));
+  const __m256i high = _mm256_and_si256(
+      _mm256_sll_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm_cvtsi32_si128(4)),
+      _mm256_set1_epi8(0x30));
+  return _mm256_or_si256(low, high);
+}
+
+// d (f16 bits) as f32 through F16C.
+inline float f16_x86(uint16_t h) { return _cvtsh_ss(h); }
+
+}  // namespace
+}  // namespace ember::cpu

@@ -1,0 +1,23 @@
+// cpu/gemm.h: the per-ISA GEMM kernels (prefill-shaped matmuls), looked up by weight type when
+// each ISA's kernel table is built. Declarations only, safe to include from baseline code.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/matmul_kernels.h"
+
+namespace ember::cpu {
+
+// Columns per packed panel (one SIMD register of f32 outputs).
+inline constexpr int64_t kGemmColsAvx2 = 8;
+inline constexpr int64_t kGemmColsAvx512 = 16;
+
+// nullptr where the ISA has no GEMM for the type.
+GemmFn gemm_kernel_avx2(DType type);
+GemmFn gemm_kernel_avx512(DType type);
+
+// Bytes of panel scratch one thread needs for rows of n_in weights.
+int64_t panel_bytes_avx2(int64_t n_in);
+int64_t panel_bytes_avx512(int64_t n_in);
+
+}  // namespace ember::cpu

@@ -1,0 +1,167 @@
+// cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. A panel of 16 weight columns is packed
+// (gemm_pack_x86.h), then an R x 16 tile of outputs (R <= 8 activation rows) is computed per
+// pass over the panel: per 32-element block, 8 vpdpbusd (16 columns x 4 elements, the activation
+// 4-byte group broadcast) per row, then one float scale and the min / offset terms.
+// The 8 weight vectors of a block stay in registers while all R rows use them.
+#include <algorithm>
+
+#include "cpu/gemm.h"
+#include "cpu/gemm_pack_x86.h"
+
+namespace ember::cpu {
+namespace {
+
+constexpr int kCols = 16;
+constexpr int kMaxRows = 8;
+using Panel = PanelBlock<kCols>;
+static_assert(sizeof(Panel) == 768);
+
+// _mm512_cvtepi32_ps spelled through its zero-masked form: GCC 12 warns (falsely) about the
+// undefined pass-through operand of the plain intrinsic.
+inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+
+inline __m512i bcast_group(const BlockQ8A& a, int g) {
+  int32_t v;
+  std::memcpy(&v, a.qs + 4 * g, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// y[R rows][nc of 16 cols] (row stride ldy) = act[R rows] · panel, over n_blocks blocks.
+template <int R, bool kSub16>
+void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
+                float* y, int64_t ldy, int nc) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const BlockQ8A* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Panel& p = panel[b];
+    __m512i w[8];
+    for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.u[g]);
+    const __m512 scale0 = _mm512_load_ps(p.scale[0]);
+    const __m512 coef_s = _mm512_load_ps(p.coef_s);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8A& a = rows[r][b];
+      if constexpr (kSub16) {
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int g = 0; g < 4; ++g) {
+          lo = _mm512_dpbusd_epi32(lo, w[g], bcast_group(a, g));
+          hi = _mm512_dpbusd_epi32(hi, w[g + 4], bcast_group(a, g + 4));
+        }
+        __m512 t = _mm512_mul_ps(to_float(lo), scale0);
+        t = _mm512_fmadd_ps(to_float(hi), _mm512_load_ps(p.scale[1]), t);
+        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), acc[r]);
+        acc[r] = _mm512_fmadd_ps(coef_s, _mm512_set1_ps(a.s), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_load_ps(p.coef_s_lo), _mm512_set1_ps(a.s_lo), acc[r]);
+      } else {
+        __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+        for (int g = 0; g < 4; ++g) {
+          dot0 = _mm512_dpbusd_epi32(dot0, w[2 * g], bcast_group(a, 2 * g));
+          dot1 = _mm512_dpbusd_epi32(dot1, w[2 * g + 1], bcast_group(a, 2 * g + 1));
+        }
+        const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
+        acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(scale0, _mm512_set1_ps(a.d)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(coef_s, _mm512_set1_ps(a.s), acc[r]);
+      }
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
+}
+
+using QuantTileFn = void (*)(const Panel*, int64_t, const uint8_t*, int64_t, float*, int64_t, int);
+
+template <bool kSub16>
+constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
+    nullptr,
+    tile_quant<1, kSub16>, tile_quant<2, kSub16>, tile_quant<3, kSub16>, tile_quant<4, kSub16>,
+    tile_quant<5, kSub16>, tile_quant<6, kSub16>, tile_quant<7, kSub16>, tile_quant<8, kSub16>};
+
+template <typename F>
+void gemm_quant(const GemmArgs& g) {
+  const int64_t n_blocks = g.n_in / 32;
+  auto* panel = static_cast<Panel*>(g.panel);
+  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    pack_quant_panel<kCols, F, false>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
+      kQuantTiles<F::kSub16>[nr](panel, n_blocks, g.act + r0 * g.act_row_bytes, g.act_row_bytes,
+                                 g.y + r0 * g.ldy + c0, g.ldy, nc);
+    }
+  }
+}
+
+// Float weights: y[R][16] += x[R][k] * panel[k][16], one broadcast FMA per row and element.
+template <int R>
+void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
+                int64_t ldy, int nc) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n_in; ++k) {
+    const __m512 w = _mm512_load_ps(panel + k * kCols);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * ldx + k]), acc[r]);
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
+}
+
+using FloatTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
+constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {
+    nullptr,       tile_float<1>, tile_float<2>, tile_float<3>, tile_float<4>,
+    tile_float<5>, tile_float<6>, tile_float<7>, tile_float<8>};
+
+template <typename Load>
+void gemm_float(const GemmArgs& g) {
+  auto* panel = static_cast<float*>(g.panel);
+  const auto* x = reinterpret_cast<const float*>(g.act);
+  const int64_t ldx = g.act_row_bytes / static_cast<int64_t>(sizeof(float));
+  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    pack_float_panel<kCols, Load>(g.w, g.w_row_bytes, c0, nc, g.n_in, panel);
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
+      kFloatTiles[nr](panel, g.n_in, x + r0 * ldx, ldx, g.y + r0 * g.ldy + c0, g.ldy, nc);
+    }
+  }
+}
+
+struct LoadF32 {
+  static float load1(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+};
+struct LoadF16 {
+  static float load1(const void* w, int64_t i) { return _cvtsh_ss(static_cast<const uint16_t*>(w)[i]); }
+};
+struct LoadBF16 {
+  static float load1(const void* w, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(w)[i]); }
+};
+
+struct GemmEntry {
+  DType type;
+  GemmFn fn;
+};
+constexpr GemmEntry kGemms[] = {
+    {DType::f32, gemm_float<LoadF32>},         {DType::f16, gemm_float<LoadF16>},
+    {DType::bf16, gemm_float<LoadBF16>},       {DType::q4_0, gemm_quant<FormatQ4_0>},
+    {DType::q4_1, gemm_quant<FormatQ4_1>},     {DType::q5_0, gemm_quant<FormatQ5_0>},
+    {DType::q5_1, gemm_quant<FormatQ5_1>},     {DType::q8_0, gemm_quant<FormatQ8_0>},
+    {DType::iq4_nl, gemm_quant<FormatIQ4_NL>}, {DType::q2_k, gemm_quant<FormatQ2_K>},
+    {DType::q3_k, gemm_quant<FormatQ3_K>},     {DType::q4_k, gemm_quant<FormatQ4_K>},
+    {DType::q5_k, gemm_quant<FormatQ5_K>},     {DType::q6_k, gemm_quant<FormatQ6_K>},
+};
+
+}  // namespace
+
+GemmFn gemm_kernel_avx512(DType type) {
+  for (const GemmEntry& e : kGemms) {
+    if (e.type == type) return e.fn;
+  }
+  return nullptr;
+}
+
+int64_t panel_bytes_avx512(int64_t n_in) {
+  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel)) * (n_in / 32),
+                           static_cast<int64_t>(sizeof(float)) * kCols * n_in);
+}
+
+}  // namespace ember::cpu

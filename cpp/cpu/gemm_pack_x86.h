@@ -1,0 +1,76 @@
+// cpu/gemm_pack_x86.h: repacking NC weight rows (output columns) into the panel layout the x86
+// GEMM micro-kernels read: for each 32-element block, the 32 quants of every column interleaved
+// four at a time (one 32-bit lane per column holds 4 consecutive elements, which is what
+// vpdpbusd / maddubs+madd consume against a broadcast 4-byte activation group), and the block's
+// scales as NC-wide float vectors. A panel is packed once per matmul and then serves every
+// activation row, so packing cost is amortised over n_rows.
+// Included only by *_avx2.cpp / *_avx512.cpp; internal linkage (see block_formats.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/block_formats_x86.h"
+
+namespace ember::cpu {
+namespace {
+
+// One 32-element block of NC columns.
+template <int NC>
+struct PanelBlock {
+  uint8_t u[8][NC][4];  // u[g][c][i]: element 4g + i of column c (u = q + bias, or q if signed)
+  float scale[2][NC];   // per 16-element half
+  float coef_s[NC];     // multiplies the activation block's s
+  float coef_s_lo[NC];  // multiplies s_lo (only types with per-16 scales)
+};
+
+// panel[n_blocks] = columns [c0, c0 + nc) of w (nc <= NC; missing columns are zero).
+// kSigned stores q = u - 128 as int8 (AVX2 path of the types whose u exceeds 127); otherwise u.
+// With weight = scale * (u - kBias) + min, the block's contribution to a dot product is
+//   d_a * Σ_h scale_h * Σ_{i in h} u_i a_i + Σ_h (min_h - kBias * scale_h) * d_a * Σ_{i in h} a_i,
+// and coef_s / coef_s_lo hold the second sum rewritten over s and s_lo.
+template <int NC, typename F, bool kSigned>
+void pack_quant_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t n_blocks,
+                      PanelBlock<NC>* panel) {
+  constexpr int kBias = kSigned ? 0 : F::kBias;
+  if (nc < NC) std::memset(static_cast<void*>(panel), 0, sizeof(PanelBlock<NC>) * n_blocks);
+  for (int c = 0; c < nc; ++c) {
+    const uint8_t* row = w + (c0 + c) * w_row_bytes;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      PanelBlock<NC>& p = panel[b];
+      BlockScales s;
+      F::scales(row, b, &s);
+      __m256i u = quants_x86(F{}, row, b);
+      if constexpr (kSigned) u = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
+      alignas(32) uint32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), u);
+      for (int g = 0; g < 8; ++g) std::memcpy(p.u[g][c], &lanes[g], 4);
+      const float corr0 = s.min[0] - kBias * s.scale[0], corr1 = s.min[1] - kBias * s.scale[1];
+      p.scale[0][c] = s.scale[0];
+      p.scale[1][c] = s.scale[1];
+      if constexpr (F::kSub16) {
+        // corr0 * s_lo + corr1 * (s - s_lo) = corr1 * s + (corr0 - corr1) * s_lo
+        p.coef_s[c] = corr1;
+        p.coef_s_lo[c] = corr0 - corr1;
+      } else {
+        p.coef_s[c] = corr0;
+        p.coef_s_lo[c] = 0.0f;
+      }
+    }
+  }
+}
+
+// Float weights: panel[k][NC] = columns [c0, c0 + nc) of w as f32 (missing columns zero).
+template <int NC, typename Load>
+void pack_float_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t n_in,
+                      float* panel) {
+  if (nc < NC) std::memset(panel, 0, sizeof(float) * NC * n_in);
+  for (int c = 0; c < nc; ++c) {
+    const uint8_t* row = w + (c0 + c) * w_row_bytes;
+    for (int64_t k = 0; k < n_in; ++k) panel[k * NC + c] = Load::load1(row, k);
+  }
+}
+
+}  // namespace
+}  // namespace ember::cpu

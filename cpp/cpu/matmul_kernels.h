@@ -1,0 +1,78 @@
+// cpu/matmul_kernels.h: the per-ISA kernel tables behind cpu::matmul, indexed by weight DType.
+// Each ISA file (vec_dot_scalar.cpp, *_avx2.cpp, *_avx512.cpp, *_neon.cpp) fills one table;
+// matmul.cpp picks the table of the active ISA level. Tests reach every table directly.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "cpu/cpu_features.h"
+#include "cpu/quantize_act.h"
+#include "quant/types.h"
+
+namespace ember::cpu {
+
+// What a weight type's kernels take as activations.
+enum class ActFormat { none, f32, q8a };
+
+// Σ over n_in of one weight row (n_in elements of the weight type) times one activation row
+// (float[n_in] for ActFormat::f32, BlockQ8A[n_in / 32] for q8a).
+using VecDotFn = float (*)(int64_t n_in, const void* w_row, const void* act_row);
+
+// One thread's share of a prefill-shaped matmul: y[r, c] for r < n_rows, c in [col_begin,
+// col_end) = act row r · weight row c. The kernel repacks weight rows into `panel` (at least
+// panel_bytes(n_in) bytes, 64-byte aligned) so that each weight byte read serves many rows.
+struct GemmArgs {
+  const uint8_t* w;         // [n_out][w_row_bytes] the whole weight matrix
+  int64_t w_row_bytes;
+  int64_t n_in;
+  int64_t col_begin, col_end;
+  const uint8_t* act;       // [n_rows][act_row_bytes] activations in the type's ActFormat
+  int64_t act_row_bytes;
+  int64_t n_rows;
+  float* y;                 // [n_rows][ldy]
+  int64_t ldy;
+  void* panel;              // per-thread scratch
+};
+using GemmFn = void (*)(const GemmArgs& args);
+
+// act[n / 32 blocks] = x[n] quantized (bit-identical to quantize_act_row_ref).
+using QuantizeActFn = void (*)(const float* x, BlockQ8A* act, int64_t n);
+
+struct TypeKernels {
+  ActFormat act = ActFormat::none;  // none: this ISA has no kernel for the type
+  VecDotFn vec_dot = nullptr;
+  GemmFn gemm = nullptr;            // nullptr: matmul loops over vec_dot
+  int64_t gemm_cols = 1;            // columns per panel; thread shares are multiples of it
+};
+
+inline constexpr int kNumDTypeIds = 36;  // DType raw ids are < 36
+
+struct IsaKernels {
+  IsaLevel level = IsaLevel::scalar;
+  QuantizeActFn quantize_act = nullptr;
+  int64_t (*panel_bytes)(int64_t n_in) = nullptr;  // GEMM scratch per thread
+  TypeKernels types[kNumDTypeIds];
+
+  const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }
+};
+
+// The table of one ISA level; nullptr if this build has no kernels for it (e.g. avx512 on an
+// aarch64 build). Does not check the CPU: callers use isa_supported() / active_isa_level().
+const IsaKernels* isa_kernels(IsaLevel level);
+
+// Per-ISA tables, defined in their ISA's files (only those built for this architecture exist).
+const IsaKernels& isa_kernels_scalar();
+const IsaKernels& isa_kernels_avx2();
+const IsaKernels& isa_kernels_avx512();
+const IsaKernels& isa_kernels_neon();
+
+}  // namespace ember::cpu
+
+namespace ember::cpu {
+
+// cpu::matmul with an explicit kernel table (tests run every ISA this CPU supports through it).
+void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                 const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+
+}  // namespace ember::cpu

@@ -1,0 +1,122 @@
+// cpu/vec_dot_x86.h: the shared shape of the x86 vec_dot kernels. One weight row · one int8
+// activation row, 32-element block by block: the block's integer dot product per 16-element half
+// comes from `BlockDot` (AVX2 maddubs or AVX-512 VNNI), then the float scales are applied.
+// Included only by *_avx2.cpp / *_avx512.cpp files; internal linkage (see block_formats.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include "cpu/block_formats_x86.h"
+#include "cpu/quantize_act.h"
+
+namespace ember::cpu {
+namespace {
+
+inline float hsum_x86(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Σ_b over the row of Σ_i weight[i] * act[i], with BlockDot::dot(u, a) giving 8 int32 lanes
+// (lanes 0-3 sum elements 0..15, lanes 4-7 elements 16..31) of Σ (u - BlockDot::bias<F>) * a.
+template <typename F, typename BlockDot>
+float vec_dot_quant_x86(int64_t n_in, const void* w_row, const void* act_row) {
+  constexpr int kBias = BlockDot::template bias<F>();
+  const auto* act = static_cast<const BlockQ8A*>(act_row);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;  // the min / offset terms: Σ (min - kBias * scale) * d_a * Σa
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    const BlockQ8A& a = act[b];
+    BlockScales s;
+    F::scales(w_row, b, &s);
+    const __m256i u = quants_x86(F{}, w_row, b);
+    const __m256i dot = BlockDot::template dot<F>(
+        u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+    if constexpr (F::kSub16) {
+      const __m256 sv = _mm256_set_m128(_mm_set1_ps(s.scale[1] * a.d), _mm_set1_ps(s.scale[0] * a.d));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sv, acc);
+      acc_min += (s.min[0] - kBias * s.scale[0]) * a.s_lo +
+                 (s.min[1] - kBias * s.scale[1]) * (a.s - a.s_lo);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s.scale[0] * a.d), acc);
+      acc_min += (s.min[0] - kBias * s.scale[0]) * a.s;
+    }
+  }
+  return hsum_x86(acc) + acc_min;
+}
+
+// Float weights (f32 / f16 / bf16) against f32 activations; Load gives 8 weights as f32.
+template <typename Load>
+float vec_dot_float_x86(int64_t n_in, const void* w_row, const void* act_row) {
+  const auto* x = static_cast<const float*>(act_row);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n_in; i += 16) {
+    acc0 = _mm256_fmadd_ps(Load::load8(w_row, i), _mm256_loadu_ps(x + i), acc0);
+    acc1 = _mm256_fmadd_ps(Load::load8(w_row, i + 8), _mm256_loadu_ps(x + i + 8), acc1);
+  }
+  float sum = hsum_x86(_mm256_add_ps(acc0, acc1));
+  for (; i < n_in; ++i) sum += Load::load1(w_row, i) * x[i];
+  return sum;
+}
+
+struct LoadF32 {
+  static __m256 load8(const void* w, int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(w) + i); }
+  static float load1(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+};
+struct LoadF16 {
+  static __m256 load8(const void* w, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+  }
+  static float load1(const void* w, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(w)[i]); }
+};
+struct LoadBF16 {
+  // bf16 is the top half of an f32: widen and shift, exact.
+  static __m256 load8(const void* w, int64_t i) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float load1(const void* w, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(w)[i]); }
+};
+
+// AVX2 quantize_act: the same float operations as quantize_act_row_ref, so the same bytes.
+inline void quantize_act_x86(const float* x, BlockQ8A* dst, int64_t n) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[k]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+    // Sums before packing (exact in int32); pack to bytes keeping element order.
+    const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    BlockQ8A& out = dst[b];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs), p);
+    const auto hsum_i = [](__m256i s) {
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+      return _mm_cvtsi128_si32(t);
+    };
+    const int sum_lo = hsum_i(s01), sum_hi = hsum_i(s23);
+    out.d = d;
+    out.s = d * static_cast<float>(sum_lo + sum_hi);
+    out.s_lo = d * static_cast<float>(sum_lo);
+  }
+}
+
+}  // namespace
+}  // namespace ember::cpu

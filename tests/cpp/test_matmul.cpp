@@ -1,0 +1,245 @@
+// tests/cpp/test_matmul.cpp: every matmul kernel (vec_dot, GEMM, activation quantization) of every
+// ISA level this CPU runs (capped by EMBER_CPU_ISA), on fresh random data each run, against
+//   (a) the scalar int8 reference kernels: same integer math, so only float summation order may
+//       differ (tight bound), and
+//   (b) dequantize_row + a double-precision dot of the unquantized activations: adds the int8
+//       activation rounding error (looser, but still a proven bound).
+// Prints one line per failure and "N passed, M failed"; exits 1 on any failure.
+// EMBER_TEST_SEED=<n> replays a run.
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "cpu/cpu_features.h"
+#include "cpu/matmul.h"
+#include "cpu/matmul_kernels.h"
+#include "quant/blocks.h"
+#include "quant/types.h"
+
+using namespace ember;
+using namespace ember::cpu;
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    if (g_failed <= 40) std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+// Offsets of the f16 scale fields of one block: random bytes there could be inf/NaN, so the test
+// overwrites them with finite values (the quants themselves stay uniformly random).
+struct ScaleFields {
+  DType type;
+  std::vector<size_t> offsets;
+};
+
+const std::vector<ScaleFields>& scale_fields() {
+  static const std::vector<ScaleFields> fields = {
+      {DType::q4_0, {offsetof(BlockQ4_0, d)}},
+      {DType::q4_1, {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)}},
+      {DType::q5_0, {offsetof(BlockQ5_0, d)}},
+      {DType::q5_1, {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)}},
+      {DType::q8_0, {offsetof(BlockQ8_0, d)}},
+      {DType::iq4_nl, {offsetof(BlockIQ4_NL, d)}},
+      {DType::q2_k, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}},
+      {DType::q3_k, {offsetof(BlockQ3_K, d)}},
+      {DType::q4_k, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}},
+      {DType::q5_k, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
+      {DType::q6_k, {offsetof(BlockQ6_K, d)}},
+  };
+  return fields;
+}
+
+std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std::mt19937_64& rng) {
+  const TypeTraits& t = type_traits(type);
+  const int64_t n_bytes = row_bytes(type, n_in) * n_out;
+  std::vector<uint8_t> w(n_bytes);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  if (type == DType::f32 || type == DType::f16 || type == DType::bf16) {
+    for (int64_t i = 0; i < n_in * n_out; ++i) {
+      const float v = normal(rng);
+      if (type == DType::f32) std::memcpy(&w[4 * i], &v, 4);
+      const uint16_t h = type == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v);
+      if (type != DType::f32) std::memcpy(&w[2 * i], &h, 2);
+    }
+    return w;
+  }
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  for (const ScaleFields& f : scale_fields()) {
+    if (f.type != type) continue;
+    for (int64_t blk = 0; blk < n_bytes / t.type_size; ++blk) {
+      for (size_t off : f.offsets) {
+        const uint16_t h = f32_to_f16(scale(rng));
+        std::memcpy(&w[blk * t.type_size + off], &h, 2);
+      }
+    }
+  }
+  return w;
+}
+
+// Rows of activations with varied magnitudes; one block of zeros exercises d == 0.
+std::vector<float> random_acts(int64_t n_rows, int64_t n_in, std::mt19937_64& rng) {
+  std::vector<float> x(n_rows * n_in);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> mag(0.1f, 10.0f);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float m = mag(rng);
+    for (int64_t i = 0; i < n_in; ++i) x[r * n_in + i] = normal(rng) * m;
+  }
+  if (n_in >= 64) std::memset(&x[32], 0, 32 * sizeof(float));
+  return x;
+}
+
+// Float error bound of a sum of n rounded terms: |error| <= n * 2^-23 * Σ|terms| (γ_n, with
+// head-room for the few roundings inside each block term: products, scale multiplies).
+double summation_tolerance(int64_t n_terms, double magnitude) {
+  return (static_cast<double>(n_terms) + 16.0) * 0x1p-23 * magnitude + 1e-30;
+}
+
+struct Case {
+  DType type;
+  int64_t n_in, n_out, n_rows;
+};
+
+void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::mt19937_64& rng) {
+  const IsaKernels& ref = isa_kernels_scalar();
+  const TypeKernels& k = kernels.of(c.type);
+  const TypeKernels& rk = ref.of(c.type);
+  const std::string name = std::string(isa_name(kernels.level)) + " " + dtype_name(c.type) + " n_in=" +
+                           std::to_string(c.n_in) + " n_out=" + std::to_string(c.n_out) +
+                           " n_rows=" + std::to_string(c.n_rows);
+  if (k.act == ActFormat::none) {
+    check(false, name + ": no kernel");
+    return;
+  }
+  const std::vector<uint8_t> w = random_weights(c.type, c.n_in, c.n_out, rng);
+  const std::vector<float> x = random_acts(c.n_rows, c.n_in, rng);
+  const int64_t w_row_bytes = row_bytes(c.type, c.n_in);
+  const bool quant = k.act == ActFormat::q8a;
+
+  // Reference activations and dequantized weights.
+  const int64_t n_blocks = c.n_in / 32;
+  std::vector<BlockQ8A> act(quant ? c.n_rows * n_blocks : 0);
+  if (quant) {
+    for (int64_t r = 0; r < c.n_rows; ++r) quantize_act_row_ref(&x[r * c.n_in], &act[r * n_blocks], c.n_in);
+    // The ISA's quantizer must produce the same bytes.
+    std::vector<BlockQ8A> simd(n_blocks);
+    bool same = true;
+    for (int64_t r = 0; r < c.n_rows; ++r) {
+      kernels.quantize_act(&x[r * c.n_in], simd.data(), c.n_in);
+      same = same && std::memcmp(simd.data(), &act[r * n_blocks], n_blocks * sizeof(BlockQ8A)) == 0;
+    }
+    check(same, name + ": quantize_act differs from the reference");
+  }
+  std::vector<float> wf(c.n_in * c.n_out);
+  for (int64_t o = 0; o < c.n_out; ++o) {
+    type_traits(c.type).dequantize_row(&w[o * w_row_bytes], &wf[o * c.n_in], c.n_in);
+  }
+
+  std::vector<float> y(c.n_rows * c.n_out, NAN);
+  matmul_with(kernels, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y.data(), pool);
+
+  int bad_vec = 0, bad_ref = 0, bad_exact = 0;
+  double worst_exact = 0.0;
+  for (int64_t r = 0; r < c.n_rows; ++r) {
+    const void* act_row = quant ? static_cast<const void*>(&act[r * n_blocks]) : &x[r * c.n_in];
+    for (int64_t o = 0; o < c.n_out; ++o) {
+      const float* wr = &wf[o * c.n_in];
+      const float* xr = &x[r * c.n_in];
+      // magnitude: Σ|w x̂| with x̂ the activations the kernels see; quant_err: Σ|w| * d_a / 2.
+      double exact = 0.0, magnitude = 0.0, quant_err = 0.0;
+      for (int64_t i = 0; i < c.n_in; ++i) {
+        exact += static_cast<double>(wr[i]) * xr[i];
+        const double xq = quant ? double(act[r * n_blocks + i / 32].d) * act[r * n_blocks + i / 32].qs[i % 32] : xr[i];
+        magnitude += std::fabs(double(wr[i]) * xq) + std::fabs(double(wr[i]) * xr[i]);
+        if (quant) quant_err += std::fabs(double(wr[i])) * act[r * n_blocks + i / 32].d * 0.5;
+      }
+      const int64_t n_terms = quant ? n_blocks * 2 : c.n_in;
+      const double tight = summation_tolerance(n_terms, magnitude);
+      const float want = rk.vec_dot(c.n_in, &w[o * w_row_bytes], act_row);
+      const float got_vec = k.vec_dot(c.n_in, &w[o * w_row_bytes], act_row);
+      const float got = y[r * c.n_out + o];
+      if (!(std::fabs(double(got_vec) - want) <= 2 * tight)) ++bad_vec;
+      if (!(std::fabs(double(got) - want) <= 2 * tight)) ++bad_ref;
+      // 1.01: the scale d is itself rounded, so |x - d q| may exceed d / 2 by a few ulps.
+      const double loose = quant_err * 1.01 + 2 * tight;
+      const double err = std::fabs(double(got) - exact);
+      if (!(err <= loose)) ++bad_exact;
+      if (loose > 0) worst_exact = std::fmax(worst_exact, err / loose);
+    }
+  }
+  check(bad_vec == 0, name + ": vec_dot vs scalar reference: " + std::to_string(bad_vec) + " outputs off");
+  check(bad_ref == 0, name + ": matmul vs scalar reference: " + std::to_string(bad_ref) + " outputs off");
+  check(bad_exact == 0, name + ": matmul vs f64 dot of dequantized weights: " + std::to_string(bad_exact) +
+                            " outputs off (worst err/bound " + std::to_string(worst_exact) + ")");
+}
+
+}  // namespace
+
+int main() {
+  uint64_t seed = std::random_device{}();
+  if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
+  std::mt19937_64 rng(seed);
+  const CpuFeatures& f = cpu_features();
+  std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d neon=%d dotprod=%d; active isa %s\n",
+              static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw,
+              f.avx512vl, f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.neon, f.dotprod,
+              isa_name(active_isa_level()));
+
+  const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
+  const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+  const DType float_types[] = {DType::f32, DType::f16, DType::bf16};
+  const int64_t rows[] = {1, 3, 17, 64};
+  const int64_t outs[] = {1, 7, 37};
+  std::vector<Case> cases;
+  for (int64_t n_rows : rows) {
+    for (int64_t n_out : outs) {
+      for (DType t : small_types) {
+        for (int64_t n_in : {96, 256, 544}) cases.push_back({t, n_in, n_out, n_rows});
+      }
+      for (DType t : k_types) {
+        for (int64_t n_in : {256, 768}) cases.push_back({t, n_in, n_out, n_rows});
+      }
+      for (DType t : float_types) {
+        for (int64_t n_in : {72, 256, 100}) cases.push_back({t, n_in, n_out, n_rows});
+      }
+    }
+  }
+
+  ThreadPool pool(3);  // 3 threads: uneven splits of columns and panels
+  const IsaLevel active = active_isa_level();
+  for (IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::neon}) {
+    const IsaKernels* kernels = isa_kernels(level);
+    if (!kernels || !isa_supported(level)) continue;
+    if (level != IsaLevel::scalar && static_cast<int>(level) > static_cast<int>(active)) continue;
+    const int failed_before = g_failed, passed_before = g_passed;
+    for (const Case& c : cases) run_case(c, *kernels, pool, rng);
+    std::printf("isa %s: %d passed, %d failed\n", isa_name(level), g_passed - passed_before,
+                g_failed - failed_before);
+  }
+  // The public entry point runs the active level.
+  {
+    std::vector<uint8_t> w = random_weights(DType::q4_0, 256, 5, rng);
+    std::vector<float> x = random_acts(2, 256, rng), y(10), y_ref(10);
+    matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool);
+    matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool);
+    check(y == y_ref, "matmul() runs the active ISA level");
+    check(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs), "matmul_supports");
+  }
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
