@@ -1,0 +1,66 @@
+// engine/request.h: one generation request as the scheduler tracks it — its tokens (prompt,
+// then output), how many have K/V in the cache, its status and stop conditions. Plain data: the
+// scheduler changes it, everyone else reads it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+
+namespace ember {
+
+using RequestId = SequenceId;
+
+enum class RequestStatus { waiting, running, preempted, finished };
+
+enum class FinishReason {
+  none,       // still going
+  stop,       // sampled one of its stop tokens (EOS)
+  length,     // max_tokens generated, or the context is full
+  cancelled,  // cancel() — a client went away, or a stop string matched upstream
+  error,      // the model runner failed
+};
+
+std::string_view to_string(RequestStatus status);
+std::string_view to_string(FinishReason reason);
+
+// What a caller chooses about a request.
+struct RequestOptions {
+  int64_t max_tokens = 256;             // output tokens at most (>= 1)
+  int priority = 0;                     // lower runs first under the priority policy
+  std::vector<int32_t> stop_token_ids;  // sampling one finishes the request (it is still output)
+};
+
+struct Request {
+  RequestId id = 0;
+  std::vector<int32_t> token_ids;  // [n_prompt_tokens + n_output_tokens] prompt, then output
+  int64_t n_prompt_tokens = 0;
+  // Leading token_ids whose K/V is in the cache. Invariant: <= n_tokens(); the tokens in
+  // [n_computed_tokens, n_tokens()) are what the next steps must run through the model.
+  int64_t num_computed_tokens = 0;
+  RequestOptions options;
+  int64_t arrival = 0;             // order of add_request, FCFS tie-breaker
+  RequestStatus status = RequestStatus::waiting;
+  FinishReason finish_reason = FinishReason::none;
+  int64_t n_cached_tokens = -1;    // prompt tokens served by the prefix cache at first schedule
+  int n_preemptions = 0;
+
+  Request() = default;
+  Request(RequestId id_, std::span<const int32_t> prompt, RequestOptions options_)
+      : id(id_), token_ids(prompt.begin(), prompt.end()),
+        n_prompt_tokens(static_cast<int64_t>(prompt.size())), options(std::move(options_)) {}
+
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t n_output_tokens() const { return n_tokens() - n_prompt_tokens; }
+  std::span<const int32_t> prompt_token_ids() const { return {token_ids.data(), static_cast<size_t>(n_prompt_tokens)}; }
+  std::span<const int32_t> output_token_ids() const {
+    return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(n_prompt_tokens));
+  }
+  bool is_finished() const { return status == RequestStatus::finished; }
+  SequenceState kv_state() const { return {id, token_ids, num_computed_tokens}; }
+};
+
+}  // namespace ember

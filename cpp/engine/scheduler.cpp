@@ -1,0 +1,251 @@
+// engine/scheduler.cpp: token-budget scheduling with chunked prefill and preemption by
+// recomputation. Owns the requests; the KV manager owns their blocks.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace ember {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
+    : config_(config), kv_(kv), max_model_len_(std::min(config.max_model_len, kv.capacity_tokens())) {
+  if (config.max_num_batched_tokens < 1) {
+    throw InvalidArgument(cat("[scheduler] max_num_batched_tokens must be >= 1, got ", config.max_num_batched_tokens));
+  }
+  if (config.max_num_seqs < 1) {
+    throw InvalidArgument(cat("[scheduler] max_num_seqs must be >= 1, got ", config.max_num_seqs));
+  }
+  if (config.max_model_len < 1) {
+    throw InvalidArgument(cat("[scheduler] max_model_len must be >= 1, got ", config.max_model_len));
+  }
+  if (!config.enable_chunked_prefill && config.max_num_batched_tokens < max_model_len_) {
+    throw InvalidArgument(cat("[scheduler] without chunked prefill max_num_batched_tokens (",
+                              config.max_num_batched_tokens, ") must cover the context (", max_model_len_,
+                              " tokens), or long prompts could never run"));
+  }
+}
+
+void Scheduler::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n == 0) throw InvalidArgument("[request] the prompt is empty: at least one token is needed");
+  if (options.max_tokens < 1) {
+    throw InvalidArgument(cat("[request] max_tokens must be >= 1, got ", options.max_tokens));
+  }
+  if (n > config_.max_model_len) {
+    throw InvalidArgument(cat("[request] the prompt has ", n, " tokens, more than the context of ",
+                              config_.max_model_len, " tokens"));
+  }
+  if (n > kv_.capacity_tokens()) {
+    throw InvalidArgument(cat("[request] the prompt has ", n, " tokens, more than the whole KV cache holds (",
+                              kv_.n_blocks(), " blocks of ", kv_.block_size(), " = ", kv_.capacity_tokens(),
+                              " tokens); raise the KV cache size"));
+  }
+}
+
+void Scheduler::add_request(Request request) {
+  validate(request.prompt_token_ids(), request.options);
+  if (request.n_output_tokens() != 0 || request.num_computed_tokens != 0) {
+    throw InvalidArgument(cat("[request] request ", request.id, " must arrive with no output and nothing computed"));
+  }
+  if (requests_.contains(request.id)) throw InvalidArgument(cat("[request] id ", request.id, " is already in use"));
+  auto owned = std::make_unique<Request>(std::move(request));
+  Request* r = owned.get();
+  r->arrival = next_arrival_++;
+  r->status = RequestStatus::waiting;
+  r->finish_reason = FinishReason::none;
+  requests_.emplace(r->id, std::move(owned));
+  enqueue_waiting(r, /*at_front=*/false);
+}
+
+bool Scheduler::runs_before(const Request& a, const Request& b) const {
+  if (config_.policy == SchedulingPolicy::priority && a.options.priority != b.options.priority) {
+    return a.options.priority < b.options.priority;
+  }
+  return a.arrival < b.arrival;
+}
+
+// FCFS: new requests join the back, preempted ones the front (they were admitted before anyone
+// still waiting). Priority: the queue stays sorted by (priority, arrival).
+void Scheduler::enqueue_waiting(Request* request, bool at_front) {
+  if (config_.policy == SchedulingPolicy::priority) {
+    const auto at = std::upper_bound(waiting_.begin(), waiting_.end(), request,
+                                     [&](const Request* a, const Request* b) { return runs_before(*a, *b); });
+    waiting_.insert(at, request);
+  } else if (at_front) {
+    waiting_.push_front(request);
+  } else {
+    waiting_.push_back(request);
+  }
+}
+
+// Frees running_[running_index]'s blocks and sends it back to wait; it will recompute every
+// token it has (prompt and output so far). If it was already planned this step, its tokens go
+// back to the budget.
+void Scheduler::preempt(size_t running_index, StepPlan& plan, int64_t& budget) {
+  Request* r = running_[running_index];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  const auto planned = std::ranges::find(plan.seqs, r->id, &ScheduledSequence::id);
+  if (planned != plan.seqs.end()) {
+    budget += planned->n_tokens;
+    plan.n_tokens -= planned->n_tokens;
+    plan.seqs.erase(planned);
+  }
+  kv_.free(r->id);
+  r->num_computed_tokens = 0;
+  r->status = RequestStatus::preempted;
+  ++r->n_preemptions;
+  ++n_preemptions_;
+  plan.preempted.push_back(r->id);
+  enqueue_waiting(r, /*at_front=*/true);
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.finished.swap(finished_since_plan_);
+  int64_t budget = config_.max_num_batched_tokens;
+  const auto plan_step = [&](Request& r, int64_t n_new) {
+    plan.seqs.push_back({r.id, n_new, r.num_computed_tokens, r.num_computed_tokens + n_new == r.n_tokens()});
+    plan.n_tokens += n_new;
+    budget -= n_new;
+  };
+
+  // 1. Running requests, oldest first: each gets the rest of its tokens (1 when decoding), up to
+  //    the budget. On allocation failure, preempt the newest (or worst-priority) one and retry.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request& r = *running_[i];
+    const int64_t n_remaining = r.n_tokens() - r.num_computed_tokens;
+    if (!config_.enable_chunked_prefill && n_remaining > budget) {
+      ++i;
+      continue;
+    }
+    const int64_t n_new = std::min(n_remaining, budget);
+    bool scheduled = false;
+    while (true) {
+      if (kv_.allocate_slots(r.kv_state(), n_new)) {
+        scheduled = true;
+        break;
+      }
+      size_t victim = running_.size() - 1;
+      if (config_.policy == SchedulingPolicy::priority) {
+        for (size_t j = 0; j < running_.size(); ++j) {
+          if (runs_before(*running_[victim], *running_[j])) victim = j;
+        }
+      }
+      preempt(victim, plan, budget);
+      if (victim == i) break;  // r itself was the one to go
+      if (victim < i) --i;     // an already planned request left; r moved down one place
+    }
+    if (scheduled) {
+      plan_step(r, n_new);
+      ++i;
+    }
+  }
+
+  // 2. Waiting requests, in order, while there is budget and a free slot — unless someone was
+  //    just preempted (admitting others would only take their blocks back). Stops at the first
+  //    that doesn't fit, so nobody overtakes it.
+  while (plan.preempted.empty() && budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Request& r = *waiting_.front();
+    const PrefixHit hit = kv_.get_computed_blocks(r.kv_state());
+    const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
+    if (!config_.enable_chunked_prefill && n_remaining > budget) break;
+    const int64_t n_new = std::min(n_remaining, budget);
+    if (!kv_.allocate_slots(r.kv_state(), n_new, hit)) break;
+    waiting_.pop_front();
+    r.num_computed_tokens = hit.n_tokens();
+    if (r.n_cached_tokens < 0) r.n_cached_tokens = hit.n_tokens();
+    r.status = RequestStatus::running;
+    running_.push_back(&r);
+    plan_step(r, n_new);
+  }
+  return plan;
+}
+
+FinishReason Scheduler::stop_reason(const Request& r) const {
+  const int32_t last = r.token_ids.back();
+  if (std::ranges::find(r.options.stop_token_ids, last) != r.options.stop_token_ids.end()) return FinishReason::stop;
+  if (r.n_output_tokens() >= r.options.max_tokens || r.n_tokens() >= max_model_len_) return FinishReason::length;
+  return FinishReason::none;
+}
+
+std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan, std::span<const int32_t> sampled) {
+  if (static_cast<int64_t>(sampled.size()) != plan.n_samples()) {
+    throw InvalidArgument(cat("[scheduler] the step planned ", plan.n_samples(), " samples, the runner returned ",
+                              sampled.size()));
+  }
+  std::vector<RequestOutput> outputs;
+  size_t k = 0;
+  for (const ScheduledSequence& s : plan.seqs) {
+    const int32_t* token = s.needs_sample ? &sampled[k++] : nullptr;
+    const auto it = requests_.find(s.id);
+    // A request cancelled after the plan was made: its results are dropped.
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    if (r.status != RequestStatus::running || r.num_computed_tokens != s.start_pos) {
+      throw std::logic_error(cat("[scheduler] request ", r.id, " (", to_string(r.status), ", ", r.num_computed_tokens,
+                                 " computed) does not match its plan (start ", s.start_pos, ")"));
+    }
+    r.num_computed_tokens += s.n_tokens;
+    kv_.cache_computed_blocks(r.kv_state());
+    if (!token) continue;
+    r.token_ids.push_back(*token);
+    const FinishReason reason = stop_reason(r);
+    outputs.push_back({r.id, *token, reason, r.n_prompt_tokens, r.n_output_tokens(), std::max<int64_t>(0, r.n_cached_tokens)});
+    if (reason != FinishReason::none) finish(r, reason);
+  }
+  return outputs;
+}
+
+bool Scheduler::cancel(RequestId id, FinishReason reason) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  finish(*it->second, reason);
+  return true;
+}
+
+// Frees the request's blocks, drops it from its queue and forgets it.
+void Scheduler::finish(Request& r, FinishReason reason) {
+  kv_.free(r.id);
+  std::erase(running_, &r);
+  std::erase(waiting_, &r);
+  r.status = RequestStatus::finished;
+  r.finish_reason = reason;
+  finished_since_plan_.push_back(r.id);
+  requests_.erase(r.id);  // destroys r
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::check_invariants() const {
+  const auto fail = [](const auto&... what) {
+    throw std::logic_error(cat("[scheduler] invariant broken: ", what...));
+  };
+  if (running_.size() + waiting_.size() != requests_.size()) {
+    fail(running_.size(), " running + ", waiting_.size(), " waiting != ", requests_.size(), " live requests");
+  }
+  if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs) fail(running_.size(), " running > max_num_seqs");
+  const int64_t bs = kv_.block_size();
+  for (const Request* r : running_) {
+    if (r->status != RequestStatus::running) fail("request ", r->id, " is running with status ", to_string(r->status));
+    if (r->num_computed_tokens > r->n_tokens()) fail("request ", r->id, " computed more tokens than it has");
+    if (static_cast<int64_t>(kv_.block_table(r->id).size()) < (r->num_computed_tokens + bs - 1) / bs) {
+      fail("request ", r->id, " has ", r->num_computed_tokens, " computed tokens but ",
+           kv_.block_table(r->id).size(), " blocks");
+    }
+  }
+  for (const Request* r : waiting_) {
+    if (r->status != RequestStatus::waiting && r->status != RequestStatus::preempted) {
+      fail("request ", r->id, " waits with status ", to_string(r->status));
+    }
+    if (r->num_computed_tokens != 0 || kv_.has(r->id)) fail("waiting request ", r->id, " holds KV");
+  }
+  kv_.check_invariants();
+}
+
+}  // namespace ember

@@ -1,0 +1,108 @@
+// engine/scheduler.h: continuous batching, vLLM v1 style. There are no prefill/decode phases:
+// every request has num_computed_tokens and n_tokens, and each step hands out a token budget —
+// running requests first (a decode needs 1 token, a prefill gets a chunk), then waiting ones in
+// FCFS (or priority) order. When the KV cache can't give a running request its slots, the
+// newest running request is preempted (its blocks freed, recomputed later) and the allocation
+// retried. The scheduler never touches block tables: the KVCacheManager answers yes or no.
+// Not thread-safe (the engine thread alone uses it; validate() is safe from any thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/step_plan.h"
+#include "kv/kv_cache_manager.h"
+
+namespace ember {
+
+enum class SchedulingPolicy {
+  fcfs,      // arrival order; preempt the newest running request
+  priority,  // (priority, arrival) order, lower first; preempt the worst running request
+};
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 512;  // token budget of one step
+  int max_num_seqs = 16;                 // requests running at once ("--parallel")
+  int64_t max_model_len = 4096;          // tokens a request may reach, prompt included
+  SchedulingPolicy policy = SchedulingPolicy::fcfs;
+  bool enable_chunked_prefill = true;    // split prompts longer than the remaining budget
+};
+
+// What one step produced for one request: a sampled token, and whether that finished it.
+struct RequestOutput {
+  RequestId id = 0;
+  int32_t token = -1;
+  FinishReason finish_reason = FinishReason::none;  // none: the request goes on
+  int64_t n_prompt_tokens = 0;
+  int64_t n_output_tokens = 0;                      // including this token
+  int64_t n_cached_tokens = 0;                      // prompt tokens the prefix cache served
+
+  bool finished() const { return finish_reason != FinishReason::none; }
+};
+
+class Scheduler {
+ public:
+  // Throws InvalidArgument for a config that could hang (zero budget, unchunked prefill with a
+  // budget below the context). The KV manager must outlive the scheduler.
+  Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
+
+  const SchedulerConfig& config() const { return config_; }
+  // min(config.max_model_len, tokens the whole KV cache holds): one request never needs more
+  // blocks than the pool has, so a request running alone always fits.
+  int64_t max_model_len() const { return max_model_len_; }
+
+  // Throws InvalidArgument, saying what and why, for a request that could never run: an empty
+  // prompt, max_tokens < 1, a prompt longer than the context or than the whole KV cache.
+  // Reads only the config, so it is safe from any thread (submitters validate up front).
+  void validate(std::span<const int32_t> prompt, const RequestOptions& options) const;
+  // Validates and queues a request. Throws InvalidArgument also for an id already in use.
+  void add_request(Request request);
+
+  // Plans one step and allocates its KV slots (preempting as needed).
+  StepPlan schedule();
+  // Applies a step's results: sampled[i] is the token of the i-th sequence of `plan` with
+  // needs_sample. Advances num_computed_tokens, caches newly full blocks, appends tokens, checks
+  // stop conditions, finishes and frees requests. Throws InvalidArgument when the number of
+  // sampled tokens does not match the plan.
+  std::vector<RequestOutput> update_from_output(const StepPlan& plan, std::span<const int32_t> sampled);
+  // Finishes a request now (reason `cancelled`, or `error` for a failed step) and frees its
+  // blocks. Returns false when the id is unknown or already finished.
+  bool cancel(RequestId id, FinishReason reason = FinishReason::cancelled);
+
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t n_preemptions() const { return n_preemptions_; }
+  // A live (not finished) request, or nullptr.
+  const Request* find(RequestId id) const;
+  const KVCacheManager& kv() const { return kv_; }
+
+  // Throws std::logic_error on a broken invariant: queue membership matches each status,
+  // num_computed_tokens <= n_tokens, running requests have slots for their computed tokens and
+  // waiting ones have none, plus the KV manager's own invariants.
+  void check_invariants() const;
+
+ private:
+  bool runs_before(const Request& a, const Request& b) const;
+  void enqueue_waiting(Request* request, bool at_front);
+  void preempt(size_t running_index, StepPlan& plan, int64_t& budget);
+  void finish(Request& request, FinishReason reason);
+  FinishReason stop_reason(const Request& request) const;
+
+  SchedulerConfig config_;
+  KVCacheManager& kv_;
+  int64_t max_model_len_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // live requests
+  std::vector<Request*> running_;   // in admission order; the back is the newest
+  std::deque<Request*> waiting_;    // in scheduling order
+  std::vector<RequestId> finished_since_plan_;
+  int64_t next_arrival_ = 0;
+  int64_t n_preemptions_ = 0;
+};
+
+}  // namespace ember

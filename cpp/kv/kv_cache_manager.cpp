@@ -1,0 +1,159 @@
+// kv/kv_cache_manager.cpp: block tables and prefix hits per sequence, over a BlockPool.
+#include "kv/kv_cache_manager.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace ember {
+
+int64_t KVCacheConfig::blocks_for_tokens(int64_t n_tokens, int block_size) {
+  if (block_size < 1) throw InvalidArgument(cat("[kv] block_size must be >= 1, got ", block_size));
+  return std::max<int64_t>(1, n_tokens / block_size);
+}
+
+int64_t KVCacheConfig::blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token, int block_size) {
+  if (bytes_per_token < 1) throw InvalidArgument(cat("[kv] bytes_per_token must be >= 1, got ", bytes_per_token));
+  return blocks_for_tokens(n_bytes / bytes_per_token, block_size);
+}
+
+KVCacheManager::KVCacheManager(const KVCacheConfig& config)
+    : pool_(config.n_blocks, config.block_size), prefix_caching_(config.enable_prefix_caching) {}
+
+const KVCacheManager::Table& KVCacheManager::table(SequenceId id) const {
+  const auto it = tables_.find(id);
+  if (it == tables_.end()) throw std::logic_error(cat("[kv] sequence ", id, " has no block table"));
+  return it->second;
+}
+
+PrefixHit KVCacheManager::get_computed_blocks(const SequenceState& seq) const {
+  PrefixHit hit;
+  if (!prefix_caching_ || seq.n_computed_tokens != 0 || tables_.contains(seq.id)) return hit;
+  const int64_t bs = block_size();
+  // At most n - 1 tokens: the last token's row must run to produce logits.
+  const int64_t max_blocks = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;
+  PrefixLink parent;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const auto link = pool_.find_cached(parent, seq.tokens.subspan(i * bs, bs));
+    if (!link) break;
+    hit.links_.push_back(*link);
+    parent = *link;
+  }
+  hit.n_tokens_ = static_cast<int64_t>(hit.links_.size()) * bs;
+  return hit;
+}
+
+std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, int64_t n_new_tokens,
+                                                      const PrefixHit& hit) {
+  const int64_t bs = block_size();
+  const auto it = tables_.find(seq.id);
+  const bool is_new = it == tables_.end();
+  if (!hit.links_.empty() && (!is_new || seq.n_computed_tokens != 0)) {
+    throw std::logic_error(cat("[kv] sequence ", seq.id, ": a prefix hit is only for a sequence without slots"));
+  }
+  if (n_new_tokens < 0) throw std::logic_error(cat("[kv] sequence ", seq.id, ": ", n_new_tokens, " new tokens"));
+  const int64_t n_slots = seq.n_computed_tokens + hit.n_tokens() + n_new_tokens;
+  const int64_t n_have = is_new ? 0 : static_cast<int64_t>(it->second.blocks.size());
+  const int64_t n_hit_blocks = static_cast<int64_t>(hit.links_.size());
+  const int64_t n_need = std::max<int64_t>(0, (n_slots + bs - 1) / bs - n_have - n_hit_blocks);
+
+  // Hit blocks nobody references are counted as allocatable; taking them uses that room up.
+  int64_t n_hit_evictable = 0;
+  for (const PrefixLink& link : hit.links_) {
+    if (!pool_.is_cached(link)) throw std::logic_error(cat("[kv] sequence ", seq.id, ": a stale prefix hit"));
+    n_hit_evictable += pool_.ref_count(link.block) == 0;
+  }
+  if (n_need > pool_.n_allocatable() - n_hit_evictable) return std::nullopt;
+
+  for (const PrefixLink& link : hit.links_) pool_.ref(link.block);
+  auto fresh = pool_.allocate(n_need);  // can't fail: checked above
+  Table& t = is_new ? tables_[seq.id] : it->second;
+  for (const PrefixLink& link : hit.links_) {
+    t.blocks.push_back(link.block);
+    t.links.push_back(link);
+  }
+  t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
+  if (is_new && prefix_caching_) {
+    n_prefix_query_tokens_ += static_cast<int64_t>(seq.tokens.size());
+    n_prefix_hit_tokens_ += hit.n_tokens();
+  }
+  return n_need;
+}
+
+void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
+  if (!prefix_caching_) return;
+  const auto it = tables_.find(seq.id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const int64_t bs = block_size();
+  const int64_t n_computed = std::min<int64_t>(seq.n_computed_tokens, static_cast<int64_t>(seq.tokens.size()));
+  const int64_t n_full = std::min<int64_t>(n_computed / bs, static_cast<int64_t>(t.blocks.size()));
+  for (int64_t i = static_cast<int64_t>(t.links.size()); i < n_full && !t.caching_stopped; ++i) {
+    const PrefixLink parent = i == 0 ? PrefixLink{} : t.links[i - 1];
+    const auto link = pool_.cache(t.blocks[i], parent, seq.tokens.subspan(i * bs, bs));
+    if (link) {
+      t.links.push_back(*link);
+    } else {
+      t.caching_stopped = true;
+    }
+  }
+}
+
+bool KVCacheManager::free(SequenceId id) {
+  const auto it = tables_.find(id);
+  if (it == tables_.end()) return false;
+  // Back to front: the tail of a sequence is the least shareable, so it becomes evictable first.
+  std::vector<BlockId> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
+  tables_.erase(it);
+  pool_.release(reversed);
+  return true;
+}
+
+std::span<const BlockId> KVCacheManager::block_table(SequenceId id) const {
+  const auto it = tables_.find(id);
+  if (it == tables_.end()) return {};
+  return it->second.blocks;
+}
+
+int64_t KVCacheManager::slot(SequenceId id, int64_t pos) const {
+  const Table& t = table(id);
+  const int64_t bs = block_size();
+  if (pos < 0 || pos / bs >= static_cast<int64_t>(t.blocks.size())) {
+    throw std::logic_error(cat("[kv] sequence ", id, ": position ", pos, " has no slot (",
+                               t.blocks.size(), " blocks)"));
+  }
+  return int64_t{t.blocks[pos / bs]} * bs + pos % bs;
+}
+
+void KVCacheManager::slot_mapping(SequenceId id, int64_t start, int64_t n, int64_t* out) const {
+  const Table& t = table(id);
+  const int64_t bs = block_size();
+  if (start < 0 || n < 0 || (start + n + bs - 1) / bs > static_cast<int64_t>(t.blocks.size())) {
+    throw std::logic_error(cat("[kv] sequence ", id, ": positions [", start, ", ", start + n, ") have no slots (",
+                               t.blocks.size(), " blocks)"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = start + i;
+    out[i] = int64_t{t.blocks[pos / bs]} * bs + pos % bs;
+  }
+}
+
+void KVCacheManager::check_invariants() const {
+  pool_.check_invariants();
+  std::vector<int32_t> refs(pool_.n_blocks(), 0);
+  for (const auto& [id, t] : tables_) {
+    if (t.links.size() > t.blocks.size()) {
+      throw std::logic_error(cat("[kv] invariant broken: sequence ", id, " has more links than blocks"));
+    }
+    for (BlockId b : t.blocks) ++refs.at(b);
+  }
+  for (BlockId b = 0; b < pool_.n_blocks(); ++b) {
+    if (refs[b] != pool_.ref_count(b)) {
+      throw std::logic_error(cat("[kv] invariant broken: block ", b, " is in ", refs[b], " tables, has ref_count ",
+                                 pool_.ref_count(b)));
+    }
+  }
+}
+
+}  // namespace ember

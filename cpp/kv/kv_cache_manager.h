@@ -1,0 +1,116 @@
+// kv/kv_cache_manager.h: the per-sequence side of the paged KV cache — block tables, prefix
+// hits, slot allocation and the slot mapping a batch writes its K/V rows to. It owns the block
+// tables; callers (the scheduler) see only success/failure and token counts. Blocks come from a
+// BlockPool. Not thread-safe (the engine thread alone uses it).
+//
+// Invariant: a sequence's table holds ceil(n / block_size) blocks for the n tokens it has slots
+// for, and only grows until free(); so a device copy of a table only ever appends.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+
+namespace ember {
+
+using SequenceId = int64_t;
+
+struct KVCacheConfig {
+  int block_size = 16;            // tokens per block
+  int64_t n_blocks = 0;           // blocks in the pool (see blocks_for_tokens / blocks_for_bytes)
+  bool enable_prefix_caching = true;
+
+  // Blocks that hold a budget of n_tokens tokens (rounded down, at least one).
+  static int64_t blocks_for_tokens(int64_t n_tokens, int block_size);
+  // Blocks that fit in n_bytes when one token's K and V of every layer take bytes_per_token
+  // (2 * n_layer * n_kv_dim * sizeof(f16) for an f16 cache).
+  static int64_t blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token, int block_size);
+};
+
+// What the manager needs to know of a sequence: every token known so far (prompt, then
+// output) and how many of the leading ones have their K/V in the cache.
+struct SequenceState {
+  SequenceId id = 0;
+  std::span<const int32_t> tokens;
+  int64_t n_computed_tokens = 0;
+};
+
+// The cached prefix get_computed_blocks() found for a new sequence, to hand back to
+// allocate_slots(). Callers read its size only; the blocks stay the manager's business.
+class PrefixHit {
+ public:
+  int64_t n_tokens() const { return n_tokens_; }
+
+ private:
+  friend class KVCacheManager;
+  std::vector<PrefixLink> links_;  // [n_tokens / block_size] the cached blocks, in order
+  int64_t n_tokens_ = 0;
+};
+
+class KVCacheManager {
+ public:
+  explicit KVCacheManager(const KVCacheConfig& config);
+
+  int block_size() const { return pool_.block_size(); }
+  int64_t n_blocks() const { return pool_.n_blocks(); }
+  int64_t capacity_tokens() const { return n_blocks() * block_size(); }
+  bool prefix_caching() const { return prefix_caching_; }
+
+  // The longest cached prefix of seq.tokens in full blocks, for a sequence with no slots yet.
+  // Never all of the tokens: the last one is always recomputed, so there are logits to sample.
+  PrefixHit get_computed_blocks(const SequenceState& seq) const;
+
+  // Makes room for K/V of tokens [n_computed + hit, n_computed + hit + n_new_tokens) of seq,
+  // first taking the blocks of `hit` (only for a sequence with no slots yet). Returns the
+  // number of blocks newly taken from the pool, or nullopt — changing nothing — when the pool
+  // can't supply them; the caller then preempts someone and retries.
+  std::optional<int64_t> allocate_slots(const SequenceState& seq, int64_t n_new_tokens,
+                                        const PrefixHit& hit = {});
+
+  // Registers the sequence's full blocks whose tokens are all computed in the prefix cache
+  // (called after each step that advanced n_computed_tokens).
+  void cache_computed_blocks(const SequenceState& seq);
+
+  // Drops the sequence's references; its cached blocks stay cached (evictable once nobody
+  // references them). Returns false for an unknown id (never allocated, or already freed).
+  bool free(SequenceId id);
+
+  bool has(SequenceId id) const { return tables_.contains(id); }
+  // The sequence's block table (empty for an unknown id); valid until its next allocation/free.
+  std::span<const BlockId> block_table(SequenceId id) const;
+  // Cache slot (block * block_size + offset) of token position pos, which must have a slot.
+  int64_t slot(SequenceId id, int64_t pos) const;
+  // out[n] = slots of positions [start, start + n).
+  void slot_mapping(SequenceId id, int64_t start, int64_t n, int64_t* out) const;
+
+  double usage() const { return pool_.usage(); }  // fraction of blocks referenced
+  // Tokens looked up in / served by the prefix cache, summed over the first allocation of each
+  // sequence (a preempted sequence's resumption counts again).
+  int64_t n_prefix_query_tokens() const { return n_prefix_query_tokens_; }
+  int64_t n_prefix_hit_tokens() const { return n_prefix_hit_tokens_; }
+
+  const BlockPool& pool() const { return pool_; }
+  // Pool invariants, plus: each block's refcount equals the number of tables that hold it.
+  void check_invariants() const;
+
+ private:
+  struct Table {
+    std::vector<BlockId> blocks;     // [ceil(n_slots / block_size)]
+    std::vector<PrefixLink> links;   // chain links of the leading cached blocks (a prefix of blocks)
+    bool caching_stopped = false;    // a link could not be made; later blocks stay uncached
+  };
+
+  const Table& table(SequenceId id) const;
+
+  BlockPool pool_;
+  bool prefix_caching_;
+  std::unordered_map<SequenceId, Table> tables_;
+  int64_t n_prefix_query_tokens_ = 0;
+  int64_t n_prefix_hit_tokens_ = 0;
+};
+
+}  // namespace ember
