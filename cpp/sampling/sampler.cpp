@@ -1,0 +1,133 @@
+// sampling/sampler.cpp: the sampler chain. The stage order follows llama.cpp's default chain, so
+// the same parameters narrow the distribution the same way in both engines.
+#include "sampling/sampler.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ember {
+
+void validate(const SamplingParams& p, int32_t n_vocab) {
+  auto fail = [](const char* what, auto got) {
+    throw InvalidArgument(cat("[sampling] ", what, ", got ", got));
+  };
+  if (!(p.temperature >= 0.0f) || std::isinf(p.temperature)) fail("temperature must be >= 0", p.temperature);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("top_p must be in (0, 1]", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("min_p must be in [0, 1]", p.min_p);
+  if (!(p.typical_p > 0.0f && p.typical_p <= 1.0f)) fail("typical_p must be in (0, 1]", p.typical_p);
+  if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty)) {
+    fail("repeat_penalty must be > 0", p.repeat_penalty);
+  }
+  if (p.repeat_last_n < -1) fail("repeat_last_n must be >= -1", p.repeat_last_n);
+  if (!std::isfinite(p.presence_penalty)) fail("presence_penalty must be finite", p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty)) fail("frequency_penalty must be finite", p.frequency_penalty);
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      throw InvalidArgument(cat("[sampling] logit_bias: token id ", id, " is outside [0, ", n_vocab, ")"));
+    }
+    if (std::isnan(bias)) throw InvalidArgument(cat("[sampling] logit_bias: token ", id, " has bias NaN"));
+  }
+}
+
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
+    : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
+  if (n_vocab <= 0) throw InvalidArgument(cat("[sampling] n_vocab must be > 0, got ", n_vocab));
+  validate(params_, n_vocab_);
+  candidates_.items.reserve(static_cast<size_t>(n_vocab));
+  if (penalties_on()) {
+    counts_.assign(static_cast<size_t>(n_vocab), 0);
+    listed_.assign(static_cast<size_t>(n_vocab), 0);
+    if (params_.repeat_last_n > 0) window_.reserve(static_cast<size_t>(params_.repeat_last_n));
+  }
+}
+
+bool Sampler::penalties_on() const {
+  return params_.repeat_last_n != 0 &&
+         (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+          params_.frequency_penalty != 0.0f);
+}
+
+void Sampler::accept(int32_t token) {
+  if (counts_.empty()) return;
+  if (token < 0 || token >= n_vocab_) {
+    throw InvalidArgument(cat("[sampling] token id ", token, " is outside [0, ", n_vocab_, ")"));
+  }
+  const bool bounded = params_.repeat_last_n > 0;
+  if (bounded && window_.size() == static_cast<size_t>(params_.repeat_last_n)) {
+    int32_t& slot = window_[window_head_];
+    --counts_[static_cast<size_t>(slot)];
+    slot = token;
+    window_head_ = (window_head_ + 1) % window_.size();
+  } else {
+    window_.push_back(token);
+  }
+  ++counts_[static_cast<size_t>(token)];
+  if (!listed_[static_cast<size_t>(token)]) {
+    listed_[static_cast<size_t>(token)] = 1;
+    seen_.push_back(token);
+  }
+  // Drop ids that left the window so `seen_` stays about as small as the window.
+  if (seen_.size() > 2 * window_.size() + 16) {
+    std::erase_if(seen_, [this](int32_t id) {
+      if (counts_[static_cast<size_t>(id)] != 0) return false;
+      listed_[static_cast<size_t>(id)] = 0;
+      return true;
+    });
+  }
+}
+
+void Sampler::reset() {
+  rng_ = Rng(params_.seed);
+  for (int32_t id : seen_) {
+    counts_[static_cast<size_t>(id)] = 0;
+    listed_[static_cast<size_t>(id)] = 0;
+  }
+  seen_.clear();
+  window_.clear();
+  window_head_ = 0;
+}
+
+void Sampler::narrow(const float* logits) {
+  Candidates& c = candidates_;
+  c.reset(logits, n_vocab_);
+  // Bias and penalties index candidates by id, so they run before anything reorders them.
+  apply_logit_bias(c, params_.logit_bias);
+  if (!counts_.empty()) {
+    apply_penalties(c, counts_.data(), seen_, params_.repeat_penalty,
+                    params_.frequency_penalty, params_.presence_penalty);
+  }
+  if (params_.temperature <= 0.0f) {
+    const int32_t best = argmax(c);
+    c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f});
+    c.sorted = true;
+    return;
+  }
+  top_k(c, params_.top_k);
+  typical_p(c, params_.typical_p);
+  top_p(c, params_.top_p);
+  min_p(c, params_.min_p);
+  apply_temperature(c, params_.temperature);
+  softmax(c);
+}
+
+const Candidates& Sampler::distribution(const float* logits) {
+  narrow(logits);
+  return candidates_;
+}
+
+int32_t Sampler::sample(const float* logits) {
+  narrow(logits);
+  const std::vector<TokenCandidate>& items = candidates_.items;
+  if (items.size() == 1) return items.front().id;
+  // Inverse CDF; probabilities sum to 1 up to rounding, so the last candidate catches the rest.
+  const double u = rng_.uniform();
+  double cumulative = 0.0;
+  for (const TokenCandidate& t : items) {
+    cumulative += t.p;
+    if (u < cumulative) return t.id;
+  }
+  return items.back().id;
+}
+
+}  // namespace ember

@@ -1,0 +1,53 @@
+// sampling/sampler.h: one request's sampler — its parameters, its own random generator and the
+// window of recent tokens the penalties look at. Turns a row of logits into the next token.
+// Owns no model state; a request's tokens reach it through accept().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sampling/candidates.h"
+#include "sampling/params.h"
+#include "sampling/rng.h"
+
+namespace ember {
+
+class Sampler {
+ public:
+  // Throws InvalidArgument for bad params (see validate).
+  Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  // Picks the next token from logits[n_vocab] (not modified). The chain: logit bias, penalties,
+  // then greedy when temperature <= 0, else top_k, typical_p, top_p, min_p, temperature and a
+  // draw from what is left. Does not accept the token: call accept() with it.
+  int32_t sample(const float* logits);
+
+  // The distribution sample() would draw from: the surviving candidates with their final
+  // probabilities (one candidate with p = 1 when greedy). For tests and for explaining choices.
+  const Candidates& distribution(const float* logits);
+
+  // Adds a token (prompt or generated) to the penalty window.
+  void accept(int32_t token);
+
+  // Empties the penalty window and reseeds the generator.
+  void reset();
+
+  const SamplingParams& params() const { return params_; }
+  int32_t n_vocab() const { return n_vocab_; }
+
+ private:
+  void narrow(const float* logits);  // fills candidates_ with the final distribution
+  bool penalties_on() const;
+
+  SamplingParams params_;
+  int32_t n_vocab_;
+  Rng rng_;
+  Candidates candidates_;        // reused every step
+  std::vector<int32_t> window_;  // ring of the last repeat_last_n tokens (all of them for -1)
+  size_t window_head_ = 0;       // next slot to overwrite once the ring is full
+  std::vector<int32_t> counts_;  // [n_vocab]: occurrences in the window; empty when no penalties
+  std::vector<uint8_t> listed_;  // [n_vocab]: 1 when the id is in seen_
+  std::vector<int32_t> seen_;    // distinct ids, a superset of those with counts_ > 0
+};
+
+}  // namespace ember
