@@ -8,14 +8,13 @@ import re
 
 import numpy as np
 import pytest
-
 from ember import _core
 
 # p = [1/2, 1/4, 1/8, 1/8]: every stage below has a distribution that is easy to do by hand.
 HALVES = np.log(np.array([0.5, 0.25, 0.125, 0.125], dtype=np.float32))
 
 # Every filter off, temperature 1: the sampler's distribution is the plain softmax.
-PLAIN = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0)
+PLAIN = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0}
 
 
 def dist(logits: np.ndarray, **params: object) -> dict[int, float]:
@@ -248,14 +247,14 @@ def test_earliest_stop_string_wins() -> None:
 # --- validation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("params, message", [
-    (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
-    (dict(top_p=0.0), "top_p must be in (0, 1]"),
-    (dict(temperature=-1.0), "temperature must be >= 0"),
-    (dict(min_p=2.0), "min_p must be in [0, 1]"),
-    (dict(typical_p=0.0), "typical_p must be in (0, 1]"),
-    (dict(repeat_penalty=0.0), "repeat_penalty must be > 0"),
-    (dict(repeat_last_n=-2), "repeat_last_n must be >= -1"),
-    (dict(logit_bias={4: 1.0}), "logit_bias: token id 4 is outside [0, 4)"),
+    ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
+    ({"top_p": 0.0}, "top_p must be in (0, 1]"),
+    ({"temperature": -1.0}, "temperature must be >= 0"),
+    ({"min_p": 2.0}, "min_p must be in [0, 1]"),
+    ({"typical_p": 0.0}, "typical_p must be in (0, 1]"),
+    ({"repeat_penalty": 0.0}, "repeat_penalty must be > 0"),
+    ({"repeat_last_n": -2}, "repeat_last_n must be >= -1"),
+    ({"logit_bias": {4: 1.0}}, "logit_bias: token id 4 is outside [0, 4)"),
 ])
 def test_bad_parameters_raise_value_error(params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=r"\[sampling\] " + re.escape(message)):
