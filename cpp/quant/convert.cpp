@@ -72,8 +72,8 @@ const TypeTraits& quantizable_type(std::string_view name) {
 
 int64_t quantized_size(const TypeTraits& t, int64_t n) {
   if (n < 0 || n % t.block_size != 0) {
-    throw InvalidArgument(cat("[quant] ", t.name, ": element count must be a non-negative multiple of the block size ",
-                              t.block_size, ", got ", n));
+    throw InvalidArgument(cat("[quant] ", t.name, ": ", n, " elements is not a whole number of blocks of ",
+                              t.block_size));
   }
   return n / t.block_size * t.type_size;
 }

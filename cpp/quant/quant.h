@@ -37,4 +37,12 @@ void quantize_row_q5_0(const float* src, void* dst, int64_t n);
 void quantize_row_q5_1(const float* src, void* dst, int64_t n);
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
 
+// dst = blocks of src[n] by llama.cpp's reference k-quant search (quantize_row_qX_K_ref, no
+// importance matrix). gguf-py cannot write these types; the error matches llama.cpp's.
+void quantize_row_q2_k(const float* src, void* dst, int64_t n);
+void quantize_row_q3_k(const float* src, void* dst, int64_t n);
+void quantize_row_q4_k(const float* src, void* dst, int64_t n);
+void quantize_row_q5_k(const float* src, void* dst, int64_t n);
+void quantize_row_q6_k(const float* src, void* dst, int64_t n);
+
 }  // namespace ember
