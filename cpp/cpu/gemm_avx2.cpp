@@ -40,20 +40,26 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const BlockQ8A* rows[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Panel& p = panel[b];
     __m256i w[8];
+    #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
       __m256i half[2];
+      #pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
         __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int g = 4 * h; g < 4 * h + 4; ++g) {
           const __m256i av = bcast_group(a, g);
           __m256i prod;
@@ -80,6 +86,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
     }
   }
   alignas(32) float out[kCols];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     _mm256_store_ps(out, acc[r]);
     std::memcpy(y + r * ldy, out, sizeof(float) * nc);
@@ -108,12 +115,15 @@ template <int R>
 void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
                 int64_t ldy, int nc) {
   __m256 acc[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
     const __m256 w = _mm256_load_ps(panel + k * kCols);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_set1_ps(x[r * ldx + k]), acc[r]);
   }
   alignas(32) float out[kCols];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     _mm256_store_ps(out, acc[r]);
     std::memcpy(y + r * ldy, out, sizeof(float) * nc);

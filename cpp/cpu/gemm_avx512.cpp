@@ -31,19 +31,24 @@ template <int R, bool kSub16>
 void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
                 float* y, int64_t ldy, int nc) {
   __m512 acc[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const BlockQ8A* rows[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Panel& p = panel[b];
     __m512i w[8];
+    #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.u[g]);
     const __m512 scale0 = _mm512_load_ps(p.scale[0]);
     const __m512 coef_s = _mm512_load_ps(p.coef_s);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
       if constexpr (kSub16) {
         __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; ++g) {
           lo = _mm512_dpbusd_epi32(lo, w[g], bcast_group(a, g));
           hi = _mm512_dpbusd_epi32(hi, w[g + 4], bcast_group(a, g + 4));
@@ -55,6 +60,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
         acc[r] = _mm512_fmadd_ps(_mm512_load_ps(p.coef_s_lo), _mm512_set1_ps(a.s_lo), acc[r]);
       } else {
         __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; ++g) {
           dot0 = _mm512_dpbusd_epi32(dot0, w[2 * g], bcast_group(a, 2 * g));
           dot1 = _mm512_dpbusd_epi32(dot1, w[2 * g + 1], bcast_group(a, 2 * g + 1));
@@ -66,6 +72,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
     }
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
@@ -97,12 +104,15 @@ template <int R>
 void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
                 int64_t ldy, int nc) {
   __m512 acc[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
     const __m512 w = _mm512_load_ps(panel + k * kCols);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * ldx + k]), acc[r]);
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 

@@ -220,7 +220,7 @@ int main() {
     }
   }
 
-  ThreadPool pool(3);  // 3 threads: uneven splits of columns and panels
+  ThreadPool pool(2);  // odd n_out and panel counts give uneven splits
   const IsaLevel active = active_isa_level();
   for (IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::neon}) {
     const IsaKernels* kernels = isa_kernels(level);
