@@ -5,12 +5,12 @@
 #include <array>
 #include <queue>
 #include <string>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/encoder.h"
+#include "tokenizer/flat_index.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -24,20 +24,13 @@ class BpeEncoder final : public Encoder {
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t result;  // the token the pair merges into
-  };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  }
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
   const Vocab& vocab_;
   PreTokenizer pre_;
   bool ignore_merges_;
   std::array<int32_t, 256> byte_tokens_{};  // the token spelling each single byte, -1 if none
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeIndex merges_;  // (left id, right id) -> rank and resulting id
 };
 
 BpeEncoder::BpeEncoder(const Vocab& vocab, const GGUFFile& file, PreTokenizerSpec spec)
@@ -53,6 +46,7 @@ BpeEncoder::BpeEncoder(const Vocab& vocab, const GGUFFile& file, PreTokenizerSpe
                           "empty (a \"gpt2\" tokenizer needs its BPE merges)"));
   }
   merges_.reserve(merges.size());
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string_view m = merges[rank];
     const size_t space = m.find(' ', 1);  // from 1: a merge may start with a literal space
@@ -62,11 +56,13 @@ BpeEncoder::BpeEncoder(const Vocab& vocab, const GGUFFile& file, PreTokenizerSpe
     }
     const std::string_view left = m.substr(0, space), right = m.substr(space + 1);
     const int32_t left_id = vocab.find(left), right_id = vocab.find(right);
-    const int32_t result = vocab.find(std::string(left) + std::string(right));
+    joined.assign(left);
+    joined.append(right);
+    const int32_t result = vocab.find(joined);
     // A merge whose parts or result are not tokens can never produce a token; Hugging Face
     // refuses such files, llama.cpp ignores the merge in effect. Skip it.
     if (left_id < 0 || right_id < 0 || result < 0) continue;
-    merges_.try_emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), result});
+    merges_.insert(left_id, right_id, {static_cast<int32_t>(rank), result});
   }
 }
 
@@ -118,8 +114,7 @@ void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) c
     if (left < 0 || right < 0) return;
     const int32_t a = symbols[left].id, b = symbols[right].id;
     if (a < 0 || b < 0) return;
-    const auto it = merges_.find(pair_key(a, b));
-    if (it != merges_.end()) queue.push({it->second.rank, left, right, a, b, it->second.result});
+    if (const MergeIndex::Merge* m = merges_.find(a, b)) queue.push({m->rank, left, right, a, b, m->result});
   };
   for (int32_t i = 0; i + 1 < n; ++i) consider(i, i + 1);
   while (!queue.empty()) {

@@ -5,6 +5,8 @@
 // "\s*[\r\n]+" ends at the last line break of a whitespace run.
 #include "tokenizer/regex_patterns.h"
 
+#include <cstdint>
+
 #include "tokenizer/utf8.h"
 
 namespace ember {
@@ -47,10 +49,11 @@ bool in_class(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
   return pos < end && cls(t.cps[pos], t.flags[pos]);
 }
 
-// Length of the run of `cls` starting at pos.
-size_t run(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
+// Length of the run of `cls` starting at pos, at most `limit` (a bounded quantifier must not
+// scan the whole run each time, or a long digit string costs O(n^2)).
+size_t run(const CodepointText& t, size_t pos, size_t end, ClassFn cls, size_t limit = SIZE_MAX) {
   size_t n = 0;
-  while (pos + n < end && cls(t.cps[pos + n], t.flags[pos + n])) ++n;
+  while (n < limit && pos + n < end && cls(t.cps[pos + n], t.flags[pos + n])) ++n;
   return n;
 }
 
@@ -100,10 +103,7 @@ size_t llama3_like(const CodepointText& t, size_t pos, size_t end, size_t max_di
     return 1 + run(t, pos + 1, end, is_letter);
   }
   // \p{N}{1,max_digits}
-  if (f.is_number()) {
-    const size_t n = run(t, pos, end, is_number);
-    return n < max_digits ? n : max_digits;
-  }
+  if (f.is_number()) return run(t, pos, end, is_number, max_digits);
   // ?[^\s\p{L}\p{N}]+[\r\n]*
   if (is_other(c, f) || (c == ' ' && in_class(t, pos + 1, end, is_other))) {
     const size_t n = optional_space_then_run(t, pos, end, is_other);
@@ -146,10 +146,10 @@ size_t space_punctuation(const CodepointText& t, size_t pos, size_t end) {
 }
 
 size_t cjk_run(const CodepointText& t, size_t pos, size_t end) {
-  // The ranges hold some non-ASCII whitespace (U+2000.., U+3000), which never matches here:
-  // llama.cpp blanks non-ASCII whitespace before running this regex.
-  return run(t, pos, end, [](uint32_t c, unicode::CodepointFlags f) {
-    return ((c >= 0x0800 && c <= 0x9FA5) || (c >= 0xAC00 && c <= 0xD7FF)) && !f.is_whitespace();
+  // The ranges include some whitespace (U+2000.., U+3000), which matches too, as in Hugging
+  // Face's tokenizer (llama.cpp's std::wregex version blanks it first and would not match it).
+  return run(t, pos, end, [](uint32_t c, unicode::CodepointFlags) {
+    return (c >= 0x0800 && c <= 0x9FA5) || (c >= 0xAC00 && c <= 0xD7FF);
   });
 }
 

@@ -44,7 +44,7 @@ size_t newline(const CodepointText& t, size_t pos, size_t end);
 size_t space_letters(const CodepointText& t, size_t pos, size_t end);
 // \s?\p{P}+
 size_t space_punctuation(const CodepointText& t, size_t pos, size_t end);
-// [一-龥ࠀ-一가-퟿]+  (U+0800..U+9FA5 and U+AC00..U+D7FF, whitespace excluded)
+// [一-龥ࠀ-一가-퟿]+  (U+0800..U+9FA5 and U+AC00..U+D7FF)
 size_t cjk_run(const CodepointText& t, size_t pos, size_t end);
 // \p{N}
 size_t one_number(const CodepointText& t, size_t pos, size_t end);

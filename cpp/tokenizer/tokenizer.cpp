@@ -91,8 +91,8 @@ void Tokenizer::render_pieces() {
   }
 }
 
-void Tokenizer::check_id(int32_t id) const {
-  if (!vocab_->contains(id)) {
+void Tokenizer::check_id(int64_t id) const {
+  if (id < 0 || id >= vocab_->size()) {
     throw InvalidArgument(cat("[tokenizer] token id ", id, " is out of range (expected 0 <= id < ",
                               vocab_->size(), ")"));
   }
@@ -143,12 +143,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   for (int32_t id : ids) check_id(id);  // before any work: a bad id is the caller's mistake
   std::string bytes;
-  bool at_start = true;  // no text rendered yet
+  bool at_start = true;  // nothing rendered yet
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;
     std::string_view p = pieces_[id];
-    if (at_start && strip_first_space_ && !is_special(id) && !p.empty() && p[0] == ' ') p.remove_prefix(1);
-    if (!p.empty()) at_start = false;
+    if (at_start && !is_special(id)) {  // the first text token: the one the space was put on
+      if (strip_first_space_ && !p.empty() && p[0] == ' ') p.remove_prefix(1);
+      at_start = false;
+    } else if (!p.empty()) {
+      at_start = false;  // a special token rendered as text comes first: keep the space
+    }
     bytes.append(p);
   }
   std::string out;

@@ -101,17 +101,13 @@ void Vocab::read_tokens(const GGUFFile& file) {
                           types.size(), " entries, expected one per token (", texts.size(), ")"));
   }
   tokens_.resize(texts.size());
-  by_text_.reserve(texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
     TokenInfo& t = tokens_[i];
     t.text = std::string(texts[i]);
     if (!scores.empty()) t.score = scores[i];
     if (!types.empty()) t.type = token_type_from(types[i]);
   }
-  // Indexed only after every string is in place: the keys view the strings' storage.
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    if (!tokens_[i].text.empty()) by_text_[tokens_[i].text] = static_cast<int32_t>(i);
-  }
+  by_text_.build(size());  // after every string is in place: the index reads them
 }
 
 void Vocab::read_special_ids(const GGUFFile& file) {
@@ -143,10 +139,7 @@ void Vocab::read_special_ids(const GGUFFile& file) {
   if (kind_ == VocabKind::wpm && ids_.bos < 0) ids_.bos = ids_.cls;  // BERT opens with [CLS]
 }
 
-int32_t Vocab::find(std::string_view text) const {
-  const auto it = by_text_.find(text);
-  return it == by_text_.end() ? -1 : it->second;
-}
+int32_t Vocab::find(std::string_view text) const { return by_text_.find(text); }
 
 void Vocab::find_end_of_generation() {
   // Tokens recognised by their text must never come out of plain text nor print as text, even

@@ -8,9 +8,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include "tokenizer/flat_index.h"
 
 namespace ember {
 
@@ -81,8 +82,12 @@ class Vocab {
   VocabKind kind_ = VocabKind::spm;
   std::string model_, pre_, source_;
   std::vector<TokenInfo> tokens_;
-  // Keys view tokens_[i].text; tokens_ never changes size after loading, so they stay valid.
-  std::unordered_map<std::string_view, int32_t> by_text_;
+  struct TextOf {
+    const std::vector<TokenInfo>* tokens;
+    std::string_view operator()(int32_t id) const { return (*tokens)[id].text; }
+  };
+  // Reads the texts in tokens_, which never changes size after loading.
+  TextIndex<TextOf> by_text_{TextOf{&tokens_}};
   SpecialTokenIds ids_;
   bool add_bos_ = false, add_eos_ = false, add_sep_ = false, add_space_prefix_ = false;
   std::unordered_set<int32_t> eog_;

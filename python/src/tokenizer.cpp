@@ -13,6 +13,26 @@ namespace nb = nanobind;
 using ember::StreamDecoder;
 using ember::Tokenizer;
 
+namespace {
+
+// Python ints are unbounded: ids are range-checked as 64-bit values (ValueError, not the
+// TypeError a failed int32 conversion would give) before narrowing.
+std::vector<int32_t> to_ids(const Tokenizer& t, const std::vector<int64_t>& ids) {
+  std::vector<int32_t> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    t.check_id(ids[i]);
+    out[i] = static_cast<int32_t>(ids[i]);
+  }
+  return out;
+}
+
+int32_t to_id(const Tokenizer& t, int64_t id) {
+  t.check_id(id);
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
 void init_tokenizer(nb::module_& m) {
   nb::class_<Tokenizer>(m, "Tokenizer",
                         "Text <-> token ids for the vocabulary in a GGUF file (model or vocabulary-only).")
@@ -32,16 +52,17 @@ void init_tokenizer(nb::module_& m) {
           "control-token texts such as '<|im_start|>' into those tokens.")
       .def(
           "decode",
-          [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
+          [](const Tokenizer& t, const std::vector<int64_t>& ids, bool skip_special) {
+            const std::vector<int32_t> checked = to_ids(t, ids);
             nb::gil_scoped_release release;
-            return t.decode(ids, skip_special);
+            return t.decode(checked, skip_special);
           },
           nb::arg("ids"), nb::arg("skip_special") = true,
           "Text of `ids` (broken UTF-8 becomes U+FFFD); skip_special hides control tokens.")
       .def(
           "token_to_piece",
-          [](const Tokenizer& t, int32_t id, bool render_special) {
-            const std::string_view piece = t.piece(id, render_special);
+          [](const Tokenizer& t, int64_t id, bool render_special) {
+            const std::string_view piece = t.piece(to_id(t, id), render_special);
             return nb::bytes(piece.data(), piece.size());
           },
           nb::arg("id"), nb::arg("render_special") = true, "The bytes token `id` stands for.")
@@ -62,7 +83,8 @@ void init_tokenizer(nb::module_& m) {
                             "Incremental detokenizer: push ids one at a time, get only whole UTF-8 text.")
       .def(nb::init<std::shared_ptr<const Tokenizer>, bool>(), nb::arg("tokenizer"),
            nb::arg("skip_special") = true)
-      .def("push", &StreamDecoder::push, nb::arg("id"),
+      .def(
+          "push", [](StreamDecoder& d, int64_t id) { return d.push(to_id(d.tokenizer(), id)); }, nb::arg("id"),
            "Adds one token; returns the text that became complete (maybe '').")
       .def("flush", &StreamDecoder::flush, "Returns held-back bytes (U+FFFD for incomplete ones) and resets.");
 }
