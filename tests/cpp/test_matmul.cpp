@@ -203,19 +203,25 @@ int main() {
   const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
   const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
   const DType float_types[] = {DType::f32, DType::f16, DType::bf16};
-  const int64_t rows[] = {1, 3, 17, 64};
-  const int64_t outs[] = {1, 7, 37};
+  // EMBER_TEST_SHAPES=small: fewer shapes, for slow runs under an emulator (scripts/test_neon.sh).
+  const char* shapes = std::getenv("EMBER_TEST_SHAPES");
+  const bool small = shapes != nullptr && std::strcmp(shapes, "small") == 0;
+  const std::vector<int64_t> rows = small ? std::vector<int64_t>{1, 5, 17} : std::vector<int64_t>{1, 3, 17, 64};
+  const std::vector<int64_t> outs = small ? std::vector<int64_t>{1, 19} : std::vector<int64_t>{1, 7, 37};
+  const std::vector<int64_t> small_ins = small ? std::vector<int64_t>{96, 256} : std::vector<int64_t>{96, 256, 544};
+  const std::vector<int64_t> k_ins = small ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 768};
+  const std::vector<int64_t> float_ins = small ? std::vector<int64_t>{72, 100} : std::vector<int64_t>{72, 256, 100};
   std::vector<Case> cases;
   for (int64_t n_rows : rows) {
     for (int64_t n_out : outs) {
       for (DType t : small_types) {
-        for (int64_t n_in : {96, 256, 544}) cases.push_back({t, n_in, n_out, n_rows});
+        for (int64_t n_in : small_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
       for (DType t : k_types) {
-        for (int64_t n_in : {256, 768}) cases.push_back({t, n_in, n_out, n_rows});
+        for (int64_t n_in : k_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
       for (DType t : float_types) {
-        for (int64_t n_in : {72, 256, 100}) cases.push_back({t, n_in, n_out, n_rows});
+        for (int64_t n_in : float_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
     }
   }

@@ -1,0 +1,79 @@
+"""The CPU matmul kernels: runs tests/cpp/test_matmul (built with CMake into tests/.cache) once per
+ISA level, and the NEON kernels under qemu-user via scripts/test_neon.sh.
+
+test_matmul compares every kernel against the scalar int8 reference and a float64 dot of the
+dequantized weights, on fresh random data each run, and prints "N passed, M failed".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = ROOT / "tests" / ".cache" / "build-kernels"
+
+
+@pytest.fixture(scope="session")
+def test_matmul_exe() -> Path:
+    """Configures (once) and builds the test_matmul target; incremental on later runs."""
+    if not (BUILD_DIR / "CMakeCache.txt").exists():
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        subprocess.run(
+            ["cmake", "-S", str(ROOT), "-B", str(BUILD_DIR), *generator,
+             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON"],
+            check=True, capture_output=True, text=True,
+        )
+    build = subprocess.run(
+        ["cmake", "--build", str(BUILD_DIR), "--target", "test_matmul", "-j2"],
+        capture_output=True, text=True,
+    )
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    return BUILD_DIR / "test_matmul"
+
+
+def run_test_matmul(exe: Path, isa: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, EMBER_CPU_ISA=isa)
+    return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=900)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "neon"])
+def test_matmul_kernels(test_matmul_exe: Path, isa: str) -> None:
+    result = run_test_matmul(test_matmul_exe, isa)
+    out = result.stdout + result.stderr
+    active = re.search(r"active isa (\w+)", out)
+    assert active, out[-4000:]
+    if active.group(1) != isa and isa != "scalar":
+        pytest.skip(f"this CPU cannot run {isa} kernels (best level: {active.group(1)})")
+    assert result.returncode == 0, out[-4000:]
+    level = re.search(rf"^isa {isa}: (\d+) passed, (\d+) failed$", out, re.M)
+    assert level, out[-4000:]
+    assert int(level.group(1)) > 1000 and int(level.group(2)) == 0, out[-4000:]
+    total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.M)
+    assert total and int(total.group(2)) == 0, out[-4000:]
+
+
+def test_isa_cap_is_respected(test_matmul_exe: Path) -> None:
+    """EMBER_CPU_ISA=scalar must keep every SIMD table out of the run."""
+    out = run_test_matmul(test_matmul_exe, "scalar").stdout
+    assert "active isa scalar" in out
+    assert re.findall(r"^isa (\w+):", out, re.M) == ["scalar"]
+
+
+def test_neon_kernels_under_qemu() -> None:
+    missing = [t for t in ("aarch64-linux-gnu-g++", "qemu-aarch64") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install g++-aarch64-linux-gnu qemu-user)")
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "test_neon.sh")],
+        capture_output=True, text=True, timeout=1800,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    level = re.search(r"^isa neon: (\d+) passed, 0 failed$", out, re.M)
+    assert level and int(level.group(1)) > 0, out[-4000:]
