@@ -8,7 +8,17 @@
 from __future__ import annotations
 
 from ember import _core
-from ember._core import EmberError, GGUFError, GGUFFile, InvalidArgument, TensorInfo, UnsupportedError
+from ember._core import (
+    EmberError,
+    GGUFError,
+    GGUFFile,
+    InvalidArgument,
+    Model,
+    StreamDecoder,
+    TensorInfo,
+    Tokenizer,
+    UnsupportedError,
+)
 
 __version__ = "0.1.0"
 
@@ -17,7 +27,10 @@ __all__ = [
     "GGUFError",
     "GGUFFile",
     "InvalidArgument",
+    "Model",
+    "StreamDecoder",
     "TensorInfo",
+    "Tokenizer",
     "UnsupportedError",
     "__version__",
     "dequantize",

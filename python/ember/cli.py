@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ember.commands import info, pull
+from ember.commands import bench, convert, info, pull, quantize
 
 app = typer.Typer(
     name="ember",
@@ -17,7 +17,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for command in (info, pull):
+for command in (info, pull, bench, convert, quantize):
     command.register(app)
 
 
