@@ -103,7 +103,7 @@ void Scheduler::preempt(size_t running_index, StepPlan& plan, int64_t& budget) {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  plan.finished.swap(finished_since_plan_);
+  plan.finished = take_finished();
   int64_t budget = config_.max_num_batched_tokens;
   const auto plan_step = [&](Request& r, int64_t n_new) {
     plan.seqs.push_back({r.id, n_new, r.num_computed_tokens, r.num_computed_tokens + n_new == r.n_tokens()});

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -73,6 +74,10 @@ class Scheduler {
   // Finishes a request now (reason `cancelled`, or `error` for a failed step) and frees its
   // blocks. Returns false when the id is unknown or already finished.
   bool cancel(RequestId id, FinishReason reason = FinishReason::cancelled);
+
+  // Ids of requests that finished or were cancelled since the last call (or plan), for runners
+  // to drop their state; schedule() moves them into StepPlan::finished.
+  std::vector<RequestId> take_finished() { return std::exchange(finished_since_plan_, {}); }
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }

@@ -1,0 +1,187 @@
+// engine/engine.cpp: the loop thread, its inboxes and the per-request event streams.
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "engine/batch_builder.h"
+
+namespace ember {
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
+    : kv_(config.kv),
+      scheduler_(config.scheduler, kv_),
+      runner_(std::move(runner)),
+      max_queue_(config.max_queue),
+      max_model_len_(scheduler_.max_model_len()) {
+  if (!runner_) throw InvalidArgument("[engine] no model runner");
+  if (config.max_queue < 0) throw InvalidArgument(cat("[engine] max_queue must be >= 0, got ", config.max_queue));
+  publish_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options, std::function<void()> notify) {
+  scheduler_.validate(prompt, options);  // reads only immutable config
+  auto events = std::make_shared<EventQueue>(std::move(notify));
+  RequestId id;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw EngineBusy("[engine] the engine has shut down");
+    const int64_t n_waiting = stats_.n_waiting + static_cast<int64_t>(inbox_.size());
+    if (max_queue_ > 0 && n_waiting >= max_queue_) {
+      throw EngineBusy(cat("[engine] ", n_waiting, " requests are waiting, the queue holds ", max_queue_));
+    }
+    id = next_id_++;
+    inbox_.push_back({Request(id, prompt, std::move(options)), events});
+  }
+  wake_.notify_all();
+  return {id, std::move(events)};
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mutex_);
+    cancel_inbox_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  EngineStats s = stats_;
+  s.n_waiting += static_cast<int64_t>(inbox_.size());
+  return s;
+}
+
+void Engine::publish_stats() {
+  EngineStats s;
+  s.n_running = scheduler_.n_running();
+  s.n_waiting = scheduler_.n_waiting();
+  s.kv_usage = kv_.usage();
+  s.n_prefix_query_tokens = kv_.n_prefix_query_tokens();
+  s.n_prefix_hit_tokens = kv_.n_prefix_hit_tokens();
+  s.n_prompt_tokens_total = n_prompt_tokens_total_;
+  s.n_generation_tokens_total = n_generation_tokens_total_;
+  s.n_preemptions = scheduler_.n_preemptions();
+  s.n_steps = n_steps_;
+  std::lock_guard lock(mutex_);
+  stats_ = s;
+}
+
+void Engine::loop() {
+  while (true) {
+    std::vector<Pending> arrived;
+    std::vector<RequestId> cancelled;
+    bool stop;
+    {
+      std::unique_lock lock(mutex_);
+      if (!scheduler_.has_unfinished()) {
+        wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty(); });
+      }
+      arrived.swap(inbox_);
+      cancelled.swap(cancel_inbox_);
+      stop = stop_;
+    }
+    for (Pending& p : arrived) {
+      const RequestId id = p.request.id;
+      const int64_t n_prompt = p.request.n_prompt_tokens;
+      streams_.emplace(id, std::move(p.events));
+      try {
+        scheduler_.add_request(std::move(p.request));
+        n_prompt_tokens_total_ += n_prompt;
+      } catch (const Error& e) {  // validated in submit(); kept for safety
+        end_request(id, FinishReason::error, e.what());
+      }
+    }
+    for (RequestId id : cancelled) end_request(id, FinishReason::cancelled, "");
+    if (stop) {
+      std::vector<RequestId> live;
+      for (const auto& [id, stream] : streams_) live.push_back(id);
+      for (RequestId id : live) end_request(id, FinishReason::cancelled, "");
+      release_finished();
+      publish_stats();
+      return;
+    }
+    if (scheduler_.has_unfinished()) step();
+    release_finished();
+    publish_stats();
+  }
+}
+
+void Engine::step() {
+  const StepPlan plan = scheduler_.schedule();  // plan.finished is empty: see release_finished()
+  if (plan.empty()) {
+    // Work is left but nothing fits: only possible while requests wait on each other's blocks
+    // for a moment; don't spin hot.
+    std::this_thread::yield();
+    return;
+  }
+  std::vector<RequestOutput> outputs;
+  try {
+    const Batch batch = build_batch(plan, scheduler_);
+    const std::vector<int32_t> sampled = runner_->execute(batch);
+    outputs = scheduler_.update_from_output(plan, sampled);
+  } catch (const std::exception& e) {
+    // The step's requests can't trust their cache any more: fail them, keep serving the rest.
+    for (const ScheduledSequence& s : plan.seqs) {
+      end_request(s.id, FinishReason::error, cat("[engine] the model runner failed: ", e.what()));
+    }
+    ++n_steps_;
+    return;
+  }
+  ++n_steps_;
+  for (const RequestOutput& out : outputs) emit(out);
+}
+
+// Tells the runner at once which requests left (finished, cancelled, failed), so it never holds
+// their state while the loop sleeps.
+void Engine::release_finished() {
+  const std::vector<RequestId> ids = scheduler_.take_finished();
+  if (!ids.empty()) runner_->release(ids);
+}
+
+void Engine::emit(const RequestOutput& out) {
+  const auto it = streams_.find(out.id);
+  if (it == streams_.end()) return;
+  ++n_generation_tokens_total_;
+  TokenEvent e;
+  e.id = out.id;
+  e.token = out.token;
+  e.finish_reason = out.finish_reason;
+  e.n_prompt_tokens = out.n_prompt_tokens;
+  e.n_output_tokens = out.n_output_tokens;
+  e.n_cached_tokens = out.n_cached_tokens;
+  it->second->push(std::move(e));
+  if (out.finished()) streams_.erase(it);
+}
+
+// Finishes a live request now (freeing its blocks) and ends its stream with an event that
+// carries no token. Unknown or already finished ids are ignored.
+void Engine::end_request(RequestId id, FinishReason reason, const std::string& error) {
+  const auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  TokenEvent e;
+  e.id = id;
+  e.finish_reason = reason;
+  e.error = error;
+  if (const Request* r = scheduler_.find(id)) {
+    e.n_prompt_tokens = r->n_prompt_tokens;
+    e.n_output_tokens = r->n_output_tokens();
+    e.n_cached_tokens = std::max<int64_t>(0, r->n_cached_tokens);
+    scheduler_.cancel(id, reason);
+  }
+  it->second->push(std::move(e));
+  streams_.erase(it);
+}
+
+}  // namespace ember

@@ -1,0 +1,117 @@
+// engine/engine.h: the engine loop — one C++ thread that owns the scheduler, the KV cache
+// manager and the model runner, and turns submitted prompts into per-request token events.
+// Any thread may submit, cancel and read stats; only the loop thread touches the scheduler,
+// the KV manager and the runner, so those need no locks. The loop never touches Python.
+//
+// One step: drain submissions and cancellations -> Scheduler::schedule() -> build_batch()
+// -> ModelRunner::execute() -> Scheduler::update_from_output() -> one TokenEvent per sampled
+// token (the last one of a request carries its finish reason). Idle, the thread sleeps.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/event_queue.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache_manager.h"
+
+namespace ember {
+
+// The waiting queue is full (the server answers 503), or the engine has shut down.
+class EngineBusy : public Error {
+ public:
+  using Error::Error;
+};
+
+struct EngineConfig {
+  KVCacheConfig kv;
+  SchedulerConfig scheduler;
+  int64_t max_queue = 0;  // requests waiting (not yet running) at most; 0: no limit ("--max-queue")
+};
+
+// A snapshot taken after each step (for /metrics and /slots).
+struct EngineStats {
+  int64_t n_running = 0;
+  int64_t n_waiting = 0;                 // queued in the scheduler or not yet picked up
+  double kv_usage = 0.0;                 // fraction of KV blocks referenced
+  int64_t n_prefix_query_tokens = 0;
+  int64_t n_prefix_hit_tokens = 0;
+  int64_t n_prompt_tokens_total = 0;     // of every request added
+  int64_t n_generation_tokens_total = 0; // tokens sampled
+  int64_t n_preemptions = 0;
+  int64_t n_steps = 0;
+};
+
+class Engine {
+ public:
+  // Starts the loop thread. Throws InvalidArgument for a bad config (before any thread starts).
+  Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner);
+  // Shuts down: every unfinished request gets a final `cancelled` event.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  struct Submission {
+    RequestId id = 0;
+    std::shared_ptr<EventQueue> events;  // ends with an event whose finished() is true
+  };
+  // Queues a request. Validates it here, in the caller's thread: throws InvalidArgument (the
+  // prompt can never run) or EngineBusy (queue full, engine shut down), and then queues nothing.
+  // `notify` is the event queue's hook (see EventQueue).
+  Submission submit(std::vector<int32_t> prompt, RequestOptions options, std::function<void()> notify = {});
+  // Asks the loop to cancel a request; it frees its blocks and ends its stream with a
+  // `cancelled` event. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  EngineStats stats() const;
+  // min(max_model_len, KV capacity): the longest a request may grow.
+  int64_t max_model_len() const { return max_model_len_; }
+  // Stops the loop (idempotent); later submissions throw EngineBusy.
+  void shutdown();
+
+ private:
+  struct Pending {
+    Request request;
+    std::shared_ptr<EventQueue> events;
+  };
+
+  void loop();
+  void step();
+  void emit(const RequestOutput& out);
+  void end_request(RequestId id, FinishReason reason, const std::string& error);  // cancel/fail, close stream
+  void release_finished();
+  void publish_stats();
+
+  // Loop-thread state.
+  KVCacheManager kv_;
+  Scheduler scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<RequestId, std::shared_ptr<EventQueue>> streams_;  // live requests
+  int64_t n_prompt_tokens_total_ = 0;
+  int64_t n_generation_tokens_total_ = 0;
+  int64_t n_steps_ = 0;
+
+  // Shared state, under mutex_.
+  const int64_t max_queue_;
+  const int64_t max_model_len_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Pending> inbox_;
+  std::vector<RequestId> cancel_inbox_;
+  bool stop_ = false;
+  EngineStats stats_;
+  std::atomic<RequestId> next_id_{1};
+
+  std::thread thread_;  // last: starts after everything above is built
+};
+
+}  // namespace ember
