@@ -43,6 +43,7 @@ EXPECTED_CASES = [
     "scheduler_priority_policy",
     "scheduler_without_prefix_caching_recomputes_everything",
     "scheduler_random_stress_against_reference",
+    "paged_kv_cache_matches_a_contiguous_cache",
     "engine_serves_submissions_from_many_threads",
     "engine_cancel_from_another_thread_frees_blocks",
     "engine_rejects_bad_requests_up_front",
