@@ -164,6 +164,48 @@ def test_quantize_matches_gguf_py(name: str) -> None:
     assert_same_bits(np.frombuffer(ours, dtype=np.uint8), ref, f"quantize {name}")
 
 
+def double_rounding_input(id_: np.float32, target: float) -> np.float32 | None:
+    """An x whose product x * id_ rounds in float32 to `target` exactly, while the exact product
+    is smaller: adding the offset then ties (and rounds up to an integer) in two float32 steps,
+    but a fused multiply-add would round once, just below the integer. None if no x near."""
+    x0 = np.float32(target / float(id_))
+    for step in range(-64, 65):
+        x = np.float32(x0 + step * np.spacing(x0))
+        if x * id_ == np.float32(target) and float(x) * float(id_) < target:
+            return x
+    return None
+
+
+@pytest.mark.parametrize("name", ["q4_0", "q5_0", "q4_1", "q5_1"])
+def test_quantize_rounds_each_operation_like_numpy(name: str) -> None:
+    """trunc(x * id + offset) must round the product and the sum separately, as numpy does."""
+    symmetric = name.endswith("_0")
+    levels = {"q4_0": 8, "q5_0": 16, "q4_1": 15, "q5_1": 31}[name]
+    offset = levels + 0.5 if symmetric else 0.5
+    # The sum must land half a float32 step below an integer, with the product in a finer binade.
+    integer = int(offset) + 1
+    step_below = float(np.float32(integer) - np.nextafter(np.float32(integer), np.float32(0)))
+    target = integer - offset - step_below / 2
+    for scale in np.linspace(0.3, 3.0, 200, dtype=np.float32):  # until some block scale d works
+        block = np.zeros(32, dtype=np.float32)
+        if symmetric:
+            block[0] = np.float32(-levels) * scale  # the extreme value: d = scale
+            id_ = np.float32(1) / (block[0] / np.float32(-levels))
+        else:
+            block[1] = np.float32(levels) * scale  # max; min is block[0] == 0, so x - min == x
+            id_ = np.float32(1) / (block[1] / np.float32(levels))
+        x = double_rounding_input(id_, target)
+        if x is not None:
+            break
+    assert x is not None
+    block[2:] = x
+    two_roundings = np.trunc(x * id_ + np.float32(offset))
+    one_rounding = np.trunc(np.float32(float(x) * float(id_) + offset))
+    assert two_roundings == integer and one_rounding == integer - 1  # the input discriminates
+    ref = np.ascontiguousarray(gguf_quantize(block, gguf_type(name))).view(np.uint8).reshape(-1)
+    assert_same_bits(np.frombuffer(core.quantize(block, name), dtype=np.uint8), ref, f"quantize {name} rounding")
+
+
 @pytest.mark.parametrize("name", QUANT_TYPES)
 def test_quantize_shapes_and_conversion(name: str) -> None:
     rng = rng_for(name)

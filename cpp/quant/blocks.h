@@ -159,15 +159,17 @@ static_assert(sizeof(BlockIQ4_XS) == 136);
 // These match numpy's float16 casts bit for bit (which gguf-py uses), NaN payloads included:
 // numpy keeps a NaN's top payload bits and does not quiet signalling NaNs.
 
-// Exact: every f16 value, subnormals and NaN payloads included, is an f32 value.
+// Exact: every f16 value, subnormals and NaN payloads included, is an f32 value. Branch-free
+// (selects only) so loops over it vectorize.
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // Zero or subnormal: mantissa * 2^-24 is exact in f32.
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f));
+  const uint32_t magnitude = h & 0x7fffu;
+  const uint32_t normal = (magnitude << 13) + (112u << 23);  // exponent rebiased from 15 to 127
+  const uint32_t inf_nan = normal + (112u << 23);            // exponent 31 -> 255, payload kept
+  // Subnormal (and zero): mantissa * 2^-24, exact in f32.
+  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(magnitude) * 0x1p-24f);
+  const uint32_t bits = magnitude >= 0x7c00u ? inf_nan : (magnitude < 0x0400u ? subnormal : normal);
+  return std::bit_cast<float>(sign | bits);
 }
 
 // IEEE round-to-nearest-even; overflow gives inf; a NaN keeps its top 10 payload bits (and stays

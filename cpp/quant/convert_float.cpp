@@ -7,29 +7,34 @@
 
 namespace ember {
 
-// Sources may be unaligned (raw file bytes), so elements are read with memcpy.
+// Sources and destinations may be unaligned (raw file bytes), so elements go through memcpy.
 
 void dequantize_row_f32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void dequantize_row_f16(const void* src, float* dst, int64_t n) {
+namespace {
+
+constexpr int64_t kChunk = 256;  // elements staged in a local buffer at a time
+
+// dst[n] = convert(16-bit values at src). The values are staged in a local array: reading them
+// straight from src would let every float store to dst alias the source and block vectorizing.
+template <typename Convert>
+void dequantize_16bit(const void* src, float* dst, int64_t n, Convert convert) {
   const auto* bytes = static_cast<const uint8_t*>(src);
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes + 2 * i, 2);
-    dst[i] = f16_to_f32(h);
+  uint16_t chunk[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = n - i < kChunk ? n - i : kChunk;
+    std::memcpy(chunk, bytes + 2 * i, static_cast<size_t>(2 * m));
+    for (int64_t j = 0; j < m; ++j) dst[i + j] = convert(chunk[j]);
   }
 }
 
-void dequantize_row_bf16(const void* src, float* dst, int64_t n) {
-  const auto* bytes = static_cast<const uint8_t*>(src);
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes + 2 * i, 2);
-    dst[i] = bf16_to_f32(h);
-  }
-}
+}  // namespace
+
+void dequantize_row_f16(const void* src, float* dst, int64_t n) { dequantize_16bit(src, dst, n, f16_to_f32); }
+
+void dequantize_row_bf16(const void* src, float* dst, int64_t n) { dequantize_16bit(src, dst, n, bf16_to_f32); }
 
 void quantize_row_f32(const float* src, void* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));

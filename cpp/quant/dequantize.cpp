@@ -2,6 +2,8 @@
 // q5_1, q8_0, iq4_nl). Each reproduces gguf-py's numpy arithmetic bit for bit: the integer quant
 // is formed first, converted to f32, then scaled with one rounded multiply (and one rounded add
 // for the types with a minimum), in that order.
+// Each block is copied to a local first: the float stores to dst could otherwise alias the
+// source bytes, and the compiler would reload every byte instead of vectorizing the loops.
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/no_contract.h"
@@ -13,7 +15,7 @@ namespace ember {
 void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockQ4_0& x = blocks[b];
+    const BlockQ4_0 x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int j = 0; j < kQK / 2; ++j) {
       dst[j] = d * static_cast<float>((x.qs[j] & 0x0f) - 8);
@@ -25,7 +27,7 @@ void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
 void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_1*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockQ4_1& x = blocks[b];
+    const BlockQ4_1 x = blocks[b];
     const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
     for (int j = 0; j < kQK / 2; ++j) {
       dst[j] = d * static_cast<float>(x.qs[j] & 0x0f) + m;
@@ -47,7 +49,7 @@ uint32_t load_qh(const uint8_t qh[4]) {
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_0*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockQ5_0& x = blocks[b];
+    const BlockQ5_0 x = blocks[b];
     const float d = f16_to_f32(x.d);
     const uint32_t qh = load_qh(x.qh);
     for (int j = 0; j < kQK / 2; ++j) {
@@ -62,7 +64,7 @@ void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
 void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_1*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockQ5_1& x = blocks[b];
+    const BlockQ5_1 x = blocks[b];
     const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
     const uint32_t qh = load_qh(x.qh);
     for (int j = 0; j < kQK / 2; ++j) {
@@ -77,7 +79,7 @@ void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockQ8_0& x = blocks[b];
+    const BlockQ8_0 x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(x.qs[j]);
   }
@@ -86,7 +88,7 @@ void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
 void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockIQ4_NL*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const BlockIQ4_NL& x = blocks[b];
+    const BlockIQ4_NL x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int j = 0; j < kQK / 2; ++j) {
       dst[j] = d * static_cast<float>(kIq4nlValues[x.qs[j] & 0x0f]);

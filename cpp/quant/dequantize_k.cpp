@@ -2,6 +2,8 @@
 // q6_k, iq4_xs). Bit for bit as gguf-py: each sub-block's scale (and min) is first multiplied out
 // in f32 (d * sc), then applied to the f32 quant with one rounded multiply (and one rounded
 // subtract of dmin * m), never as a fused or reassociated expression.
+// Each block is copied to a local first: the float stores to dst could otherwise alias the
+// source bytes, and the compiler would reload every byte instead of vectorizing the loops.
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/no_contract.h"
@@ -13,7 +15,7 @@ namespace ember {
 void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ2_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockQ2_K& x = blocks[b];
+    const BlockQ2_K x = blocks[b];
     const float d = f16_to_f32(x.d), dmin = f16_to_f32(x.dmin);
     for (int e = 0; e < kQK_K; e += 16) {  // one sub-block of 16: element e = 128h + 32k + l
       const float dl = d * static_cast<float>(x.scales[e / 16] & 0x0f);
@@ -31,7 +33,7 @@ void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
 void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ3_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockQ3_K& x = blocks[b];
+    const BlockQ3_K x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int e = 0; e < kQK_K; e += 16) {
       const int j = e / 16;  // sub-block: its 6-bit scale is split over two bytes
@@ -67,7 +69,7 @@ void k_scale_min(const uint8_t scales[kKScaleBytes], int i, int* sc, int* m) {
 void dequantize_row_q4_k(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockQ4_K& x = blocks[b];
+    const BlockQ4_K x = blocks[b];
     const float d = f16_to_f32(x.d), dmin = f16_to_f32(x.dmin);
     for (int s = 0; s < 8; ++s) {  // sub-block s of 32 = nibble s % 2 of qs[32 * (s / 2) ...]
       int sc, m;
@@ -85,7 +87,7 @@ void dequantize_row_q4_k(const void* src, float* dst, int64_t n) {
 void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockQ5_K& x = blocks[b];
+    const BlockQ5_K x = blocks[b];
     const float d = f16_to_f32(x.d), dmin = f16_to_f32(x.dmin);
     for (int s = 0; s < 8; ++s) {
       int sc, m;
@@ -104,7 +106,7 @@ void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
 void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ6_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockQ6_K& x = blocks[b];
+    const BlockQ6_K x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int e = 0; e < kQK_K; e += 16) {  // element e = 128h + r
       const float dl = d * static_cast<float>(x.scales[e / 16]);
@@ -122,7 +124,7 @@ void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
 void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockIQ4_XS*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const BlockIQ4_XS& x = blocks[b];
+    const BlockIQ4_XS x = blocks[b];
     const float d = f16_to_f32(x.d);
     for (int s = 0; s < 8; ++s) {
       const int low = (x.scales_l[s / 2] >> (4 * (s % 2))) & 0x0f;

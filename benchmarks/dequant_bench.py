@@ -1,0 +1,85 @@
+"""Dequantization throughput: ember's reference converters (ember._core.dequantize) against
+gguf-py's numpy ones (gguf.quants.dequantize), per type, on random blocks with finite scales.
+Note that gguf-py's f32 "dequantize" is a zero-copy view, so its figure for f32 is meaningless.
+
+    PYTHONPATH=build/quant/pkg python benchmarks/dequant_bench.py [--size-mb 64] [--numpy-size-mb 8]
+
+GB/s counts quantized input bytes read; Gelem/s counts float32 values written. ember's time
+includes allocating the output array, as a caller of ember.dequantize pays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as GT
+from gguf.quants import dequantize as gguf_dequantize
+
+import ember._core as core
+
+TYPES = [
+    "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
+]  # fmt: skip
+
+# Byte offsets of the f16 scales in each block; random bytes there could be inf/NaN.
+F16_FIELDS = {
+    "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2], "q8_0": [0],
+    "q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208],
+    "iq4_nl": [0], "iq4_xs": [0],
+}  # fmt: skip
+
+
+def random_blocks(name: str, n_bytes: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """About n_bytes of random blocks of type `name` (uint8) and their element count. Plain float
+    types keep their random bit patterns (NaNs cost nothing when only converting)."""
+    block_size, type_size = gguf.GGML_QUANT_SIZES[GT[name.upper()]]
+    n_blocks = max(n_bytes // type_size, 1)
+    raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+    for offset in F16_FIELDS.get(name, []):
+        scales = rng.uniform(1e-4, 1e-2, n_blocks).astype(np.float16)
+        raw[:, offset : offset + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1), n_blocks * block_size
+
+
+def best_seconds(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mb", type=float, default=64.0, help="quantized input per type for ember")
+    parser.add_argument("--numpy-size-mb", type=float, default=8.0, help="input per type for gguf-py (slow, memory hungry)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--types", nargs="*", default=TYPES)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    print(f"cpus available: {len(os.sched_getaffinity(0))}; ember input {args.size_mb:g} MB, gguf-py input {args.numpy_size_mb:g} MB")
+    header = f"{'type':8s} {'ember GB/s':>11s} {'ember Gelem/s':>14s} {'gguf-py GB/s':>13s} {'gguf-py Gelem/s':>16s} {'speedup':>8s}"
+    print(header)
+    print("-" * len(header))
+    for name in args.types:
+        raw, n = random_blocks(name, int(args.size_mb * 2**20), rng)
+        seconds = best_seconds(lambda: core.dequantize(name, raw, n), args.repeats)
+        ember_gbs, ember_eps = raw.size / seconds / 1e9, n / seconds / 1e9
+
+        small, n_small = random_blocks(name, int(args.numpy_size_mb * 2**20), rng)
+        qtype = GT[name.upper()]
+        np_seconds = best_seconds(lambda: gguf_dequantize(small, qtype), max(1, args.repeats // 2))
+        np_gbs, np_eps = small.size / np_seconds / 1e9, n_small / np_seconds / 1e9
+        print(f"{name:8s} {ember_gbs:11.2f} {ember_eps:14.3f} {np_gbs:13.3f} {np_eps:16.3f} {ember_gbs / np_gbs:7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
