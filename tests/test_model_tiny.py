@@ -24,6 +24,8 @@ CASES = {
     "llama": dict(arch="llama"),
     "llama-tied": dict(arch="llama", tied=True),
     "llama-headdim": dict(arch="llama", head_dim=32),  # q width 128 != hidden 64
+    "llama-headdim12": dict(arch="llama", head_dim=12),  # not a multiple of 8: scalar kernels
+    "qwen3-headdim128": dict(arch="qwen3", head_dim=128),
     "qwen2": dict(arch="qwen2"),
     "qwen2-tied": dict(arch="qwen2", tied=True),
     "qwen3": dict(arch="qwen3"),
@@ -58,7 +60,12 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     assert ours.dtype == np.float32
     tol = REL_TOL * np.abs(ref).max()
     assert np.abs(ours - ref).max() < tol
-    assert (ours.argmax(-1) == ref.argmax(-1)).all()
+    # Same greedy choice at every position, except where transformers' top two are a near tie
+    # (closer than the tolerance), in which case ours must pick one of the tied tokens.
+    rows = np.arange(len(tokens))
+    picked = ours.argmax(-1)
+    assert (ref[rows, picked] >= ref.max(-1) - 2 * tol).all()
+    assert (picked == ref.argmax(-1)).mean() > 0.95
 
 
 @pytest.mark.parametrize("arch", tiny_models.ARCHS)
@@ -83,3 +90,28 @@ def test_chunked_prefill_and_decode_match_one_pass(arch: str, tmp_path: Path) ->
     assert last.shape == (256,)
     assert step.n_past == 30
     np.testing.assert_allclose(last, full[29], rtol=0, atol=1e-4)
+
+
+_ISA_SCRIPT = """
+import sys, numpy as np
+from ember import _core
+m = _core.Model(sys.argv[1], n_threads=2, n_batch=16)
+np.save(sys.argv[2], m.eval(list(range(0, 256, 5))))
+"""
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_isa_variants_agree(isa: str, tmp_path: Path) -> None:
+    """The scalar and SIMD kernels (chosen at start-up, capped by EMBER_CPU_ISA) agree."""
+    import os
+    import subprocess
+    import sys
+
+    hf = tiny_models.make_model("llama", head_dim=64, seed=2)
+    path = tiny_models.write_gguf(hf, tmp_path / "m.gguf", "llama")
+    ref = tiny_models.hf_logits(hf, list(range(0, 256, 5)))
+    out = tmp_path / "logits.npy"
+    env = dict(os.environ, EMBER_CPU_ISA=isa)
+    subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path), str(out)], env=env, check=True)
+    ours = np.load(out)
+    assert np.abs(ours - ref).max() < REL_TOL * np.abs(ref).max()

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/attention_kernels.h"
+#include "cpu/op_kernels.h"
 #include "cpu/ops.h"
 #include "cpu/parallel.h"
 #include "quant/blocks.h"

@@ -88,7 +88,7 @@ void CpuBackend::add_bias(float* x, const float* bias, int64_t n_rows, int64_t n
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
-  cpu::silu_mul(gate, up, n, y, pool_);
+  cpu::silu_mul(gate, up, n, y, isa_, pool_);
 }
 
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) {

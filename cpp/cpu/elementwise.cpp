@@ -1,6 +1,7 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, SwiGLU's silu·mul).
 #include <cmath>
 
+#include "cpu/op_kernels.h"
 #include "cpu/ops.h"
 #include "cpu/parallel.h"
 
@@ -25,13 +26,16 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, Threa
   });
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool) {
-  // expf dominates; worth threading sooner than a plain add.
-  parallel_for(pool, n, 1024, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float g = gate[i];
-      y[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
+void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa,
+              ThreadPool& pool) {
+  const auto kernel = isa.avx2_f16c ? silu_mul_avx2 : silu_mul_scalar;
+  // The exp makes this worth threading sooner than a plain add.
+  parallel_for(pool, n, 4096, [&](int64_t begin, int64_t end) {
+    kernel(gate + begin, up + begin, end - begin, y + begin);
   });
 }
 

@@ -1,6 +1,6 @@
-// cpu/attention_kernels.h: the per-ISA inner kernels of attention.cpp and store_kv.cpp. Private to
-// cpu/: the *_avx2 variants are compiled with AVX2/FMA/F16C flags and only called when
-// OpsIsa::avx2_f16c says the CPU has them.
+// cpu/op_kernels.h: the per-ISA inner kernels of the ops (attention.cpp, store_kv.cpp,
+// elementwise.cpp). Private to cpu/: the *_avx2 variants live in *_avx2.cpp files compiled with
+// AVX2/FMA/F16C flags and are only called when OpsIsa::avx2_f16c says the CPU has them.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +20,9 @@ void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64
 // dst[n] = f16 of src[n], rounding to nearest even. The avx2 variant needs n % 8 == 0.
 void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n);
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n);
+
+// y[n] = silu(gate[n]) * up[n].
+void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* y);
+void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* y);
 
 }  // namespace ember::cpu

@@ -33,7 +33,8 @@ void add(const float* a, const float* b, int64_t n, float* y, ThreadPool& pool);
 // x[n_rows, n_cols] += bias[n_cols].
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 // y[n] = silu(gate[n]) * up[n].
-void silu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa,
+              ThreadPool& pool);
 
 // x[n_rows, n_cols] = softmax over each row, in place.
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);

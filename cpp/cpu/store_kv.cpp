@@ -1,5 +1,5 @@
 // cpu/store_kv.cpp: writes new K/V rows into their cache slots as f16 (contiguous or paged).
-#include "cpu/attention_kernels.h"
+#include "cpu/op_kernels.h"
 #include "cpu/ops.h"
 #include "cpu/parallel.h"
 #include "quant/blocks.h"
