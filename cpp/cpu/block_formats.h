@@ -11,6 +11,10 @@
 
 #include <cstdint>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "quant/blocks.h"
 #include "quant/types.h"
 
@@ -35,22 +39,40 @@ inline void k4_scale_min(const uint8_t* scales, int i, int* sc, int* m) {
   }
 }
 
+// f16 bits -> f32, through the F16C instruction in files compiled with it (exact either way).
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return f16_to_f32(h);
+#endif
+}
+
 inline void set_scales(BlockScales* s, float scale, float min) {
   s->scale[0] = s->scale[1] = scale;
   s->min[0] = s->min[1] = min;
 }
 
+// Scale and min of 32-element block j of a q4_k / q5_k super-block with scales d, dmin.
+inline void k4_scales(const uint8_t* scales, int j, float d, float dmin, BlockScales* s) {
+  int sc, m;
+  k4_scale_min(scales, j, &sc, &m);
+  set_scales(s, d * static_cast<float>(sc), -(dmin * static_cast<float>(m)));
+}
+
 // Each format: Block (the GGUF struct), kBlocksPer (32-element blocks per Block), kBias,
-// kMaxU (largest u), kSub16 (halves have different scales), scales(), quants().
-// `b` always counts 32-element blocks from the start of the row.
+// kMaxU (largest u), kSub16 (halves have different scales), scales(), quants(), and
+// scales_all(row, i, s[kBlocksPer]) = the scales of every 32-element block of Block i (the
+// super-block scales decoded once). `b` counts 32-element blocks from the start of the row.
 
 struct FormatQ4_0 {
   using Block = BlockQ4_0;
   static constexpr int kBlocksPer = 1, kBias = 8, kMaxU = 15;
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, f16_to_f32(static_cast<const Block*>(row)[b].d), 0.0f);
+    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 16; ++l) {
@@ -66,8 +88,9 @@ struct FormatQ4_1 {
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b];
-    set_scales(s, f16_to_f32(x.d), f16_to_f32(x.m));
+    set_scales(s, half_to_float(x.d), half_to_float(x.m));
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 16; ++l) {
@@ -86,8 +109,9 @@ struct FormatQ5_0 {
   static constexpr int kBlocksPer = 1, kBias = 16, kMaxU = 31;
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, f16_to_f32(static_cast<const Block*>(row)[b].d), 0.0f);
+    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     const uint32_t qh = load_u32(x.qh);
@@ -104,8 +128,9 @@ struct FormatQ5_1 {
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b];
-    set_scales(s, f16_to_f32(x.d), f16_to_f32(x.m));
+    set_scales(s, half_to_float(x.d), half_to_float(x.m));
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     const uint32_t qh = load_u32(x.qh);
@@ -121,8 +146,9 @@ struct FormatQ8_0 {
   static constexpr int kBlocksPer = 1, kBias = 128, kMaxU = 255;
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, f16_to_f32(static_cast<const Block*>(row)[b].d), 0.0f);
+    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>(x.qs[l] + 128);
@@ -134,8 +160,9 @@ struct FormatIQ4_NL {
   static constexpr int kBlocksPer = 1, kBias = 128, kMaxU = 255;
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, f16_to_f32(static_cast<const Block*>(row)[b].d), 0.0f);
+    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
   }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 16; ++l) {
@@ -153,8 +180,14 @@ struct FormatQ2_K {
   static constexpr bool kSub16 = true;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
-    const int j = static_cast<int>(b % 8);
-    const float d = f16_to_f32(x.d), dmin = f16_to_f32(x.dmin);
+    one(x, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
+    for (int j = 0; j < 8; ++j) one(x, j, d, dmin, &s[j]);
+  }
+  static void one(const Block& x, int j, float d, float dmin, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       const uint8_t sc = x.scales[2 * j + h];
       s->scale[h] = d * static_cast<float>(sc & 15);
@@ -177,8 +210,14 @@ struct FormatQ3_K {
   static constexpr bool kSub16 = true;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
-    const int j = static_cast<int>(b % 8);
-    const float d = f16_to_f32(x.d);
+    one(x, static_cast<int>(b % 8), half_to_float(x.d), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d);
+    for (int j = 0; j < 8; ++j) one(x, j, d, &s[j]);
+  }
+  static void one(const Block& x, int j, float d, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       const int i = 2 * j + h;
       const int low = i < 8 ? (x.scales[i] & 15) : (x.scales[i - 8] >> 4);
@@ -203,10 +242,12 @@ struct FormatQ4_K {
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
-    int sc, m;
-    k4_scale_min(x.scales, static_cast<int>(b % 8), &sc, &m);
-    set_scales(s, f16_to_f32(x.d) * static_cast<float>(sc),
-               -(f16_to_f32(x.dmin) * static_cast<float>(m)));
+    k4_scales(x.scales, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
+    for (int j = 0; j < 8; ++j) k4_scales(x.scales, j, d, dmin, &s[j]);
   }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
@@ -224,10 +265,12 @@ struct FormatQ5_K {
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
-    int sc, m;
-    k4_scale_min(x.scales, static_cast<int>(b % 8), &sc, &m);
-    set_scales(s, f16_to_f32(x.d) * static_cast<float>(sc),
-               -(f16_to_f32(x.dmin) * static_cast<float>(m)));
+    k4_scales(x.scales, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
+    for (int j = 0; j < 8; ++j) k4_scales(x.scales, j, d, dmin, &s[j]);
   }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
@@ -246,8 +289,14 @@ struct FormatQ6_K {
   static constexpr bool kSub16 = true;
   static void scales(const void* row, int64_t b, BlockScales* s) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
-    const int j = static_cast<int>(b % 8);
-    const float d = f16_to_f32(x.d);
+    one(x, static_cast<int>(b % 8), half_to_float(x.d), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d);
+    for (int j = 0; j < 8; ++j) one(x, j, d, &s[j]);
+  }
+  static void one(const Block& x, int j, float d, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       s->scale[h] = d * static_cast<float>(x.scales[2 * j + h]);
       s->min[h] = 0.0f;

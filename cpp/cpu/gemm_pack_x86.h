@@ -37,10 +37,11 @@ void pack_quant_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc,
   if (nc < NC) std::memset(static_cast<void*>(panel), 0, sizeof(PanelBlock<NC>) * n_blocks);
   for (int c = 0; c < nc; ++c) {
     const uint8_t* row = w + (c0 + c) * w_row_bytes;
+    BlockScales scales[F::kBlocksPer];
     for (int64_t b = 0; b < n_blocks; ++b) {
       PanelBlock<NC>& p = panel[b];
-      BlockScales s;
-      F::scales(row, b, &s);
+      if (b % F::kBlocksPer == 0) F::scales_all(row, b / F::kBlocksPer, scales);
+      const BlockScales& s = scales[b % F::kBlocksPer];
       __m256i u = quants_x86(F{}, row, b);
       if constexpr (kSigned) u = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
       alignas(32) uint32_t lanes[8];

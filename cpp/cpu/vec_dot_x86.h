@@ -25,26 +25,34 @@ template <typename F, typename BlockDot>
 float vec_dot_quant_x86(int64_t n_in, const void* w_row, const void* act_row) {
   constexpr int kBias = BlockDot::template bias<F>();
   const auto* act = static_cast<const BlockQ8A*>(act_row);
-  __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0.0f;  // the min / offset terms: Σ (min - kBias * scale) * d_a * Σa
-  for (int64_t b = 0; b < n_in / 32; ++b) {
-    const BlockQ8A& a = act[b];
-    BlockScales s;
-    F::scales(w_row, b, &s);
-    const __m256i u = quants_x86(F{}, w_row, b);
-    const __m256i dot = BlockDot::template dot<F>(
-        u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
-    if constexpr (F::kSub16) {
-      const __m256 sv = _mm256_set_m128(_mm_set1_ps(s.scale[1] * a.d), _mm_set1_ps(s.scale[0] * a.d));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sv, acc);
-      acc_min += (s.min[0] - kBias * s.scale[0]) * a.s_lo +
-                 (s.min[1] - kBias * s.scale[1]) * (a.s - a.s_lo);
-    } else {
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s.scale[0] * a.d), acc);
-      acc_min += (s.min[0] - kBias * s.scale[0]) * a.s;
+  // Two accumulators of each kind: consecutive blocks do not wait on each other's adds.
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  float acc_min[2] = {0.0f, 0.0f};  // the min / offset terms: Σ (min - kBias * scale) * d_a * Σa
+  for (int64_t i = 0; i < n_in / (32 * F::kBlocksPer); ++i) {
+    BlockScales scales[F::kBlocksPer];
+    F::scales_all(w_row, i, scales);
+#pragma GCC unroll 8
+    for (int j = 0; j < F::kBlocksPer; ++j) {
+      const int64_t b = i * F::kBlocksPer + j;
+      const BlockQ8A& a = act[b];
+      const BlockScales& s = scales[j];
+      const __m256i u = quants_x86(F{}, w_row, b);
+      const __m256i dot = BlockDot::template dot<F>(
+          u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+      const int k = static_cast<int>(b & 1);
+      if constexpr (F::kSub16) {
+        const __m256 sv =
+            _mm256_set_m128(_mm_set1_ps(s.scale[1] * a.d), _mm_set1_ps(s.scale[0] * a.d));
+        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sv, acc[k]);
+        acc_min[k] += (s.min[0] - kBias * s.scale[0]) * a.s_lo +
+                      (s.min[1] - kBias * s.scale[1]) * (a.s - a.s_lo);
+      } else {
+        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s.scale[0] * a.d), acc[k]);
+        acc_min[k] += (s.min[0] - kBias * s.scale[0]) * a.s;
+      }
     }
   }
-  return hsum_x86(acc) + acc_min;
+  return hsum_x86(_mm256_add_ps(acc[0], acc[1])) + (acc_min[0] + acc_min[1]);
 }
 
 // Float weights (f32 / f16 / bf16) against f32 activations; Load gives 8 weights as f32.
