@@ -30,6 +30,7 @@ EXPECTED_CASES = [
     "manager_prefix_hit_counts_full_blocks_and_never_the_whole_prompt",
     "manager_allocation_failure_changes_nothing",
     "manager_hit_on_evictable_blocks_counts_their_room",
+    "manager_evicts_sequence_tails_first_and_older_sequences_first",
     "kv_budget_in_tokens_or_bytes",
     "scheduler_splits_the_token_budget",
     "scheduler_chunks_long_prompts_across_steps",

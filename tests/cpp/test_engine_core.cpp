@@ -453,6 +453,29 @@ TEST(manager_hit_on_evictable_blocks_counts_their_room) {
   kv.check_invariants();
 }
 
+TEST(manager_evicts_sequence_tails_first_and_older_sequences_first) {
+  KVCacheManager kv(kv_config(6, 4));
+  const auto pa = iota_tokens(12, 1), pb = iota_tokens(12, 100);
+  for (auto [id, prompt] : {std::pair{SequenceId{1}, &pa}, std::pair{SequenceId{2}, &pb}}) {
+    CHECK(kv.allocate_slots(SequenceState{id, *prompt, 0}, 12).has_value());
+    kv.cache_computed_blocks(SequenceState{id, *prompt, 12});
+  }
+  const std::vector<BlockId> a(kv.block_table(1).begin(), kv.block_table(1).end());
+  const std::vector<BlockId> b(kv.block_table(2).begin(), kv.block_table(2).end());
+  kv.free(1);
+  kv.free(2);
+  CHECK(kv.pool().evictable_blocks() == (std::vector<BlockId>{a[2], a[1], a[0], b[2], b[1], b[0]}));
+  // Two new blocks evict A's tail; A's first block survives, B is intact.
+  CHECK(kv.allocate_slots(SequenceState{3, iota_tokens(8, 900), 0}, 8).has_value());
+  auto longer_a = pa;
+  longer_a.push_back(7);
+  auto longer_b = pb;
+  longer_b.push_back(7);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, longer_a, 0}).n_tokens(), 4);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, longer_b, 0}).n_tokens(), 12);
+  kv.check_invariants();
+}
+
 TEST(kv_budget_in_tokens_or_bytes) {
   CHECK_EQ(KVCacheConfig::blocks_for_tokens(4096, 16), 256);
   CHECK_EQ(KVCacheConfig::blocks_for_tokens(4100, 16), 256);
