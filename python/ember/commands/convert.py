@@ -1,0 +1,44 @@
+"""`ember convert SRC -o OUT.gguf --type TYPE`: a Hugging Face checkpoint to a GGUF file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from ember.convert import ConvertResult
+
+TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k"
+
+
+def summary(result: ConvertResult) -> str:
+    """One line on what was written: path, architecture, tensor types, size."""
+    types = ", ".join(f"{n} {t}" for t, n in sorted(result.tensor_types.items(),
+                                                     key=lambda kv: -kv[1]))
+    return (f"wrote {result.path} ({result.architecture}, {result.n_tensors} tensors: {types}; "
+            f"{result.n_bytes / 1e6:.1f} MB)")
+
+
+def convert(
+    src: Annotated[str, typer.Argument(
+        help="a Hugging Face model folder, or a hub repo id (owner/name)")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="the .gguf file to write")],
+    out_type: Annotated[str, typer.Option("--type", "-t", help=f"output type: {TYPES}")] = "f16",
+    force: Annotated[bool, typer.Option("--force", "-f",
+                                        help="overwrite OUTPUT if it exists")] = False,
+    name: Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer evaluates it on 3.9
+        "--name", help="general.name (default: the source's name)")] = None,
+    revision: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--revision", help="hub revision: branch, tag or commit")] = None,
+) -> None:
+    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3) to a GGUF file."""
+    from ember.convert import convert as run_convert
+
+    result = run_convert(src, output, out_type, force=force, name=name, revision=revision)
+    typer.echo(summary(result), err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(convert)

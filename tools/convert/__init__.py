@@ -1,0 +1,27 @@
+"""ember.convert: Hugging Face checkpoints to GGUF files that run in ember and in llama.cpp.
+
+    from ember.convert import convert, quantize_gguf
+    convert("path/to/hf-model-or-repo/id", "model.gguf", "q4_k_m")
+    quantize_gguf("model-f16.gguf", "model-q4_k_m.gguf", "q4_k_m")
+
+One module per architecture family (llama.py, qwen2.py, qwen3.py), registered by Hugging Face
+class name in registry.py; importing this package registers them all.
+"""
+
+from __future__ import annotations
+
+from . import llama, qwen2, qwen3  # noqa: F401  (registers the families)
+from .convert import ConvertResult, convert
+from .errors import ConvertError
+from .qtypes import OUTPUT_TYPES
+from .registry import supported_architectures
+from .requantize import quantize_gguf
+
+__all__ = [
+    "OUTPUT_TYPES",
+    "ConvertError",
+    "ConvertResult",
+    "convert",
+    "quantize_gguf",
+    "supported_architectures",
+]

@@ -1,0 +1,49 @@
+"""Llama and Mistral (GGUF architecture "llama"): Q/K rows permuted to llama.cpp's RoPE layout,
+optional attention biases, linear / yarn / llama3 RoPE scaling (llama3 as rope_freqs.weight)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import DecoderFamily, ExtraTensor
+from .registry import register
+
+
+@register("LlamaForCausalLM", "MistralForCausalLM")
+class LlamaFamily(DecoderFamily):
+    gguf_arch = "llama"
+    permute_qk = True
+    qkv_bias = "optional"
+    rope_scaling_types = ("linear", "yarn", "llama3")
+
+    def extra_tensors(self) -> list[ExtraTensor]:
+        if self.hp.rope_scaling.get("rope_type") != "llama3":
+            return []
+        n_rot = self.hp.head_dim
+        return [ExtraTensor("rope_freqs.weight", (n_rot // 2,), self._llama3_rope_factors)]
+
+    def _llama3_rope_factors(self) -> np.ndarray:
+        """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors: per-frequency divisors
+        for Llama 3.1's long-context RoPE."""
+        hp, scaling = self.hp, self.hp.rope_scaling
+        base = hp.rope_theta if hp.rope_theta is not None else 10000.0
+        dim = hp.head_dim
+        freqs = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+        factor = scaling.get("factor", 8.0)
+        low = scaling.get("low_freq_factor", 1.0)
+        high = scaling.get("high_freq_factor", 4.0)
+        old_ctx = scaling.get("original_max_position_embeddings", 8192)
+        low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+        factors = []
+        for freq in freqs.tolist():
+            wavelen = 2 * math.pi / freq
+            if wavelen < high_wavelen:
+                factors.append(1.0)
+            elif wavelen > low_wavelen:
+                factors.append(factor)
+            else:
+                smooth = (old_ctx / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        return np.array(factors, dtype=np.float32)
