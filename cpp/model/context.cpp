@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "model/llama.h"
+#include "model/forward.h"
 
 namespace ember {
 
@@ -64,13 +64,19 @@ void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* outpu
       chunk_outputs[n_chunk_outputs] = static_cast<int32_t>(output_rows[next_output + n_chunk_outputs] - begin);
       ++n_chunk_outputs;
     }
-    MicroBatch batch;
+    SequenceRows seq;
+    seq.n_rows = n;
+    seq.kv = kv_.layer(0);
+    ForwardBatch batch;
     batch.tokens = tokens + begin;
     batch.positions = positions;
     batch.n_tokens = n;
+    batch.seqs = &seq;
+    batch.n_seqs = 1;
+    batch.kv_layer_stride = kv_.layer_stride();
     batch.output_rows = chunk_outputs;
     batch.n_outputs = n_chunk_outputs;
-    llama_forward(*model_, kv_, scratch_, batch, logits + next_output * c.n_vocab);
+    forward(*model_, scratch_, batch, logits + next_output * c.n_vocab);
     next_output += n_chunk_outputs;
     n_past_ += n;
   }

@@ -6,8 +6,18 @@
 
 namespace ember {
 
-void llama_forward(const Model& model, KVCache& kv, Scratch& s, const MicroBatch& batch,
-                   float* logits) {
+namespace {
+
+KVView layer_view(const SequenceRows& seq, int64_t il, int64_t layer_stride) {
+  KVView view = seq.kv;
+  view.k += il * layer_stride;
+  view.v += il * layer_stride;
+  return view;
+}
+
+}  // namespace
+
+void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* logits) {
   const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
   Backend& be = model.backend();
@@ -34,7 +44,6 @@ void llama_forward(const Model& model, KVCache& kv, Scratch& s, const MicroBatch
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = w.layers[il];
     const bool last = il == c.n_layer - 1;
-    const KVView layer_kv = kv.layer(il);
 
     // --- attention ---
     be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
@@ -44,7 +53,12 @@ void llama_forward(const Model& model, KVCache& kv, Scratch& s, const MicroBatch
     if (l.bv) be.add_bias(v, l.bv.f32(), n, n_kv);
     if (l.k_norm) be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
     be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
-    be.store_kv(layer_kv, batch.positions, n, n_kv, k, v);
+    for (int64_t is = 0; is < batch.n_seqs; ++is) {
+      const SequenceRows& seq = batch.seqs[is];
+      const int64_t r0 = seq.row_begin;
+      be.store_kv(layer_view(seq, il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows,
+                  n_kv, k + r0 * n_kv, v + r0 * n_kv);
+    }
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
     if (last && batch.n_outputs == 0) break;
 
@@ -52,7 +66,12 @@ void llama_forward(const Model& model, KVCache& kv, Scratch& s, const MicroBatch
     if (l.bq) be.add_bias(q, l.bq.f32(), n, n_q);
     if (l.q_norm) be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
     be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
-    be.attention(q, batch.positions, n, layer_kv, attention, attn);
+    for (int64_t is = 0; is < batch.n_seqs; ++is) {
+      const SequenceRows& seq = batch.seqs[is];
+      const int64_t r0 = seq.row_begin;
+      be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows,
+                   layer_view(seq, il, batch.kv_layer_stride), attention, attn + r0 * n_q);
+    }
 
     // The last layer's projection and feed-forward only matter for the output rows: keep
     // those (rows [n_rows] from here on) and drop the rest.

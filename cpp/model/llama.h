@@ -7,10 +7,9 @@
 
 namespace ember {
 
-// Runs one micro-batch through the model, appending its keys/values to `kv` at the batch's
-// positions, and writes logits [n_outputs, n_vocab] of the batch's output rows (none when
-// n_outputs is 0: a prefill chunk). Inputs are validated by the caller (model/context.cpp).
-void llama_forward(const Model& model, KVCache& kv, Scratch& scratch, const MicroBatch& batch,
-                   float* logits);
+// Runs a batch through the model, writing every row's key/value into its sequence's cache at
+// the row's position, and writes logits [n_outputs, n_vocab] of the batch's output rows (none
+// when n_outputs is 0: prefill chunks). Inputs are validated by the caller (validate_batch).
+void llama_forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits);
 
 }  // namespace ember

@@ -21,10 +21,11 @@ struct KVCache {
   KVCache() = default;
   KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx);
 
+  int64_t layer_stride() const { return n_ctx * n_kv_dim; }  // f16 values per layer
   KVView layer(int64_t il) const {
     KVView view;
-    view.k = k.as<uint16_t>() + il * n_ctx * n_kv_dim;
-    view.v = v.as<uint16_t>() + il * n_ctx * n_kv_dim;
+    view.k = k.as<uint16_t>() + il * layer_stride();
+    view.v = v.as<uint16_t>() + il * layer_stride();
     view.row_stride = n_kv_dim;
     return view;
   }
@@ -49,11 +50,24 @@ struct Scratch {
   Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);
 };
 
-// One micro-batch of one sequence.
-struct MicroBatch {
+// The rows of one sequence in a forward batch: contiguous, in position order, each attending to
+// the sequence's cached positions up to its own.
+struct SequenceRows {
+  int64_t row_begin = 0;
+  int64_t n_rows = 0;
+  KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
+              // values further (true of KVCache and of kv/PagedKVCache)
+};
+
+// One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,
+// while store_kv and attention run per sequence.
+struct ForwardBatch {
   const int32_t* tokens = nullptr;       // [n_tokens]
-  const int32_t* positions = nullptr;    // [n_tokens], each token's position in the sequence
-  int64_t n_tokens = 0;                  // 1 .. n_batch
+  const int32_t* positions = nullptr;    // [n_tokens], each token's position in its sequence
+  int64_t n_tokens = 0;                  // 1 .. scratch n_batch
+  const SequenceRows* seqs = nullptr;    // [n_seqs], covering the rows in order
+  int64_t n_seqs = 0;
+  int64_t kv_layer_stride = 0;           // f16 values from one layer's K (or V) to the next
   const int32_t* output_rows = nullptr;  // [n_outputs] ascending rows whose logits are wanted
   int64_t n_outputs = 0;
 };
