@@ -160,16 +160,18 @@ static_assert(sizeof(BlockIQ4_XS) == 136);
 // numpy keeps a NaN's top payload bits and does not quiet signalling NaNs.
 
 // Exact: every f16 value, subnormals and NaN payloads included, is an f32 value. Branch-free
-// (selects only) so loops over it vectorize.
+// (masks, no selects) so that loops over it vectorize.
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t magnitude = h & 0x7fffu;
-  const uint32_t normal = (magnitude << 13) + (112u << 23);  // exponent rebiased from 15 to 127
-  const uint32_t inf_nan = normal + (112u << 23);            // exponent 31 -> 255, payload kept
+  const uint32_t inf_nan_mask = 0u - static_cast<uint32_t>(magnitude >= 0x7c00u);
+  const uint32_t subnormal_mask = 0u - static_cast<uint32_t>(magnitude < 0x0400u);
+  // Normal: exponent rebiased from 15 to 127; inf/NaN: exponent 31 -> 255, payload kept.
+  const uint32_t normal = (magnitude << 13) + (112u << 23) + (inf_nan_mask & (112u << 23));
   // Subnormal (and zero): mantissa * 2^-24, exact in f32.
-  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(magnitude) * 0x1p-24f);
-  const uint32_t bits = magnitude >= 0x7c00u ? inf_nan : (magnitude < 0x0400u ? subnormal : normal);
-  return std::bit_cast<float>(sign | bits);
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(magnitude)) * 0x1p-24f);
+  return std::bit_cast<float>(sign | (normal & ~subnormal_mask) | (subnormal & subnormal_mask));
 }
 
 // IEEE round-to-nearest-even; overflow gives inf; a NaN keeps its top 10 payload bits (and stays

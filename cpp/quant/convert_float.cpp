@@ -32,9 +32,14 @@ void dequantize_16bit(const void* src, float* dst, int64_t n, Convert convert) {
 
 }  // namespace
 
-void dequantize_row_f16(const void* src, float* dst, int64_t n) { dequantize_16bit(src, dst, n, f16_to_f32); }
+// Lambdas, not function pointers, so the conversion inlines into the loop.
+void dequantize_row_f16(const void* src, float* dst, int64_t n) {
+  dequantize_16bit(src, dst, n, [](uint16_t h) { return f16_to_f32(h); });
+}
 
-void dequantize_row_bf16(const void* src, float* dst, int64_t n) { dequantize_16bit(src, dst, n, bf16_to_f32); }
+void dequantize_row_bf16(const void* src, float* dst, int64_t n) {
+  dequantize_16bit(src, dst, n, [](uint16_t h) { return bf16_to_f32(h); });
+}
 
 void quantize_row_f32(const float* src, void* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));

@@ -17,10 +17,8 @@ void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
     const BlockQ4_0 x = blocks[b];
     const float d = f16_to_f32(x.d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      dst[j] = d * static_cast<float>((x.qs[j] & 0x0f) - 8);
-      dst[j + kQK / 2] = d * static_cast<float>((x.qs[j] >> 4) - 8);
-    }
+    for (int j = 0; j < kQK / 2; ++j) dst[j] = d * static_cast<float>((x.qs[j] & 0x0f) - 8);
+    for (int j = 0; j < kQK / 2; ++j) dst[j + kQK / 2] = d * static_cast<float>((x.qs[j] >> 4) - 8);
   }
 }
 
@@ -29,10 +27,8 @@ void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
     const BlockQ4_1 x = blocks[b];
     const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
-    for (int j = 0; j < kQK / 2; ++j) {
-      dst[j] = d * static_cast<float>(x.qs[j] & 0x0f) + m;
-      dst[j + kQK / 2] = d * static_cast<float>(x.qs[j] >> 4) + m;
-    }
+    for (int j = 0; j < kQK / 2; ++j) dst[j] = d * static_cast<float>(x.qs[j] & 0x0f) + m;
+    for (int j = 0; j < kQK / 2; ++j) dst[j + kQK / 2] = d * static_cast<float>(x.qs[j] >> 4) + m;
   }
 }
 
@@ -44,6 +40,14 @@ uint32_t load_qh(const uint8_t qh[4]) {
          static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
 }
 
+// q[32] = the 5-bit quants: nibbles of qs (element j low, j + 16 high) with bit j of qh on top.
+void unpack_5bit(const uint8_t qs[kQK / 2], uint32_t qh, uint8_t q[kQK]) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
+    q[j + kQK / 2] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
 }  // namespace
 
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
@@ -51,13 +55,9 @@ void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
     const BlockQ5_0 x = blocks[b];
     const float d = f16_to_f32(x.d);
-    const uint32_t qh = load_qh(x.qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = (x.qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
-      const int q1 = (x.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
-      dst[j] = d * static_cast<float>(q0 - 16);
-      dst[j + kQK / 2] = d * static_cast<float>(q1 - 16);
-    }
+    uint8_t q[kQK];
+    unpack_5bit(x.qs, load_qh(x.qh), q);
+    for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(q[j] - 16);
   }
 }
 
@@ -66,13 +66,9 @@ void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
     const BlockQ5_1 x = blocks[b];
     const float d = f16_to_f32(x.d), m = f16_to_f32(x.m);
-    const uint32_t qh = load_qh(x.qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = (x.qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
-      const int q1 = (x.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
-      dst[j] = d * static_cast<float>(q0) + m;
-      dst[j + kQK / 2] = d * static_cast<float>(q1) + m;
-    }
+    uint8_t q[kQK];
+    unpack_5bit(x.qs, load_qh(x.qh), q);
+    for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(q[j]) + m;
   }
 }
 
@@ -90,10 +86,8 @@ void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
     const BlockIQ4_NL x = blocks[b];
     const float d = f16_to_f32(x.d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      dst[j] = d * static_cast<float>(kIq4nlValues[x.qs[j] & 0x0f]);
-      dst[j + kQK / 2] = d * static_cast<float>(kIq4nlValues[x.qs[j] >> 4]);
-    }
+    for (int j = 0; j < kQK / 2; ++j) dst[j] = d * static_cast<float>(kIq4nlValues[x.qs[j] & 0x0f]);
+    for (int j = 0; j < kQK / 2; ++j) dst[j + kQK / 2] = d * static_cast<float>(kIq4nlValues[x.qs[j] >> 4]);
   }
 }
 
