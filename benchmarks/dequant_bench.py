@@ -15,12 +15,11 @@ import os
 import time
 from collections.abc import Callable
 
+import ember._core as core
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as GT
 from gguf.quants import dequantize as gguf_dequantize
-
-import ember._core as core
 
 TYPES = [
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
@@ -47,38 +46,52 @@ def random_blocks(name: str, n_bytes: int, rng: np.random.Generator) -> tuple[np
     return raw.reshape(-1), n_blocks * block_size
 
 
-def best_seconds(fn: Callable[[], object], repeats: int) -> float:
+def best_seconds(fn: Callable[..., object], fn_args: tuple, repeats: int) -> float:
+    """The fastest of `repeats` calls fn(*fn_args), in seconds."""
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        fn(*fn_args)
         best = min(best, time.perf_counter() - start)
     return best
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mb", type=float, default=64.0, help="quantized input per type for ember")
-    parser.add_argument("--numpy-size-mb", type=float, default=8.0, help="input per type for gguf-py (slow, memory hungry)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size-mb", type=float, default=64.0, help="quantized input per type for ember"
+    )
+    parser.add_argument(
+        "--numpy-size-mb",
+        type=float,
+        default=8.0,
+        help="input per type for gguf-py (slow, memory hungry)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--types", nargs="*", default=TYPES)
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
-    print(f"cpus available: {len(os.sched_getaffinity(0))}; ember input {args.size_mb:g} MB, gguf-py input {args.numpy_size_mb:g} MB")
+    print(
+        f"cpus available: {len(os.sched_getaffinity(0))}; ember input {args.size_mb:g} MB, gguf-py input {args.numpy_size_mb:g} MB"
+    )
     header = f"{'type':8s} {'ember GB/s':>11s} {'ember Gelem/s':>14s} {'gguf-py GB/s':>13s} {'gguf-py Gelem/s':>16s} {'speedup':>8s}"
     print(header)
     print("-" * len(header))
     for name in args.types:
         raw, n = random_blocks(name, int(args.size_mb * 2**20), rng)
-        seconds = best_seconds(lambda: core.dequantize(name, raw, n), args.repeats)
+        seconds = best_seconds(core.dequantize, (name, raw, n), args.repeats)
         ember_gbs, ember_eps = raw.size / seconds / 1e9, n / seconds / 1e9
 
         small, n_small = random_blocks(name, int(args.numpy_size_mb * 2**20), rng)
         qtype = GT[name.upper()]
-        np_seconds = best_seconds(lambda: gguf_dequantize(small, qtype), max(1, args.repeats // 2))
+        np_seconds = best_seconds(gguf_dequantize, (small, qtype), max(1, args.repeats // 2))
         np_gbs, np_eps = small.size / np_seconds / 1e9, n_small / np_seconds / 1e9
-        print(f"{name:8s} {ember_gbs:11.2f} {ember_eps:14.3f} {np_gbs:13.3f} {np_eps:16.3f} {ember_gbs / np_gbs:7.1f}x")
+        print(
+            f"{name:8s} {ember_gbs:11.2f} {ember_eps:14.3f} {np_gbs:13.3f} {np_eps:16.3f} {ember_gbs / np_gbs:7.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import os
 import platform
 from pathlib import Path
 
+import ember._core as core
 import gguf
 import numpy as np
 import pytest
@@ -18,15 +19,22 @@ from gguf import GGMLQuantizationType as GT
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
-import ember._core as core
-
 SEED = int(os.environ.get("EMBER_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
 DEQUANT_TYPES = [
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
     "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
 ]  # fmt: skip
-QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]  # bit-identical to gguf-py
+QUANT_TYPES = [
+    "f32",
+    "f16",
+    "bf16",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q8_0",
+]  # bit-identical to gguf-py
 K_QUANT_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]  # gguf-py cannot write these
 
 # Byte offsets of the f16 scale fields inside each block (see cpp/quant/blocks.h).
@@ -66,7 +74,9 @@ def random_raw(name: str, n_blocks: int, rng: np.random.Generator) -> np.ndarray
     _, type_size = block_shape(name)
     raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
     for offset in F16_FIELDS.get(name, []):
-        raw[:, offset : offset + 2] = finite_f16_bits(rng, n_blocks).view(np.uint8).reshape(n_blocks, 2)
+        raw[:, offset : offset + 2] = (
+            finite_f16_bits(rng, n_blocks).view(np.uint8).reshape(n_blocks, 2)
+        )
     return raw.reshape(-1)
 
 
@@ -76,13 +86,17 @@ def reference_dequantize(name: str, raw: np.ndarray) -> np.ndarray:
 
 
 def assert_same_bits(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert ours.dtype == ref.dtype and ours.shape == ref.shape, f"{what}: {ours.dtype}{ours.shape} vs {ref.dtype}{ref.shape}"
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape, (
+        f"{what}: {ours.dtype}{ours.shape} vs {ref.dtype}{ref.shape}"
+    )
     view = np.uint32 if ours.dtype == np.float32 else np.uint8
     a, b = ours.view(view), ref.view(view)
     if not np.array_equal(a, b):
         bad = np.flatnonzero(a != b)
         i = bad[0]
-        pytest.fail(f"{what} (seed {SEED}): {bad.size} of {a.size} differ, first at {i}: {ours[i]!r} vs {ref[i]!r}")
+        pytest.fail(
+            f"{what} (seed {SEED}): {bad.size} of {a.size} differ, first at {i}: {ours[i]!r} vs {ref[i]!r}"
+        )
 
 
 # ---- dequantize ------------------------------------------------------------------------------
@@ -99,7 +113,9 @@ def test_dequantize_random_blocks_match_gguf_py(name: str) -> None:
     assert ours.dtype == np.float32 and ours.shape == (n,)
     assert_same_bits(ours, reference_dequantize(name, raw), f"dequantize {name}")
     # bytes input and upper-case names take the same path
-    assert_same_bits(core.dequantize(name.upper(), raw.tobytes(), n), ours, f"dequantize {name} from bytes")
+    assert_same_bits(
+        core.dequantize(name.upper(), raw.tobytes(), n), ours, f"dequantize {name} from bytes"
+    )
 
 
 @pytest.mark.parametrize("name", ["q4_0", "q5_1", "q3_k", "iq4_xs", "f16"])
@@ -111,19 +127,27 @@ def test_dequantize_unaligned_and_longer_source(name: str) -> None:
     padded[1 : 1 + raw.size] = raw
     unaligned = padded[1:]  # odd address, and 8 bytes longer than needed
     ours = core.dequantize(name, unaligned, 32 * block_size)
-    assert_same_bits(ours, reference_dequantize(name, raw[: 32 * type_size]), f"dequantize {name} unaligned")
+    assert_same_bits(
+        ours, reference_dequantize(name, raw[: 32 * type_size]), f"dequantize {name} unaligned"
+    )
 
 
 def test_f16_and_bf16_every_bit_pattern() -> None:
     bits = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
-    assert_same_bits(core.dequantize("f16", bits, 1 << 16), reference_dequantize("f16", bits), "f16 -> f32")
-    assert_same_bits(core.dequantize("bf16", bits, 1 << 16), reference_dequantize("bf16", bits), "bf16 -> f32")
+    assert_same_bits(
+        core.dequantize("f16", bits, 1 << 16), reference_dequantize("f16", bits), "f16 -> f32"
+    )
+    assert_same_bits(
+        core.dequantize("bf16", bits, 1 << 16), reference_dequantize("bf16", bits), "bf16 -> f32"
+    )
 
 
 def test_dequantize_large_array_uses_threads_identically() -> None:
     rng = rng_for("large")
     raw = random_raw("q4_k", 8192, rng)  # 2M elements: split over the thread pool
-    assert_same_bits(core.dequantize("q4_k", raw, 8192 * 256), reference_dequantize("q4_k", raw), "q4_k large")
+    assert_same_bits(
+        core.dequantize("q4_k", raw, 8192 * 256), reference_dequantize("q4_k", raw), "q4_k large"
+    )
 
 
 # ---- quantize --------------------------------------------------------------------------------
@@ -203,7 +227,9 @@ def test_quantize_rounds_each_operation_like_numpy(name: str) -> None:
     one_rounding = np.trunc(np.float32(float(x) * float(id_) + offset))
     assert two_roundings == integer and one_rounding == integer - 1  # the input discriminates
     ref = np.ascontiguousarray(gguf_quantize(block, gguf_type(name))).view(np.uint8).reshape(-1)
-    assert_same_bits(np.frombuffer(core.quantize(block, name), dtype=np.uint8), ref, f"quantize {name} rounding")
+    assert_same_bits(
+        np.frombuffer(core.quantize(block, name), dtype=np.uint8), ref, f"quantize {name} rounding"
+    )
 
 
 @pytest.mark.parametrize("name", QUANT_TYPES)
@@ -223,16 +249,30 @@ def test_float_rounding_of_many_bit_patterns(name: str) -> None:
     high = np.arange(1 << 19, dtype=np.uint32) << 13
     lows = [0, 1, 0x0800, 0x0FFF, 0x1000, 0x1001, 0x1FFF]
     rng = rng_for(name)
-    bits = np.concatenate([high | low for low in lows] + [rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint32)])
+    bits = np.concatenate(
+        [high | low for low in lows] + [rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint32)]
+    )
     values = bits.view(np.float32)
     with np.errstate(all="ignore"):
-        ref = np.ascontiguousarray(gguf_quantize(values, gguf_type(name))).view(np.uint8).reshape(-1)
-    assert_same_bits(np.frombuffer(core.quantize(values, name), dtype=np.uint8), ref, f"f32 -> {name}")
+        ref = (
+            np.ascontiguousarray(gguf_quantize(values, gguf_type(name))).view(np.uint8).reshape(-1)
+        )
+    assert_same_bits(
+        np.frombuffer(core.quantize(values, name), dtype=np.uint8), ref, f"f32 -> {name}"
+    )
 
 
 def test_round_trip_error_is_small() -> None:
     data = rng_for("round_trip").standard_normal((64, 256)).astype(np.float32)
-    bound = {"q4_0": 0.12, "q4_1": 0.1, "q5_0": 0.06, "q5_1": 0.05, "q8_0": 0.01, "f16": 1e-3, "bf16": 5e-3}
+    bound = {
+        "q4_0": 0.12,
+        "q4_1": 0.1,
+        "q5_0": 0.06,
+        "q5_1": 0.05,
+        "q8_0": 0.01,
+        "f16": 1e-3,
+        "bf16": 5e-3,
+    }
     for name, max_rms in bound.items():
         back = core.dequantize(name, core.quantize(data, name), data.size).reshape(data.shape)
         rms = float(np.sqrt(np.mean((back - data) ** 2)))
@@ -253,7 +293,13 @@ LLAMA_CPP_K_BLOCKS = {
     "q6_k": ("8b76c8de301bb3d0", "02aec19d1ea2c816"),
 }
 # rms error of llama.cpp's reference on standard normal data (measured, 65536 values).
-LLAMA_CPP_K_RMS = {"q2_k": 0.2970, "q3_k": 0.1507, "q4_k": 0.07157, "q5_k": 0.03612, "q6_k": 0.01775}
+LLAMA_CPP_K_RMS = {
+    "q2_k": 0.2970,
+    "q3_k": 0.1507,
+    "q4_k": 0.07157,
+    "q5_k": 0.03612,
+    "q6_k": 0.01775,
+}
 # ggml's test-quantize-fns bounds on sqrt(sum of squared errors) / n for its cos data.
 GGML_TOTAL_ERROR = {"q2_k": 0.0075, "q3_k": 0.0040, "q4_k": 0.002, "q5_k": 0.002, "q6_k": 0.002}
 
@@ -265,10 +311,15 @@ def sha16(data: bytes) -> str:
 @pytest.mark.parametrize("name", K_QUANT_TYPES)
 def test_k_quant_blocks_equal_llama_cpp_reference(name: str) -> None:
     cos_data = (0.1 + 2 * np.cos(np.arange(4096.0))).astype(np.float32)
-    normal = np.random.default_rng(12345).standard_normal(4096).astype(np.float32) * np.float32(0.05)
+    normal = np.random.default_rng(12345).standard_normal(4096).astype(np.float32) * np.float32(
+        0.05
+    )
     if sha16(cos_data.tobytes()) != GGML_TEST_INPUT or sha16(normal.tobytes()) != NORMAL_INPUT:
         pytest.skip("this platform's numpy generates different inputs")
-    assert (sha16(core.quantize(cos_data, name)), sha16(core.quantize(normal, name))) == LLAMA_CPP_K_BLOCKS[name]
+    assert (
+        sha16(core.quantize(cos_data, name)),
+        sha16(core.quantize(normal, name)),
+    ) == LLAMA_CPP_K_BLOCKS[name]
 
 
 @pytest.mark.parametrize("name", K_QUANT_TYPES)
@@ -281,7 +332,9 @@ def test_k_quant_round_trip_error_matches_llama_cpp(name: str) -> None:
     data = rng_for(name).standard_normal((256, 256)).astype(np.float32)
     back = core.dequantize(name, core.quantize(data, name), data.size).reshape(data.shape)
     rms = float(np.sqrt(np.mean((back - data) ** 2)))
-    assert rms < 1.03 * LLAMA_CPP_K_RMS[name], f"{name}: rms {rms} vs llama.cpp {LLAMA_CPP_K_RMS[name]} (seed {SEED})"
+    assert rms < 1.03 * LLAMA_CPP_K_RMS[name], (
+        f"{name}: rms {rms} vs llama.cpp {LLAMA_CPP_K_RMS[name]} (seed {SEED})"
+    )
 
 
 @pytest.mark.parametrize("name", K_QUANT_TYPES)
@@ -307,7 +360,9 @@ def test_k_quant_threaded_equals_row_by_row() -> None:
 
 
 def test_unknown_type_name() -> None:
-    with pytest.raises(ValueError, match=r"unknown type name 'q9_9'; expected one of: f32, f16, q4_0"):
+    with pytest.raises(
+        ValueError, match=r"unknown type name 'q9_9'; expected one of: f32, f16, q4_0"
+    ):
         core.dequantize("q9_9", b"", 0)
     with pytest.raises(ValueError, match=r"unknown type name 'int4'"):
         core.quantize(np.zeros(32, np.float32), "int4")
@@ -316,20 +371,28 @@ def test_unknown_type_name() -> None:
 def test_wrong_lengths() -> None:
     with pytest.raises(ValueError, match=r"q4_0: 64 elements need 36 bytes of data, got 35"):
         core.dequantize("q4_0", bytes(35), 64)
-    with pytest.raises(ValueError, match=r"q4_k: 300 elements is not a whole number of blocks of 256"):
+    with pytest.raises(
+        ValueError, match=r"q4_k: 300 elements is not a whole number of blocks of 256"
+    ):
         core.dequantize("q4_k", bytes(1000), 300)
     with pytest.raises(ValueError, match=r"-32 elements"):
         core.dequantize("q8_0", bytes(34), -32)
-    with pytest.raises(ValueError, match=r"q8_0: 48 elements is not a whole number of blocks of 32"):
+    with pytest.raises(
+        ValueError, match=r"q8_0: 48 elements is not a whole number of blocks of 32"
+    ):
         core.quantize(np.zeros((2, 48), np.float32), "q8_0")  # 96 elements, but rows of 48
     with pytest.raises(ValueError, match=r"at least one dimension"):
         core.quantize(np.float32(1.0), "f16")
 
 
 def test_unsupported_types_list_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match=r"type 'iq2_xxs' cannot be dequantized; types that can: f32, f16, q4_0"):
+    with pytest.raises(
+        ValueError, match=r"type 'iq2_xxs' cannot be dequantized; types that can: f32, f16, q4_0"
+    ):
         core.dequantize("iq2_xxs", bytes(66), 256)
-    with pytest.raises(ValueError, match=r"type 'iq4_nl' cannot be quantized; types that can: f32, f16, q4_0, q4_1"):
+    with pytest.raises(
+        ValueError, match=r"type 'iq4_nl' cannot be quantized; types that can: f32, f16, q4_0, q4_1"
+    ):
         core.quantize(np.zeros(32, np.float32), "iq4_nl")
 
 
@@ -349,7 +412,9 @@ def check_every_tensor(path: Path) -> int:
         raw = np.ascontiguousarray(tensor.data).view(np.uint8).reshape(-1)
         n = int(tensor.n_elements)
         ours = core.dequantize(name, raw, n)
-        assert_same_bits(ours, reference_dequantize(name, raw), f"{path.name}: {tensor.name} ({name})")
+        assert_same_bits(
+            ours, reference_dequantize(name, raw), f"{path.name}: {tensor.name} ({name})"
+        )
     return len(reader.tensors)
 
 
