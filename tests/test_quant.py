@@ -25,16 +25,8 @@ DEQUANT_TYPES = [
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
     "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
 ]  # fmt: skip
-QUANT_TYPES = [
-    "f32",
-    "f16",
-    "bf16",
-    "q4_0",
-    "q4_1",
-    "q5_0",
-    "q5_1",
-    "q8_0",
-]  # bit-identical to gguf-py
+# bit-identical to gguf-py
+QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
 K_QUANT_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]  # gguf-py cannot write these
 
 # Byte offsets of the f16 scale fields inside each block (see cpp/quant/blocks.h).
