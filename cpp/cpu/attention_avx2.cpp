@@ -5,8 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/op_kernels.h"
+#include "cpu/attention_block.h"
 #include "cpu/math_avx2.h"
+#include "cpu/op_kernels.h"
 
 namespace ember::cpu {
 
@@ -124,7 +125,81 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
   head.store(out, _mm256_set1_ps(1.0f / running_sum));  // n_keys >= 1, so the sum is >= 1
 }
 
+// attention_block's primitives; head_dim is a multiple of 8.
+struct Avx2Isa {
+  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load_f16x8(src + i));
+  }
+  static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
+    __m128 max4 = _mm_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 4 <= n_keys; j += 4) {  // four keys at a time: independent FMA chains
+      const float* k = keys + j * hd;
+      __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+      for (int64_t d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_load_ps(q + d);
+        d0 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + d), d0);
+        d1 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + hd + d), d1);
+        d2 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 2 * hd + d), d2);
+        d3 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 3 * hd + d), d3);
+      }
+      const __m128 s4 = hsum4_avx2(d0, d1, d2, d3);
+      _mm_storeu_ps(score + j, s4);
+      max4 = _mm_max_ps(max4, s4);
+    }
+    max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+    float max = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
+    for (; j < n_keys; ++j) {
+      __m256 dot = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + j * hd + d), dot);
+      score[j] = hsum_avx2(dot);
+      max = score[j] > max ? score[j] : max;
+    }
+    return max;
+  }
+  static float exp_and_sum(float* score, int64_t n, float max) {
+    const int64_t n_padded = (n + 7) / 8 * 8;
+    for (int64_t j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0
+    const __m256 m = _mm256_set1_ps(max);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n_padded; j += 8) {
+      const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(score + j), m));
+      _mm256_storeu_ps(score + j, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    return hsum_avx2(sum);
+  }
+  static void accumulate(const float* p, const float* values, int64_t n, int64_t hd, float* acc) {
+    int64_t d = 0;
+    for (; d + 32 <= hd; d += 32) {  // 4 columns of vectors, 4 independent chains over keys
+      __m256 a0 = _mm256_load_ps(acc + d), a1 = _mm256_load_ps(acc + d + 8);
+      __m256 a2 = _mm256_load_ps(acc + d + 16), a3 = _mm256_load_ps(acc + d + 24);
+      for (int64_t j = 0; j < n; ++j) {
+        const __m256 pj = _mm256_broadcast_ss(p + j);
+        const float* v = values + j * hd + d;
+        a0 = _mm256_fmadd_ps(pj, _mm256_load_ps(v), a0);
+        a1 = _mm256_fmadd_ps(pj, _mm256_load_ps(v + 8), a1);
+        a2 = _mm256_fmadd_ps(pj, _mm256_load_ps(v + 16), a2);
+        a3 = _mm256_fmadd_ps(pj, _mm256_load_ps(v + 24), a3);
+      }
+      _mm256_store_ps(acc + d, a0);
+      _mm256_store_ps(acc + d + 8, a1);
+      _mm256_store_ps(acc + d + 16, a2);
+      _mm256_store_ps(acc + d + 24, a3);
+    }
+    for (; d < hd; d += 8) {
+      __m256 a = _mm256_load_ps(acc + d);
+      for (int64_t j = 0; j < n; ++j) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(values + j * hd + d), a);
+      _mm256_store_ps(acc + d, a);
+    }
+  }
+};
+
 }  // namespace
+
+void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
+  attention_block<Avx2Isa>(block, kv);
+}
 
 void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out) {

@@ -17,6 +17,25 @@ void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int
 void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out);
 
+// Prefill attention: rows [n_rows] of one sequence x the query heads [head_begin, + n_heads)
+// of one kv head (n_rows * n_heads <= kMaxBlockQueries). See attention_block.h.
+inline constexpr int64_t kMaxBlockQueries = 16;
+struct AttentionBlock {
+  const float* q = nullptr;  // [n_rows, row_stride] query rows of the block
+  float* out = nullptr;      // [n_rows, row_stride] attention output rows of the block
+  int64_t row_stride = 0;    // n_head * head_dim
+  const int32_t* positions = nullptr;  // [n_rows]
+  int64_t n_rows = 0;
+  int64_t head_begin = 0;
+  int64_t n_heads = 0;
+  int64_t kv_offset = 0;     // the kv head's first column in a cache row: kv_head * head_dim
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+};
+void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
+// head_dim a multiple of 8.
+void attention_block_avx2(const AttentionBlock& block, const KVView& kv);
+
 // dst[n] = f16 of src[n], rounding to nearest even. The avx2 variant needs n % 8 == 0.
 void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n);
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n);

@@ -1,0 +1,89 @@
+// cpu/attention_block.h: causal attention of a block of query rows x the query heads that share
+// one kv head (prefill), written once as a template over an ISA's vector primitives and
+// instantiated in attention.cpp (scalar) and attention_avx2.cpp. Each tile of cached keys and
+// values is converted from f16 once and then serves every query of the block, instead of once
+// per query head and row. Everything here has internal linkage (see math_avx2.h for why).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/op_kernels.h"
+
+namespace ember::cpu {
+namespace {
+
+constexpr int64_t kBlockTile = 32;  // keys per tile
+
+// KVView::slot, restated so that no inline function shared with other files is compiled with
+// a different ISA's flags.
+inline int64_t block_slot(const KVView& kv, int64_t pos) {
+  return kv.block_table ? int64_t{kv.block_table[pos / kv.block_size]} * kv.block_size + pos % kv.block_size
+                        : pos;
+}
+
+// Isa provides, for head_dim-long f32 vectors (head_dim a multiple of Isa::kWidth):
+//   f16_to_f32(src, dst, n)             dst[n] = src[n]
+//   scores(q, keys, n_keys, hd, s)      s[j] = q · keys[j * hd ...], returns max_j s[j]
+//   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
+//   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
+template <typename Isa>
+void attention_block(const AttentionBlock& b, const KVView& kv) {
+  const int64_t hd = b.head_dim, n_queries = b.n_rows * b.n_heads;
+  alignas(64) float keys[kBlockTile * kMaxHeadDim];    // [tile, hd] f32 keys of the tile
+  alignas(64) float values[kBlockTile * kMaxHeadDim];  // [tile, hd] f32 values of the tile
+  alignas(64) float queries[kMaxBlockQueries * kMaxHeadDim];  // [n_queries, hd] q * scale
+  alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];      // [n_queries, hd] Σ p·v
+  alignas(64) float score[kBlockTile + 8];
+  float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries];
+  int64_t n_keys[kMaxBlockQueries];  // keys query i may see (its position + 1)
+
+  int64_t n_keys_max = 0;
+  for (int64_t r = 0; r < b.n_rows; ++r) {
+    for (int64_t h = 0; h < b.n_heads; ++h) {
+      const int64_t i = r * b.n_heads + h;
+      const float* q = b.q + r * b.row_stride + (b.head_begin + h) * hd;
+      for (int64_t d = 0; d < hd; ++d) queries[i * hd + d] = q[d] * b.scale;
+      running_max[i] = -INFINITY;
+      running_sum[i] = 0.0f;
+      n_keys[i] = int64_t{b.positions[r]} + 1;
+      n_keys_max = n_keys[i] > n_keys_max ? n_keys[i] : n_keys_max;
+    }
+  }
+  std::memset(acc, 0, sizeof(float) * n_queries * hd);
+
+  for (int64_t t0 = 0; t0 < n_keys_max; t0 += kBlockTile) {
+    const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
+    for (int64_t j = 0; j < n_tile; ++j) {
+      const int64_t slot = block_slot(kv, t0 + j);
+      Isa::f16_to_f32(kv.k + slot * kv.row_stride + b.kv_offset, keys + j * hd, hd);
+      Isa::f16_to_f32(kv.v + slot * kv.row_stride + b.kv_offset, values + j * hd, hd);
+    }
+    for (int64_t i = 0; i < n_queries; ++i) {
+      if (n_keys[i] <= t0) continue;  // the tile is entirely in this query's future
+      const int64_t n = n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile;
+      const float tile_max = Isa::scores(queries + i * hd, keys, n, hd, score);
+      if (tile_max > running_max[i]) {
+        const float rescale = std::exp(running_max[i] - tile_max);  // 0 on the first tile
+        for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] *= rescale;
+        running_sum[i] *= rescale;
+        running_max[i] = tile_max;
+      }
+      running_sum[i] += Isa::exp_and_sum(score, n, running_max[i]);
+      Isa::accumulate(score, values, n, hd, acc + i * hd);
+    }
+  }
+
+  for (int64_t r = 0; r < b.n_rows; ++r) {
+    for (int64_t h = 0; h < b.n_heads; ++h) {
+      const int64_t i = r * b.n_heads + h;
+      float* out = b.out + r * b.row_stride + (b.head_begin + h) * hd;
+      const float inv_sum = 1.0f / running_sum[i];  // every query sees >= 1 key
+      for (int64_t d = 0; d < hd; ++d) out[d] = acc[i * hd + d] * inv_sum;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember::cpu
