@@ -18,22 +18,20 @@ namespace {
 
 using RawBytes = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
 using FloatArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
-using FloatVector = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
-
-// -> float32[n_elements], owning its buffer.
-FloatVector dequantize_bytes(const std::string& type_name, const void* raw, int64_t raw_bytes,
-                             int64_t n_elements) {
+// -> float32[n_elements]. The array comes from numpy's own allocator, which asks the kernel for
+// huge pages on large buffers: first-touch page faults otherwise cost more than dequantizing.
+nb::object dequantize_bytes(const std::string& type_name, const void* raw, int64_t raw_bytes,
+                            int64_t n_elements) {
   const ember::TypeTraits& t = ember::dequantizable_type(type_name);
   (void)ember::quantized_size(t, n_elements);  // validate before allocating
-  std::unique_ptr<float[]> values(new float[static_cast<size_t>(n_elements)]);
+  nb::object values = nb::module_::import_("numpy").attr("empty")(n_elements, "float32");
+  float* dst = nb::cast<nb::ndarray<float, nb::c_contig, nb::device::cpu>>(values).data();
   {
     nb::gil_scoped_release no_gil;
     std::unique_ptr<ember::ThreadPool> pool = ember::make_convert_pool(n_elements);
-    ember::dequantize(t, raw, raw_bytes, values.get(), n_elements, pool.get());
+    ember::dequantize(t, raw, raw_bytes, dst, n_elements, pool.get());
   }
-  float* data = values.release();
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  return FloatVector(data, {static_cast<size_t>(n_elements)}, owner);
+  return values;
 }
 
 nb::bytes quantize_array(const FloatArray& array, const std::string& type_name) {
