@@ -1,0 +1,95 @@
+"""`ember serve [MODEL]`: an OpenAI-compatible HTTP server.
+
+    ember serve model.gguf --port 8080 --parallel 4 --api-key secret
+    openai.OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="secret")
+
+Every option can also come from an EMBER_* environment variable (EMBER_PORT=9000 ...); the
+command line wins.
+"""
+
+# Typer evaluates these annotations at run time, and ember supports Python 3.9: Optional stays.
+# ruff: noqa: UP045
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from ember.server.config import ServerConfig
+
+_D = ServerConfig()
+
+
+def _names(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def serve(
+    model: Annotated[Optional[str], typer.Argument(
+        help="a .gguf file (default: the demo model, SmolLM2-135M-Instruct)",
+        envvar="EMBER_MODEL", show_default=False)] = None,
+    host: Annotated[str, typer.Option(
+        "--host", envvar="EMBER_HOST", help="address to listen on")] = _D.host,
+    port: Annotated[int, typer.Option(
+        "--port", envvar="EMBER_PORT", help="port to listen on")] = _D.port,
+    parallel: Annotated[int, typer.Option(
+        "-np", "--parallel", envvar="EMBER_PARALLEL",
+        help="slots: requests generated at the same time")] = _D.parallel,
+    ctx_size: Annotated[Optional[int], typer.Option(
+        "-c", "--ctx-size", envvar="EMBER_CTX_SIZE",
+        help="context per request in tokens (prompt + completion) [default: the model's, at "
+             "most 4096]", show_default=False)] = None,
+    kv_size: Annotated[Optional[int], typer.Option(
+        "--kv-size", envvar="EMBER_KV_SIZE",
+        help="KV cache tokens shared by all slots [default: parallel x ctx-size]",
+        show_default=False)] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        "-t", "--threads", envvar="EMBER_THREADS",
+        help="CPU threads per slot [default: physical cores / parallel]",
+        show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", envvar="EMBER_API_KEY",
+        help="require 'Authorization: Bearer KEY' (all routes but /health)",
+        show_default=False)] = None,
+    cors_origins: Annotated[Optional[str], typer.Option(
+        "--cors-origins", envvar="EMBER_CORS_ORIGINS",
+        help="comma-separated origins browsers may call from ('*': any) [default: none]",
+        show_default=False)] = None,
+    max_queue: Annotated[int, typer.Option(
+        "--max-queue", envvar="EMBER_MAX_QUEUE",
+        help="requests that may wait for a slot; beyond it the server answers 503")
+    ] = _D.max_queue,
+    alias: Annotated[Optional[str], typer.Option(
+        "-a", "--alias", envvar="EMBER_ALIAS",
+        help="model name(s) clients use, comma-separated; the first is listed in /v1/models "
+             "[default: the file name]", show_default=False)] = None,
+    max_body_size: Annotated[int, typer.Option(
+        "--max-body-size", envvar="EMBER_MAX_BODY_SIZE",
+        help="largest request body in bytes (413 beyond)")] = _D.max_body_bytes,
+    shutdown_timeout: Annotated[float, typer.Option(
+        "--shutdown-timeout", envvar="EMBER_SHUTDOWN_TIMEOUT",
+        help="seconds in-flight requests get to finish on SIGTERM")] = _D.shutdown_timeout,
+) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    from ember.hub import resolve_model
+    from ember.server.run import serve as run_server
+
+    if model is not None:
+        model = str(resolve_model(model))  # a missing file fails now, not after listening
+    config = ServerConfig(
+        model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
+        kv_size=kv_size, threads=threads, api_key=api_key, cors_origins=_names(cors_origins),
+        max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
+        shutdown_timeout=shutdown_timeout)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
+                        stream=sys.stderr)
+    status = run_server(config)
+    if status:
+        raise typer.Exit(status)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)

@@ -1,0 +1,39 @@
+"""ServerConfig: everything `ember serve` can be told, with its defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServerConfig:
+    model: str | None = None          # a .gguf path; None: the demo model
+    host: str = "127.0.0.1"
+    port: int = 8080
+    parallel: int = 1                 # slots: sequences generated at the same time
+    ctx_size: int | None = None       # tokens per sequence (prompt + completion)
+    kv_size: int | None = None        # KV cache tokens shared by all slots
+    threads: int | None = None        # CPU threads per slot
+    api_key: str | None = None        # required as "Authorization: Bearer KEY" when set
+    cors_origins: list[str] = field(default_factory=list)  # "*" allows any origin
+    max_queue: int = 128              # sequences waiting for a slot; more: 503
+    aliases: list[str] = field(default_factory=list)       # model names clients may use
+    max_body_bytes: int = 8 << 20     # larger request bodies: 413
+    max_n: int = 16                   # most choices per request
+    shutdown_timeout: float = 10.0    # on SIGTERM: seconds in-flight requests get to finish
+
+    def __post_init__(self) -> None:
+        checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
+                  ("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
+                  ("port", self.port, 0)]
+        for name, value, low in checks:
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        for name, value in (("ctx_size", self.ctx_size), ("kv_size", self.kv_size),
+                            ("threads", self.threads)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
+        if self.api_key is not None and not self.api_key:
+            self.api_key = None  # an empty key means no key

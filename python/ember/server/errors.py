@@ -1,0 +1,66 @@
+"""Errors as OpenAI clients expect them: {"error": {"message", "type", "param", "code"}}.
+
+Status codes: 400 for every client mistake (malformed JSON, wrong types, an unknown model name,
+a prompt longer than the context, unsupported options), 401 for a missing or wrong API key,
+404 for unknown routes, 405 for a wrong method, 413 for a body over the limit, 503 while the
+model loads, when the queue is full or the server shuts down, 500 only for bugs (logged
+server-side with the traceback; the client gets a generic message and never the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "unavailable_error",
+}
+
+
+class APIError(Exception):
+    """An error answered to the client in OpenAI's shape; `message` must say what was wrong
+    and, where it helps, what was expected."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.error_type = error_type or _TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.error_type,
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> Response:
+        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
+        return json_response(self.body(), self.status, headers)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def internal_error() -> APIError:
+    return APIError(500, "internal server error (a bug; the server log has the details)",
+                    code="internal_error")
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def json_response(value: Any, status: int = 200,
+                  headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(value), status_code=status, headers=headers,
+                    media_type="application/json")

@@ -1,0 +1,102 @@
+"""Prometheus metrics of one server, in a registry of its own (never the process-global one, so
+two apps in one process, as in tests, count separately).
+
+Gauges (running, waiting, KV usage) are read from the backend when /metrics is scraped; the
+counters and histograms are fed per generated sequence by a RequestTimer. prefix_cache_hits
+counts prompt tokens served from the KV cache instead of being evaluated (as vLLM's
+prefix_cache_hits does).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ember.server.backend import BackendStats, GenerationEvent
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
+                    160.0)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
+                  1.0, 2.5)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests_running = Gauge(
+            "ember_requests_running", "Sequences being generated now.", registry=r)
+        self.requests_waiting = Gauge(
+            "ember_requests_waiting", "Sequences queued for a slot.", registry=r)
+        self.kv_cache_usage = Gauge(
+            "ember_kv_cache_usage_ratio", "Fraction of KV cache tokens in use (0 to 1).",
+            registry=r)
+        # prometheus_client adds the _total suffix to counters.
+        self.prefix_cache_hits = Counter(
+            "ember_prefix_cache_hits", "Prompt tokens served from the prefix cache.", registry=r)
+        self.prompt_tokens = Counter(
+            "ember_prompt_tokens", "Prompt tokens of finished sequences.", registry=r)
+        self.generation_tokens = Counter(
+            "ember_generation_tokens", "Generated tokens.", registry=r)
+        self.requests_finished = Counter(
+            "ember_requests_finished", "Sequences that ended, by how: stop, length, "
+            "cancelled (client gone), error.", ["reason"], registry=r)
+        self.time_to_first_token = Histogram(
+            "ember_time_to_first_token_seconds", "From arrival to the first generated token.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.time_per_output_token = Histogram(
+            "ember_time_per_output_token_seconds",
+            "Mean time between tokens after the first, per sequence.",
+            buckets=_TOKEN_BUCKETS, registry=r)
+        self.request_latency = Histogram(
+            "ember_request_latency_seconds", "From arrival to the last token.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+
+    def render(self, stats: BackendStats | None) -> bytes:
+        if stats is not None:
+            self.requests_running.set(stats.n_running)
+            self.requests_waiting.set(stats.n_waiting)
+            self.kv_cache_usage.set(stats.kv_cache_usage)
+        return generate_latest(self.registry)
+
+    def timer(self, arrival: float) -> RequestTimer:
+        return RequestTimer(self, arrival)
+
+
+class RequestTimer:
+    """Times one generated sequence from its HTTP request's arrival (time.perf_counter())."""
+
+    def __init__(self, metrics: ServerMetrics, arrival: float) -> None:
+        self._metrics = metrics
+        self._arrival = arrival
+        self._first: float | None = None
+        self._n_tokens = 0
+        self._ended = False
+
+    def on_event(self, event: GenerationEvent) -> None:
+        now = time.perf_counter()
+        if event.token_ids:
+            if self._first is None:
+                self._first = now
+                self._metrics.time_to_first_token.observe(now - self._arrival)
+            self._n_tokens += len(event.token_ids)
+            self._metrics.generation_tokens.inc(len(event.token_ids))
+        if event.finish_reason is not None:
+            if event.usage is not None:
+                self._metrics.prompt_tokens.inc(event.usage.prompt_tokens)
+                self._metrics.prefix_cache_hits.inc(event.usage.cached_tokens)
+            self.end(event.finish_reason, now)
+
+    def end(self, reason: str, now: float | None = None) -> None:
+        """Records the end (once): stop/length from the last event, else cancelled/error."""
+        if self._ended:
+            return
+        self._ended = True
+        now = time.perf_counter() if now is None else now
+        self._metrics.requests_finished.labels(reason).inc()
+        self._metrics.request_latency.observe(now - self._arrival)
+        if self._first is not None and self._n_tokens > 1:
+            self._metrics.time_per_output_token.observe((now - self._first) / (self._n_tokens - 1))

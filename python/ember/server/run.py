@@ -1,0 +1,70 @@
+"""Running the app under uvicorn, with ember's shutdown rules.
+
+SIGTERM (or the first Ctrl-C): uvicorn stops accepting connections and waits for open ones;
+ember refuses new requests at once and gives in-flight ones shutdown_timeout seconds before it
+cancels them, then the process exits 0. A model that fails to load stops the server (exit 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from types import FrameType
+
+import uvicorn
+
+from ember.server.app import AppContext, create_app
+from ember.server.backend import GenerationBackend
+from ember.server.config import ServerConfig
+
+log = logging.getLogger("ember.server")
+
+
+class EmberServer(uvicorn.Server):
+    """uvicorn.Server that also tells the app when a shutdown signal arrives, so requests
+    still running get a deadline instead of an open-ended wait."""
+
+    def __init__(self, config: uvicorn.Config, ctx: AppContext) -> None:
+        super().__init__(config)
+        self.ctx = ctx
+        ctx.on_load_error = self._stop
+
+    def _stop(self) -> None:
+        self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        loop = self.ctx.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.ctx.begin_shutdown)
+
+
+def make_server(config: ServerConfig, backend: GenerationBackend | None = None,
+                log_level: str = "info", access_log: bool = True) -> EmberServer:
+    app = create_app(config, backend)
+    uv_config = uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=log_level, access_log=access_log,
+        lifespan="on", http="h11", loop="asyncio",
+        # A backstop: ember cancels what is left after shutdown_timeout itself.
+        timeout_graceful_shutdown=int(config.shutdown_timeout) + 5)
+    return EmberServer(uv_config, app.state.ctx)
+
+
+def _ignore_signal(sig: int, frame: FrameType | None) -> None:
+    pass
+
+
+def serve(config: ServerConfig, backend: GenerationBackend | None = None,
+          sock: socket.socket | None = None) -> int:
+    """Serves until SIGTERM/SIGINT; returns the exit status (0, or 1 when the model failed
+    to load)."""
+    server = make_server(config, backend)
+    # uvicorn re-raises the signal that stopped it once it has shut down; with the default
+    # SIGTERM action that would kill the process (status -15) after a clean shutdown.
+    previous = signal.signal(signal.SIGTERM, _ignore_signal)
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 1 if server.ctx.load_failed else 0
