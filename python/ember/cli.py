@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ember.commands import bench, convert, info, pull, quantize
+from ember.commands import bench, chat, convert, info, pull, quantize, run
 
 app = typer.Typer(
     name="ember",
@@ -17,7 +17,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for command in (info, pull, bench, convert, quantize):
+for command in (info, pull, bench, convert, quantize, run, chat):
     command.register(app)
 
 

@@ -1,0 +1,102 @@
+"""`ember chat [MODEL]`: an interactive chat in the terminal.
+
+Each line is a user message; the answer streams to stdout, then its speed goes to stderr
+(dimmed on a terminal). /clear starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C
+stops an answer. With stdin from a pipe there is no prompt and no terminal styling, so
+`printf 'Hi!\\n' | ember chat` prints just the answers.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from ember.commands import generation_options as opt
+
+_D = opt.DEFAULTS
+
+HELP = "/clear: start over   /exit: quit   Ctrl-C: stop an answer   Ctrl-D: quit"
+
+
+def chat(
+    model: opt.ModelArg = None,
+    system: opt.System = None,
+    max_tokens: opt.MaxTokens = None,
+    temp: opt.Temp = _D["temp"],
+    top_k: opt.TopK = _D["top_k"],
+    top_p: opt.TopP = _D["top_p"],
+    min_p: opt.MinP = _D["min_p"],
+    typical_p: opt.TypicalP = _D["typical_p"],
+    repeat_penalty: opt.RepeatPenalty = _D["repeat_penalty"],
+    repeat_last_n: opt.RepeatLastN = _D["repeat_last_n"],
+    presence_penalty: opt.PresencePenalty = _D["presence_penalty"],
+    frequency_penalty: opt.FrequencyPenalty = _D["frequency_penalty"],
+    seed: opt.Seed = None,
+    stop: opt.Stop = None,
+    threads: opt.Threads = None,
+    ctx_size: opt.CtxSize = None,
+) -> None:
+    """Chat with a model in the terminal (reads messages from stdin when it is a pipe)."""
+    params = opt.sampling_params(
+        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
+        max_tokens=max_tokens, stop=stop)
+    llm = opt.load_llm(model, threads, ctx_size)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        import readline  # noqa: F401  (line editing and history for input())
+
+        print(opt.dim(f"ember chat: {llm.model_name}. {HELP}"), file=sys.stderr)
+
+    start: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    history = list(start)
+    while True:
+        try:
+            line = input(">>> " if interactive else "")
+        except EOFError:
+            if interactive:
+                print(file=sys.stderr)
+            break
+        except KeyboardInterrupt:
+            print("\n" + opt.dim("(/exit or Ctrl-D quits)"), file=sys.stderr)
+            continue
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/quit", "/bye"):
+            break
+        if text == "/clear":
+            history = list(start)
+            print(opt.dim("(new conversation)"), file=sys.stderr)
+            continue
+        if text in ("/help", "/?"):
+            print(opt.dim(HELP), file=sys.stderr)
+            continue
+
+        history.append({"role": "user", "content": text})
+        answer: list[str] = []
+        stats = ""
+        try:
+            for delta in llm.chat_deltas(history, params):
+                if delta.text:
+                    answer.append(delta.text)
+                    sys.stdout.write(delta.text)
+                    sys.stdout.flush()
+                if delta.result is not None:
+                    r = delta.result
+                    stats = (f"[{r.usage.completion_tokens} tokens, {r.timings.tokens_per_s:.1f} "
+                             f"tokens/s, prompt {r.timings.prompt_ms:.0f} ms]")
+        except KeyboardInterrupt:
+            stats = "[interrupted]"
+        # The conversation keeps what was shown, even of an interrupted answer.
+        history.append({"role": "assistant", "content": "".join(answer)})
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        print(opt.dim(stats), file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(cls=opt.OneLineErrors)(chat)

@@ -1,0 +1,101 @@
+"""Command-line options shared by `ember run` and `ember chat`: the model, threads, context and
+sampling flags, with llama.cpp's flag names where it has them."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Optional, TextIO
+
+import typer
+import typer.core
+
+from ember.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from ember.llm import LLM
+
+_D = SamplingParams()
+
+
+# click's UsageError (bad value, unknown flag, missing argument). Recent typer versions ship
+# their own copy of click, so the class is found through typer's public BadParameter.
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class OneLineErrors(typer.core.TyperCommand):
+    """Bad flags and values raise ValueError, which ember.cli.main prints as one `error:` line
+    (click would print the usage and a boxed message)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _USAGE_ERROR as err:
+            raise ValueError(err.format_message()) from None
+
+ModelArg = Annotated[Optional[str], typer.Argument(
+    help="a .gguf file (default: the demo model, SmolLM2-135M-Instruct)", show_default=False)]
+# Module-level aliases keep Optional: typer evaluates these at run time, also on Python 3.9.
+Prompt = Annotated[Optional[str], typer.Option(
+    "-p", "--prompt", help="the prompt; '-' reads it from stdin", show_default=False)]
+Threads = Annotated[Optional[int], typer.Option(
+    "-t", "--threads", help="CPU threads [default: physical cores]", show_default=False)]
+CtxSize = Annotated[Optional[int], typer.Option(
+    "-c", "--ctx-size", help="context size in tokens [default: the model's, at most 4096]",
+    show_default=False)]
+MaxTokens = Annotated[Optional[int], typer.Option(
+    "-n", "--max-tokens", help="most tokens to generate [default: until the model stops]",
+    show_default=False)]
+Temp = Annotated[float, typer.Option("--temp", "--temperature", help="temperature; 0 is greedy")]
+TopK = Annotated[int, typer.Option("--top-k", help="keep the k most likely tokens; 0: off")]
+TopP = Annotated[float, typer.Option("--top-p", help="nucleus sampling; 1: off")]
+MinP = Annotated[float, typer.Option("--min-p", help="drop tokens below min_p * p_max; 0: off")]
+TypicalP = Annotated[float, typer.Option("--typical", "--typical-p", help="typical sampling; 1: off")]
+RepeatPenalty = Annotated[float, typer.Option("--repeat-penalty", help="1: off")]
+RepeatLastN = Annotated[int, typer.Option(
+    "--repeat-last-n", help="tokens the penalties look back over; -1: all")]
+PresencePenalty = Annotated[float, typer.Option("--presence-penalty")]
+FrequencyPenalty = Annotated[float, typer.Option("--frequency-penalty")]
+Seed = Annotated[Optional[int], typer.Option(
+    "-s", "--seed", help="random seed; the same seed gives the same text [default: random]",
+    show_default=False)]
+Stop = Annotated[Optional[list[str]], typer.Option(
+    "--stop", help="stop before this text (repeatable)", show_default=False)]
+System = Annotated[Optional[str], typer.Option("--system", help="a system message for the chat")]
+
+DEFAULTS = {
+    "temp": _D.temperature, "top_k": _D.top_k, "top_p": _D.top_p, "min_p": _D.min_p,
+    "typical_p": _D.typical_p, "repeat_penalty": _D.repeat_penalty,
+    "repeat_last_n": _D.repeat_last_n, "presence_penalty": _D.presence_penalty,
+    "frequency_penalty": _D.frequency_penalty,
+}
+
+
+def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typical_p: float,
+                    repeat_penalty: float, repeat_last_n: int, presence_penalty: float,
+                    frequency_penalty: float, seed: int | None, max_tokens: int | None,
+                    stop: list[str] | None) -> SamplingParams:
+    """The flags as SamplingParams, checked now (before the model loads) so a bad value fails
+    fast with one line."""
+    params = SamplingParams(
+        temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
+        max_tokens=max_tokens, stop=list(stop or []),
+    )
+    params.make_sampler(1)  # the C++ checks (ranges); no model needed
+    return params
+
+
+def load_llm(model: str | None, threads: int | None, ctx_size: int | None) -> LLM:
+    from ember.llm import LLM
+
+    if threads is not None and threads <= 0:
+        raise ValueError(f"--threads must be > 0, got {threads}")
+    if ctx_size is not None and ctx_size <= 0:
+        raise ValueError(f"--ctx-size must be > 0, got {ctx_size}")
+    return LLM(model, n_threads=threads, n_ctx=ctx_size)
+
+
+def dim(text: str, stream: TextIO = sys.stderr) -> str:
+    """`text` dimmed when `stream` is a terminal, plain otherwise."""
+    return f"\x1b[2m{text}\x1b[0m" if stream.isatty() else text

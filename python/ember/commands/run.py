@@ -1,0 +1,78 @@
+"""`ember run [MODEL] -p PROMPT`: one generation, streamed to stdout (or one JSON object)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from ember.commands import generation_options as opt
+
+_D = opt.DEFAULTS
+
+
+def run(
+    model: opt.ModelArg = None,
+    prompt: opt.Prompt = None,
+    chat: Annotated[bool, typer.Option(
+        "--chat", help="send the prompt as a user message in the model's chat template")] = False,
+    system: opt.System = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="print one JSON object (text, finish_reason, usage, timings)")] = False,
+    max_tokens: opt.MaxTokens = None,
+    temp: opt.Temp = _D["temp"],
+    top_k: opt.TopK = _D["top_k"],
+    top_p: opt.TopP = _D["top_p"],
+    min_p: opt.MinP = _D["min_p"],
+    typical_p: opt.TypicalP = _D["typical_p"],
+    repeat_penalty: opt.RepeatPenalty = _D["repeat_penalty"],
+    repeat_last_n: opt.RepeatLastN = _D["repeat_last_n"],
+    presence_penalty: opt.PresencePenalty = _D["presence_penalty"],
+    frequency_penalty: opt.FrequencyPenalty = _D["frequency_penalty"],
+    seed: opt.Seed = None,
+    stop: opt.Stop = None,
+    threads: opt.Threads = None,
+    ctx_size: opt.CtxSize = None,
+) -> None:
+    """Generate text from a prompt, streaming it to stdout."""
+    if prompt is None:
+        raise ValueError("no prompt: pass -p TEXT, or -p - to read it from stdin")
+    if prompt == "-":
+        prompt = sys.stdin.read().removesuffix("\n")  # the newline `echo` adds is not prompt
+    if system is not None and not chat:
+        raise ValueError("--system needs --chat")
+    params = opt.sampling_params(
+        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
+        max_tokens=max_tokens, stop=stop)
+    llm = opt.load_llm(model, threads, ctx_size)
+    if chat:
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
+    else:
+        deltas = llm.stream_deltas(prompt, params)
+
+    result = None
+    for delta in deltas:
+        if not as_json and delta.text:
+            sys.stdout.write(delta.text)
+            sys.stdout.flush()
+        if delta.result is not None:
+            result = delta.result
+    assert result is not None  # the last delta always carries it
+    if as_json:
+        out = {"text": result.text, "finish_reason": result.finish_reason,
+               "tokens": result.tokens, "usage": asdict(result.usage),
+               "timings": asdict(result.timings)}
+        typer.echo(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command(cls=opt.OneLineErrors)(run)
