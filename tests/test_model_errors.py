@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ember import _core
 
 tiny_models = pytest.importorskip("tiny_models", reason="needs torch/transformers/gguf")

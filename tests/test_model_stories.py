@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ember import _core
 
 PROMPT = "Once upon a time"
@@ -14,25 +13,9 @@ EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to 
             "the park. One day, she saw a big, red ball.")
 
 
-class _Tokenizer:
-    """ember's own tokenizer when the build has it, else SentencePiece on the HF checkpoint's
-    tokenizer.model (the same vocabulary)."""
-
-    def __init__(self, gguf_path: Path, hf_path: Path) -> None:
-        if hasattr(_core, "Tokenizer"):
-            self._tok = _core.Tokenizer(str(gguf_path))
-            self.encode = lambda text: list(self._tok.encode(text, add_special=True))
-            self.decode = lambda ids: self._tok.decode(ids)
-        else:
-            spm = pytest.importorskip("sentencepiece")
-            sp = spm.SentencePieceProcessor(model_file=str(hf_path / "tokenizer.model"))
-            self.encode = lambda text: [sp.bos_id()] + sp.encode(text)
-            self.decode = lambda ids: sp.decode(ids)
-
-
 @pytest.fixture(scope="module")
-def tokenizer(stories_path: Path, stories_hf_path: Path) -> _Tokenizer:
-    return _Tokenizer(stories_path, stories_hf_path)
+def tokenizer(stories_path: Path) -> _core.Tokenizer:
+    return _core.Tokenizer(str(stories_path))
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +31,12 @@ def test_hparams(model: _core.Model) -> None:
     assert model.metadata["general.architecture"] == "llama"
 
 
-def test_logits_match_transformers(model: _core.Model, tokenizer: _Tokenizer,
+def test_logits_match_transformers(model: _core.Model, tokenizer: _core.Tokenizer,
                                    stories_hf_path: Path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     hf = transformers.LlamaForCausalLM.from_pretrained(str(stories_hf_path)).eval()
-    tokens = tokenizer.encode(EXPECTED)
+    tokens = list(tokenizer.encode(EXPECTED, add_special=True))
     assert len(tokens) > 30
     ours = model.eval(tokens)
     with torch.no_grad():
@@ -68,15 +51,23 @@ def test_logits_match_transformers(model: _core.Model, tokenizer: _Tokenizer,
     assert (ours.argmax(-1) == ref.argmax(-1)).all()
 
 
-def test_greedy_decoding(model: _core.Model, tokenizer: _Tokenizer) -> None:
-    tokens = tokenizer.encode(PROMPT)
-    expected_len = len(tokenizer.encode(EXPECTED))
+def test_greedy_decoding(model: _core.Model, tokenizer: _core.Tokenizer, stories_hf_path: Path) -> None:
+    tokens = list(tokenizer.encode(PROMPT, add_special=True))
+    assert tokens[0] == 1  # BOS
+    expected_len = len(tokenizer.encode(EXPECTED, add_special=True))
     logits = model.eval_last(tokens)
     while len(tokens) < expected_len:
         tokens.append(int(np.argmax(logits)))
         logits = model.eval_last([tokens[-1]], reset=False)
     assert model.n_past == expected_len
     assert tokenizer.decode(tokens) == EXPECTED
+    # The same text through the HF checkpoint's SentencePiece model, when installed.
+    try:
+        import sentencepiece
+    except ImportError:
+        return
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(stories_hf_path / "tokenizer.model"))
+    assert sp.decode(tokens) == EXPECTED
 
 
 def test_logits_are_numpy_views_that_outlive_the_call(model: _core.Model) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ember import _core
 
 tiny_models = pytest.importorskip("tiny_models", reason="needs torch/transformers/gguf")
@@ -21,21 +20,21 @@ tiny_models = pytest.importorskip("tiny_models", reason="needs torch/transformer
 REL_TOL = 4e-3
 
 CASES = {
-    "llama": dict(arch="llama"),
-    "llama-tied": dict(arch="llama", tied=True),
-    "llama-headdim": dict(arch="llama", head_dim=32),  # q width 128 != hidden 64
-    "llama-headdim12": dict(arch="llama", head_dim=12),  # not a multiple of 8: scalar kernels
-    "qwen3-headdim128": dict(arch="qwen3", head_dim=128),
-    "qwen2": dict(arch="qwen2"),
-    "qwen2-tied": dict(arch="qwen2", tied=True),
-    "qwen3": dict(arch="qwen3"),
-    "qwen3-tied": dict(arch="qwen3", tied=True),
-    "llama-theta": dict(arch="llama", rope={"rope_theta": 500000.0}),
-    "llama-linear": dict(arch="llama", rope={"rope_type": "linear", "factor": 4.0}),
-    "qwen2-linear": dict(arch="qwen2", rope={"rope_type": "linear", "factor": 2.0}),
-    "llama-llama3": dict(arch="llama", rope={"rope_type": "llama3", "factor": 8.0,
-                                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                             "original_max_position_embeddings": 64}),
+    "llama": {"arch": "llama"},
+    "llama-tied": {"arch": "llama", "tied": True},
+    "llama-headdim": {"arch": "llama", "head_dim": 32},  # q width 128 != hidden 64
+    "llama-headdim12": {"arch": "llama", "head_dim": 12},  # not a multiple of 8: scalar kernels
+    "qwen3-headdim128": {"arch": "qwen3", "head_dim": 128},
+    "qwen2": {"arch": "qwen2"},
+    "qwen2-tied": {"arch": "qwen2", "tied": True},
+    "qwen3": {"arch": "qwen3"},
+    "qwen3-tied": {"arch": "qwen3", "tied": True},
+    "llama-theta": {"arch": "llama", "rope": {"rope_theta": 500000.0}},
+    "llama-linear": {"arch": "llama", "rope": {"rope_type": "linear", "factor": 4.0}},
+    "qwen2-linear": {"arch": "qwen2", "rope": {"rope_type": "linear", "factor": 2.0}},
+    "llama-llama3": {"arch": "llama", "rope": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}},
 }
 
 

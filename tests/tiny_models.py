@@ -26,14 +26,22 @@ def make_model(arch: str, *, tied: bool = False, rope: dict | None = None, seed:
     rope: transformers rope_parameters (rope_theta is added); head_dim: overrides
     hidden_size / heads (qwen3 sets it explicitly in its config anyway).
     """
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                              Qwen3Config, Qwen3ForCausalLM)
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(seed)
     rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, **(rope or {})}
-    common = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                  rms_norm_eps=1e-5, tie_word_embeddings=tied, rope_parameters=rope_parameters)
+    common = {
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "rope_parameters": rope_parameters,
+    }
     if arch == "llama":
         config, cls = LlamaConfig(**common, head_dim=head_dim), LlamaForCausalLM
     elif arch == "qwen2":
