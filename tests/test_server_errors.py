@@ -1,0 +1,296 @@
+"""Every error the server answers, in OpenAI's shape {"error": {"message", "type", "param",
+"code"}}: client mistakes (400), API keys (401), unknown routes (404), large bodies (413), a
+full queue or a loading model (503), failures after streaming started (an SSE error event) and
+bugs (500 without a traceback). Model-dependent checks run on stories260K; the rest on a
+scripted backend."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from ember.server.config import ServerConfig
+from test_server_support import RunningServer, ScriptedBackend, fake_config, start_server
+
+KEY = "sk-test-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+
+@pytest.fixture(scope="module")
+def server(stories_path: Path) -> Iterator[RunningServer]:
+    config = ServerConfig(model=str(stories_path), parallel=1, threads=1, ctx_size=512,
+                          api_key=KEY, aliases=["stories"])
+    running = start_server(config)
+    yield running
+    running.stop()
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None,
+                 code: str | None = None, contains: tuple[str, ...] = ()) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str) and error["type"]
+    assert "Traceback" not in response.text
+    if param is not None:
+        assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    for text in contains:
+        assert text in error["message"], error["message"]
+    return error
+
+
+def post(server: RunningServer, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+    kwargs.setdefault("headers", AUTH)
+    if isinstance(body, (bytes, str)):
+        return httpx.post(server.url + path, content=body, **kwargs)
+    return httpx.post(server.url + path, json=body, **kwargs)
+
+
+# --- 400: client mistakes ----------------------------------------------------------------------
+
+def test_malformed_json(server: RunningServer) -> None:
+    error = assert_error(post(server, "/v1/chat/completions", b'{"messages": [}'), 400,
+                         code="invalid_json")
+    assert error["type"] == "invalid_request_error"
+    assert_error(post(server, "/v1/completions", b"[1, 2]"), 400, code="invalid_json")
+    assert_error(post(server, "/v1/completions", b'{"prompt": "a", "temperature": NaN}'), 400,
+                 code="invalid_json")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("temperature", "hot"), ("max_tokens", "ten"), ("max_tokens", 2.5), ("n", True),
+    ("stream", "yes"), ("stop", [1, 2]), ("logit_bias", [1]), ("seed", "x"),
+    ("top_p", "high"), ("logprobs", 3),
+])
+def test_wrong_field_types(server: RunningServer, field: str, value: Any) -> None:
+    assert_error(post(server, "/v1/chat/completions", {**CHAT, field: value}), 400,
+                 param=field)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("temperature", -1), ("top_p", 1.5), ("max_tokens", 0), ("presence_penalty", 3),
+    ("top_logprobs", 21), ("seed", -1),
+])
+def test_out_of_range_values(server: RunningServer, field: str, value: Any) -> None:
+    body = {**CHAT, field: value}
+    if field == "top_logprobs":
+        body["logprobs"] = True
+    assert_error(post(server, "/v1/chat/completions", body), 400, param=field,
+                 contains=(field,))
+
+
+def test_messages_errors(server: RunningServer) -> None:
+    url = "/v1/chat/completions"
+    assert_error(post(server, url, {"messages": []}), 400, param="messages",
+                 contains=("empty",))
+    assert_error(post(server, url, {"max_tokens": 1}), 400, param="messages",
+                 code="missing_required")
+    assert_error(post(server, url, {"messages": "Hi"}), 400, param="messages")
+    assert_error(post(server, url, {"messages": [{"content": "Hi"}]}), 400,
+                 param="messages[0].role")
+    assert_error(post(server, url, {"messages": [{"role": "user", "content": 5}]}), 400,
+                 param="messages[0].content")
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    assert_error(post(server, url, {"messages": image}), 400, param="messages[0].content",
+                 contains=("text",))
+
+
+def test_prompt_longer_than_context(server: RunningServer) -> None:
+    prompt = "Once upon a time " * 200
+    n_tokens = post(server, "/tokenize", {"content": prompt}).json()["count"]
+    assert n_tokens > 512
+    error = assert_error(post(server, "/v1/completions", {"prompt": prompt}), 400,
+                         param="prompt", code="context_length_exceeded",
+                         contains=(str(n_tokens), "512"))
+    assert "context" in error["message"]
+    chat = {"messages": [{"role": "user", "content": prompt}]}
+    assert_error(post(server, "/v1/chat/completions", chat), 400, param="messages",
+                 code="context_length_exceeded", contains=("512",))
+
+
+def test_n_too_large(server: RunningServer) -> None:
+    assert_error(post(server, "/v1/chat/completions", {**CHAT, "n": 17}), 400, param="n",
+                 contains=("17", "16"))
+    assert_error(post(server, "/v1/completions", {"prompt": "a", "n": 0}), 400, param="n")
+
+
+def test_response_format_is_refused_not_ignored(server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
+    for response_format in ({"type": "json_object"},
+                            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+        with pytest.raises(openai.BadRequestError) as raised:
+            client.chat.completions.create(model="stories", messages=CHAT["messages"],
+                                           response_format=response_format)  # type: ignore
+        assert raised.value.status_code == 400
+        assert "response_format" in raised.value.message
+        assert response_format["type"] in raised.value.message
+    out = client.chat.completions.create(model="stories", messages=CHAT["messages"],
+                                         max_tokens=2, response_format={"type": "text"})
+    assert out.choices[0].message.content is not None
+
+
+@pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
+                                   {"echo": True}, {"suffix": "end"}, {"best_of": 3}])
+def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
+    [name] = field
+    path = "/v1/chat/completions" if name == "tools" else "/v1/completions"
+    body = {**CHAT, **field} if name == "tools" else {"prompt": "a", **field}
+    assert_error(post(server, path, body), 400, param=name, code="unsupported_parameter")
+
+
+def test_unknown_model(server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="gpt-4o", messages=CHAT["messages"])
+    assert raised.value.code == "model_not_found"
+    assert "gpt-4o" in raised.value.message and "stories" in raised.value.message
+    assert_error(httpx.get(server.base_url + "/models/gpt-4o", headers=AUTH), 404,
+                 code="model_not_found")
+
+
+def test_bad_prompt_tokens_and_logit_bias(server: RunningServer) -> None:
+    assert_error(post(server, "/v1/completions", {"prompt": [1, 99999]}), 400, param="prompt",
+                 contains=("99999",))
+    assert_error(post(server, "/v1/completions", {"prompt": []}), 400, param="prompt")
+    assert_error(post(server, "/v1/completions", {"prompt": "a", "logit_bias": {"600": 1}}),
+                 400, param="logit_bias", contains=("600",))
+    assert_error(post(server, "/v1/completions", {"prompt": "a", "logit_bias": {"5": 500}}),
+                 400, param="logit_bias")
+    assert_error(post(server, "/detokenize", {"tokens": [5, 100000]}), 400, param="tokens")
+    assert_error(post(server, "/tokenize", {}), 400, param="content")
+
+
+# --- 401, 404, 405 -----------------------------------------------------------------------------
+
+def test_api_key(server: RunningServer) -> None:
+    no_key = httpx.post(server.base_url + "/chat/completions", json=CHAT)
+    assert_error(no_key, 401, code="invalid_api_key", contains=("Authorization",))
+    wrong = httpx.post(server.base_url + "/chat/completions", json=CHAT,
+                       headers={"Authorization": "Bearer sk-wrong"})
+    assert_error(wrong, 401, code="invalid_api_key")
+    assert_error(httpx.get(server.url + "/metrics"), 401)
+    assert_error(httpx.get(server.base_url + "/models",
+                           headers={"Authorization": KEY}), 401)  # no Bearer scheme
+    assert httpx.get(server.url + "/health").status_code == 200  # public
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.base_url, api_key="nope", max_retries=0).models.list()
+    assert openai.OpenAI(base_url=server.base_url, api_key=KEY).models.list().data
+
+
+def test_unknown_route_and_method(server: RunningServer) -> None:
+    assert_error(httpx.get(server.url + "/v1/nothing", headers=AUTH), 404, code="not_found")
+    assert_error(httpx.post(server.url + "/v2/chat", headers=AUTH), 404)
+    assert_error(httpx.get(server.base_url + "/chat/completions", headers=AUTH), 405)
+
+
+# --- the scripted backend: 413, 503, errors mid-stream, bugs --------------------------------
+
+@pytest.fixture()
+def fake() -> Iterator[tuple[RunningServer, ScriptedBackend]]:
+    backend = ScriptedBackend(max_queue=0)
+    running = start_server(fake_config(max_body_bytes=4096), backend)
+    yield running, backend
+    running.stop()
+
+
+def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+    server, _ = fake
+    big = {"messages": [{"role": "user", "content": "x" * 10_000}]}
+    assert_error(post(server, "/v1/chat/completions", big), 413, code="request_too_large",
+                 contains=("4096",))
+    # Without a Content-Length (chunked), the limit holds while reading.
+    chunks = iter([b'{"prompt": "', b"x" * 5000, b'"}'])
+    assert_error(httpx.post(server.base_url + "/completions", content=chunks), 413)
+    assert post(server, "/v1/chat/completions", CHAT).status_code == 200
+
+
+def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+    server, backend = fake
+    held: dict[str, Any] = {}
+
+    def hold() -> None:
+        held["response"] = post(server, "/v1/chat/completions",
+                                {"messages": [{"role": "user", "content": "hold"}]}, timeout=30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while backend.stats().n_running == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    start = time.monotonic()
+    busy = post(server, "/v1/chat/completions", CHAT)
+    assert time.monotonic() - start < 1.0
+    assert_error(busy, 503, code="queue_full")
+    with pytest.raises(openai.APIStatusError) as raised:
+        openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) \
+            .chat.completions.create(model="fake", messages=CHAT["messages"])
+    assert raised.value.status_code == 503
+    server.server.ctx.loop.call_soon_threadsafe(backend.release.set)  # type: ignore[union-attr]
+    thread.join(10)
+    assert held["response"].status_code == 200
+    assert held["response"].json()["choices"][0]["message"]["content"] == "ok"
+
+
+def test_error_after_streaming_started(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+    server, _ = fake
+    body = {"messages": [{"role": "user", "content": "fail-after-first"}], "stream": True}
+    with httpx.stream("POST", server.base_url + "/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        events = [e for e in response.read().decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    payloads = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    assert payloads[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert payloads[1]["choices"][0]["delta"] == {"content": "o"}
+    error = payloads[-1]["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "the model broke" in error["message"]
+    assert error["type"] == "server_error"
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.APIError) as raised:
+        for _ in client.chat.completions.create(model="fake", messages=body["messages"],
+                                                stream=True):
+            pass
+    assert "the model broke" in str(raised.value)
+
+
+def test_bug_is_500_without_details(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+    server, _ = fake
+    response = post(server, "/v1/chat/completions",
+                    {"messages": [{"role": "user", "content": "bug-in-submit"}]})
+    error = assert_error(response, 500, code="internal_error")
+    assert error["type"] == "server_error"
+    assert "RuntimeError" not in response.text and "a bug in the backend" not in response.text
+
+
+def test_loading_is_503_then_ok() -> None:
+    backend = ScriptedBackend(loaded=False)
+    server = start_server(fake_config(), backend, wait_ready=False)
+    try:
+        health = httpx.get(server.url + "/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "loading"
+        assert_error(httpx.post(server.base_url + "/chat/completions", json=CHAT), 503,
+                     code="model_loading")
+        backend.load_done.set()
+        deadline = time.monotonic() + 10
+        while httpx.get(server.url + "/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+        assert httpx.post(server.base_url + "/chat/completions", json=CHAT).status_code == 200
+    finally:
+        server.stop()
