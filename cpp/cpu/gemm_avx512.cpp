@@ -1,8 +1,10 @@
 // cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. A panel of 16 weight columns is packed
-// (gemm_pack_x86.h), then an R x 16 tile of outputs (R <= 8 activation rows) is computed per
-// pass over the panel: per 32-element block, 8 vpdpbusd (16 columns x 4 elements, the activation
-// 4-byte group broadcast) per row, then one float scale and the min / offset terms.
-// The 8 weight vectors of a block stay in registers while all R rows use them.
+// (gemm_pack_x86.h); then, one K chunk at a time (small enough to stay in L1), R x 16 tiles of
+// outputs are computed: per 32-element block and row, 8 vpdpbusd (16 columns x 4 elements
+// against the row's broadcast 4-byte activation group), then one float scale and the min /
+// offset terms. The block's 8 weight vectors stay in registers while all R rows use them;
+// R <= 12 because 12 accumulators + 8 weight vectors + temporaries fit the 32 zmm registers
+// (16 rows spill and run slower).
 #include <algorithm>
 
 #include "cpu/gemm.h"
@@ -12,7 +14,7 @@ namespace ember::cpu {
 namespace {
 
 constexpr int kCols = 16;
-constexpr int kMaxRows = 8;
+constexpr int kMaxRows = 12;
 using Panel = PanelBlock<kCols>;
 static_assert(sizeof(Panel) == 768);
 
@@ -26,29 +28,33 @@ inline __m512i bcast_group(const BlockQ8A& a, int g) {
   return _mm512_set1_epi32(v);
 }
 
-// y[R rows][nc of 16 cols] (row stride ldy) = act[R rows] · panel, over n_blocks blocks.
+// y[R rows][nc of 16 cols] (row stride ldy) (+)= act[R rows] · panel over n_blocks blocks;
+// accumulate adds to what y holds (later K chunks).
 template <int R, bool kSub16>
 void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
-                float* y, int64_t ldy, int nc) {
+                float* y, int64_t ldy, int nc, bool accumulate) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
   __m512 acc[R];
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  #pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    acc[r] = accumulate ? _mm512_maskz_loadu_ps(mask, y + r * ldy) : _mm512_setzero_ps();
+  }
   const BlockQ8A* rows[R];
-  #pragma GCC unroll 8
+  #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Panel& p = panel[b];
     __m512i w[8];
-    #pragma GCC unroll 8
+    #pragma GCC unroll 12
     for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.u[g]);
     const __m512 scale0 = _mm512_load_ps(p.scale[0]);
     const __m512 coef_s = _mm512_load_ps(p.coef_s);
-    #pragma GCC unroll 8
+    #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
       if constexpr (kSub16) {
         __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+        #pragma GCC unroll 12
         for (int g = 0; g < 4; ++g) {
           lo = _mm512_dpbusd_epi32(lo, w[g], bcast_group(a, g));
           hi = _mm512_dpbusd_epi32(hi, w[g + 4], bcast_group(a, g + 4));
@@ -60,7 +66,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
         acc[r] = _mm512_fmadd_ps(_mm512_load_ps(p.coef_s_lo), _mm512_set1_ps(a.s_lo), acc[r]);
       } else {
         __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+        #pragma GCC unroll 12
         for (int g = 0; g < 4; ++g) {
           dot0 = _mm512_dpbusd_epi32(dot0, w[2 * g], bcast_group(a, 2 * g));
           dot1 = _mm512_dpbusd_epi32(dot1, w[2 * g + 1], bcast_group(a, 2 * g + 1));
@@ -71,18 +77,22 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
       }
     }
   }
-  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-  #pragma GCC unroll 8
+  #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
-using QuantTileFn = void (*)(const Panel*, int64_t, const uint8_t*, int64_t, float*, int64_t, int);
+using QuantTileFn = void (*)(const Panel*, int64_t, const uint8_t*, int64_t, float*, int64_t, int, bool);
+
+// Blocks per K chunk: 16 blocks of a 16-column panel are 12 KB, so a chunk stays in L1 while
+// every row tile passes over it; partial sums go through y between chunks.
+constexpr int64_t kChunkBlocks = 16;
 
 template <bool kSub16>
 constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
     nullptr,
     tile_quant<1, kSub16>, tile_quant<2, kSub16>, tile_quant<3, kSub16>, tile_quant<4, kSub16>,
-    tile_quant<5, kSub16>, tile_quant<6, kSub16>, tile_quant<7, kSub16>, tile_quant<8, kSub16>};
+    tile_quant<5, kSub16>, tile_quant<6, kSub16>, tile_quant<7, kSub16>, tile_quant<8, kSub16>,
+    tile_quant<9, kSub16>, tile_quant<10, kSub16>, tile_quant<11, kSub16>, tile_quant<12, kSub16>};
 
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
@@ -91,10 +101,14 @@ void gemm_quant(const GemmArgs& g) {
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     pack_quant_panel<kCols, F, false>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
-    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
-      kQuantTiles<F::kSub16>[nr](panel, n_blocks, g.act + r0 * g.act_row_bytes, g.act_row_bytes,
-                                 g.y + r0 * g.ldy + c0, g.ldy, nc);
+    for (int64_t kb = 0; kb < n_blocks; kb += kChunkBlocks) {
+      const int64_t n_chunk = std::min(kChunkBlocks, n_blocks - kb);
+      for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
+        kQuantTiles<F::kSub16>[nr](panel + kb, n_chunk,
+                                   g.act + r0 * g.act_row_bytes + kb * int64_t(sizeof(BlockQ8A)),
+                                   g.act_row_bytes, g.y + r0 * g.ldy + c0, g.ldy, nc, kb > 0);
+      }
     }
   }
 }
@@ -104,22 +118,23 @@ template <int R>
 void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
                 int64_t ldy, int nc) {
   __m512 acc[R];
-  #pragma GCC unroll 8
+  #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
     const __m512 w = _mm512_load_ps(panel + k * kCols);
-    #pragma GCC unroll 8
+    #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * ldx + k]), acc[r]);
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-  #pragma GCC unroll 8
+  #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
 using FloatTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
 constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {
     nullptr,       tile_float<1>, tile_float<2>, tile_float<3>, tile_float<4>,
-    tile_float<5>, tile_float<6>, tile_float<7>, tile_float<8>};
+    tile_float<5>, tile_float<6>, tile_float<7>, tile_float<8>,
+    tile_float<9>, tile_float<10>, tile_float<11>, tile_float<12>};
 
 template <typename Load>
 void gemm_float(const GemmArgs& g) {
