@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "quant/types.h"
 
@@ -98,6 +101,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual const char* name() const = 0;
+  // Host threads the backend's ops run on (the CPU's pool; 1 for a device driven by one thread).
+  virtual int n_threads() const = 0;
   // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only).
   virtual bool supports(Op op, DType dtype) const = 0;
   // Waits until every op issued so far has finished.
@@ -146,5 +151,12 @@ class Backend {
   // Frees memory alloc() returned.
   virtual void free_buffer(void* data, size_t n_bytes) = 0;
 };
+
+// The registry of the backends compiled into this build (backend_registry.cpp is the one file,
+// besides CMake, that knows which those are).
+// A backend by name ("cpu"); n_threads <= 0 picks the default. Throws Unsupported, listing the
+// available backends, for a name this build lacks.
+std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads = 0);
+std::vector<std::string> available_backends();
 
 }  // namespace ember

@@ -19,7 +19,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   bool supports(Op op, DType dtype) const override;
   void synchronize() override {}
-  int n_threads() const { return pool_.n_threads(); }
+  int n_threads() const override { return pool_.n_threads(); }
   ThreadPool& pool() { return pool_; }
 
   Buffer alloc(size_t n_bytes) override;

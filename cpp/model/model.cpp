@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "cpu/backend_cpu.h"
 
 namespace ember {
 
@@ -12,9 +11,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   std::shared_ptr<Model> model(new Model());
   model->file_ = GGUFFile::open(path);
   model->config_ = read_config(*model->file_);
-  auto backend = std::make_unique<CpuBackend>(options.n_threads);
-  model->n_threads_ = backend->n_threads();
-  model->backend_ = std::move(backend);
+  model->backend_ = make_backend(options.backend, options.n_threads);
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
 
   // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it.

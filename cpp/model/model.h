@@ -15,7 +15,8 @@
 namespace ember {
 
 struct ModelOptions {
-  int n_threads = 0;  // threads of the CPU backend's pool; <= 0: ThreadPool::default_n_threads()
+  int n_threads = 0;           // threads of the CPU backend's pool; <= 0: physical cores
+  std::string backend = "cpu";  // see available_backends()
 };
 
 class Model {
@@ -31,7 +32,6 @@ class Model {
   // executor, not part of its value.
   Backend& backend() const { return *backend_; }
   RopeParams rope_params() const;
-  int n_threads() const { return n_threads_; }  // of the CPU pool that runs (or drives) the ops
 
  private:
   Model() = default;
@@ -40,7 +40,6 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
   ModelWeights weights_;
-  int n_threads_ = 1;
   std::vector<float> rope_inv_freq_;  // [n_rot / 2], scaling and frequency factors folded in
 };
 

@@ -122,7 +122,7 @@ void init_model(nb::module_& m) {
       .def_prop_ro("n_batch", [](const PyModel& self) { return self.context->n_batch(); })
       .def_prop_ro("n_past", [](const PyModel& self) { return self.context->n_past(); },
                    "Tokens currently in the KV cache.")
-      .def_prop_ro("n_threads", [](const PyModel& self) { return self.model->n_threads(); })
+      .def_prop_ro("n_threads", [](const PyModel& self) { return self.model->backend().n_threads(); })
       .def_prop_ro("architecture", [](const PyModel& self) {
         return std::string(self.model->config().arch->name);
       })
