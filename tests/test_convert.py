@@ -309,6 +309,29 @@ def test_sharded_half_precision_checkpoints(dtype: str, tmp_path: Path, stories_
         assert np.array_equal(_values(t), want), name
 
 
+def test_other_safetensors_files_are_ignored(tmp_path: Path, stories_hf_path: Path,
+                                             stories_f32: Path) -> None:
+    folder = _copy_stories(stories_hf_path, tmp_path / "hf")
+    # Mistral repos ship their own layout next to HF's; LoRA adapters sit in model folders too.
+    shutil.copy(folder / "model.safetensors", folder / "consolidated.safetensors")
+    shutil.copy(folder / "model.safetensors", folder / "adapter_model.safetensors")
+    out = tmp_path / "o.gguf"
+    convert(folder, out, "f32", progress=False, name="stories260K-hf")
+    assert out.read_bytes() == stories_f32.read_bytes()
+
+
+def test_progress_bar(tmp_path: Path, stories_hf_path: Path,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    convert(stories_hf_path, tmp_path / "o.gguf", "q8_0", progress=True)
+    err = capsys.readouterr().err
+    assert err.count("\r") == 47  # redrawn once per tensor
+    last = err.rstrip("\n").split("\r")[-1]
+    assert last.startswith("stories260K-hf -> q8_0 [############################] 100.0%")
+    assert "blk.4.ffn_down.weight" not in last and "output_norm.weight f32" in last
+    convert(stories_hf_path, tmp_path / "o2.gguf", "q8_0")  # not a terminal: silent
+    assert capsys.readouterr().err == ""
+
+
 def test_index_naming_a_missing_shard(tmp_path: Path, stories_hf_path: Path) -> None:
     folder = _rounded_checkpoint(stories_hf_path, tmp_path / "hf", "f32", n_shards=2)
     next(folder.glob("model-00002-*.safetensors")).unlink()

@@ -103,8 +103,11 @@ class Checkpoint:
                     raise ConvertError(f"{index} lists shard {name}, which is missing from "
                                        f"{folder}")
         else:
+            # Hugging Face names its weights model.safetensors / model-0000N-of-0000M; other
+            # files (Mistral's consolidated.safetensors, adapters) are not this model's layout.
             weight_map = {}
-            files = sorted(p.name for p in folder.glob("*.safetensors"))
+            files = (sorted(p.name for p in folder.glob("model*.safetensors"))
+                     or sorted(p.name for p in folder.glob("*.safetensors")))
         if not files:
             others = sorted(p.name for p in folder.iterdir()
                             if p.suffix in (".bin", ".pt", ".pth", ".gguf"))

@@ -19,7 +19,7 @@ HUB_PATTERNS = [
     "chat_template.json",
     "chat_template.jinja",
     "model.safetensors.index.json",
-    "*.safetensors",
+    "model*.safetensors",  # not consolidated.safetensors, Mistral's copy in its own layout
 ]
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
