@@ -1,10 +1,10 @@
-// cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. A panel of 16 weight columns is packed
-// (gemm_pack_x86.h); then, one K chunk at a time (small enough to stay in L1), R x 16 tiles of
-// outputs are computed: per 32-element block and row, 8 vpdpbusd (16 columns x 4 elements
-// against the row's broadcast 4-byte activation group), then one float scale and the min /
-// offset terms. The block's 8 weight vectors stay in registers while all R rows use them;
-// R <= 12 because 12 accumulators + 8 weight vectors + temporaries fit the 32 zmm registers
-// (16 rows spill and run slower).
+// cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. Weight columns are packed 16 at a time
+// (layout: PanelBlock in gemm_pack_x86.h), one K chunk at a time small enough to stay in L1, and
+// right after a chunk is packed, R x 16 tiles of outputs are computed over it: per 32-element
+// block and row, 8 vpdpbusd (16 columns x 4 elements against the row's broadcast 4-byte
+// activation group), then one float scale and the min / offset terms. The block's 8 weight
+// vectors stay in registers while all R rows use them; R <= 12 because 12 accumulators + 8
+// weight vectors + temporaries fit the 32 zmm registers (16 rows spill and run slower).
 #include <algorithm>
 
 #include "cpu/gemm.h"
@@ -85,35 +85,34 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
 // every row tile passes over it; partial sums go through y between chunks.
 constexpr int64_t kChunkBlocks = 16;
 
-// Index vectors of the 16 x 8 dword transpose in pack_panel16 (see there).
-struct TransposeIndex {
-  __m512i s1[2], s2[2], s3[2];
+// Index vectors of the 16 x 8 dword transpose in pack_panel16 (see there): rows 0-1 stage 1
+// (g 0..3 / 4..7), rows 2-3 stage 2 (g pairs), rows 4-5 stage 3 (the two groups of a pair).
+struct TransposeTable {
+  alignas(64) int32_t v[6][16];
 };
 
-TransposeIndex make_transpose_index() {
-  alignas(64) int32_t v[6][16];
+constexpr TransposeTable make_transpose_table() {
+  TransposeTable t{};
   for (int e = 0; e < 16; ++e) {
-    const int c4 = e % 4, g4 = e / 4;  // stage 1 output [g (4)][c (4)]
+    const int c4 = e % 4, g4 = e / 4;  // stage 1 output [g (4)][c (4)] from two [c (2)][g (8)]
     const int src1[4] = {g4, 8 + g4, 16 + g4, 24 + g4};
-    v[0][e] = src1[c4];
-    v[1][e] = src1[c4] + 4;
+    t.v[0][e] = src1[c4];
+    t.v[1][e] = src1[c4] + 4;
     const int c8 = e % 8, g2 = e / 8;  // stage 2 output [g (2)][c (8)] from two [g (4)][c (4)]
     for (int half = 0; half < 2; ++half) {
       const int g = g2 + 2 * half;
-      v[2 + half][e] = c8 < 4 ? g * 4 + c8 : 16 + g * 4 + (c8 - 4);
+      t.v[2 + half][e] = c8 < 4 ? g * 4 + c8 : 16 + g * 4 + (c8 - 4);
     }
-    for (int t = 0; t < 2; ++t) {  // stage 3 output [c (16)] from two [g (2)][c (8)]
-      v[4 + t][e] = e < 8 ? t * 8 + e : 16 + t * 8 + (e - 8);
+    for (int k = 0; k < 2; ++k) {  // stage 3 output [c (16)] from two [g (2)][c (8)]
+      t.v[4 + k][e] = e < 8 ? k * 8 + e : 16 + k * 8 + (e - 8);
     }
   }
-  TransposeIndex ix;
-  for (int i = 0; i < 2; ++i) {
-    ix.s1[i] = _mm512_load_si512(v[i]);
-    ix.s2[i] = _mm512_load_si512(v[2 + i]);
-    ix.s3[i] = _mm512_load_si512(v[4 + i]);
-  }
-  return ix;
+  return t;
 }
+
+constexpr TransposeTable kTranspose = make_transpose_table();
+
+inline __m512i transpose_index(int i) { return _mm512_load_si512(kTranspose.v[i]); }
 
 // pack_quant_panel for 16 columns and one K chunk. Pass 1 reads each weight row's chunk in
 // order and stores each block's 32 quants column-major into the block's u area (storing 4-byte
@@ -143,7 +142,9 @@ void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int
       p.coef_s_lo[c] = F::kSub16 ? corr0 - corr1 : 0.0f;
     }
   }
-  const TransposeIndex ix = make_transpose_index();
+  const __m512i s1_index[2] = {transpose_index(0), transpose_index(1)};
+  const __m512i s2_index[2] = {transpose_index(2), transpose_index(3)};
+  const __m512i s3_index[2] = {transpose_index(4), transpose_index(5)};
   for (int64_t i = 0; i < n_blocks; ++i) {
     Panel& p = panel[i];
     const uint8_t* t = &p.u[0][0][0];  // [16 columns][32 quants]
@@ -152,21 +153,21 @@ void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int
     for (int k = 0; k < 8; ++k) z[k] = _mm512_load_si512(t + 64 * k);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {  // columns 4q..4q+3: [g 0..3][c], [g 4..7][c]
-      s1[2 * q] = _mm512_permutex2var_epi32(z[2 * q], ix.s1[0], z[2 * q + 1]);
-      s1[2 * q + 1] = _mm512_permutex2var_epi32(z[2 * q], ix.s1[1], z[2 * q + 1]);
+      s1[2 * q] = _mm512_permutex2var_epi32(z[2 * q], s1_index[0], z[2 * q + 1]);
+      s1[2 * q + 1] = _mm512_permutex2var_epi32(z[2 * q], s1_index[1], z[2 * q + 1]);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // columns 8h..8h+7: [g 0,1], [g 2,3], [g 4,5], [g 6,7]
       const __m512i* a = &s1[4 * h];
-      s2[4 * h + 0] = _mm512_permutex2var_epi32(a[0], ix.s2[0], a[2]);
-      s2[4 * h + 1] = _mm512_permutex2var_epi32(a[0], ix.s2[1], a[2]);
-      s2[4 * h + 2] = _mm512_permutex2var_epi32(a[1], ix.s2[0], a[3]);
-      s2[4 * h + 3] = _mm512_permutex2var_epi32(a[1], ix.s2[1], a[3]);
+      s2[4 * h + 0] = _mm512_permutex2var_epi32(a[0], s2_index[0], a[2]);
+      s2[4 * h + 1] = _mm512_permutex2var_epi32(a[0], s2_index[1], a[2]);
+      s2[4 * h + 2] = _mm512_permutex2var_epi32(a[1], s2_index[0], a[3]);
+      s2[4 * h + 3] = _mm512_permutex2var_epi32(a[1], s2_index[1], a[3]);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {  // all 16 columns of groups 2m, 2m+1
-      _mm512_store_si512(p.u[2 * m], _mm512_permutex2var_epi32(s2[m], ix.s3[0], s2[4 + m]));
-      _mm512_store_si512(p.u[2 * m + 1], _mm512_permutex2var_epi32(s2[m], ix.s3[1], s2[4 + m]));
+      _mm512_store_si512(p.u[2 * m], _mm512_permutex2var_epi32(s2[m], s3_index[0], s2[4 + m]));
+      _mm512_store_si512(p.u[2 * m + 1], _mm512_permutex2var_epi32(s2[m], s3_index[1], s2[4 + m]));
     }
   }
 }
