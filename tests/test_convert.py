@@ -484,6 +484,23 @@ def test_hub_unreachable(env: dict, tmp_path: Path) -> None:
     assert not (tmp_path / "o.gguf").exists()
 
 
+def test_hub_repo_id_from_the_local_cache(tmp_path: Path, stories_hf_path: Path,
+                                          stories_f32: Path) -> None:
+    """A repo id goes through huggingface_hub.snapshot_download; offline, a cached snapshot
+    (laid out as huggingface_hub stores it) is used."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf-home" / "hub" / "models--someone--stories"
+    shutil.copytree(stories_hf_path, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    out = tmp_path / "o.gguf"
+    r = _run_cli("convert", "someone/stories", "-o", str(out), "-t", "f32",
+                 env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")})
+    assert r.returncode == 0, r.stderr
+    assert gguf.GGUFReader(out).fields["general.name"].contents() == "someone/stories"
+    assert _tensors(out).keys() == _tensors(stories_f32).keys()
+
+
 # --- CLI ----------------------------------------------------------------------------------------
 
 
