@@ -98,6 +98,19 @@ def test_typical_p() -> None:
     assert_dist(dist(HALVES, typical_p=0.2), {1: 1.0})
 
 
+def test_typical_p_on_a_large_vocabulary() -> None:
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 2, 30_000).astype(np.float32)
+    p = softmax(logits)
+    entropy = -(p * np.log(p)).sum()
+    order = np.lexsort((np.arange(len(p)), np.abs(-np.log(p) - entropy)))
+    n_keep = int(np.searchsorted(np.cumsum(p[order]), 0.6) + 1)
+    got = dist(logits, typical_p=0.6)
+    assert list(got) == order[:n_keep].tolist()
+    kept = p[order[:n_keep]]
+    np.testing.assert_allclose(list(got.values()), kept / kept.sum(), rtol=1e-4)
+
+
 def test_stage_order_top_k_then_top_p_then_temperature() -> None:
     # top_k=3 -> [4/7, 2/7, 1/7]; top_p=0.8 on those: 0.571, 0.857 -> two left; T=2 -> sqrt.
     r = np.sqrt([4 / 7, 2 / 7])

@@ -15,11 +15,42 @@ bool by_logit_desc(const TokenCandidate& a, const TokenCandidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
+bool by_key_asc(const TokenCandidate& a, const TokenCandidate& b) {
+  return a.key < b.key || (a.key == b.key && a.id < b.id);
+}
+
+// Orders `items` by `before` as far as needed and keeps the shortest prefix whose
+// probabilities sum to >= mass (everything when rounding leaves the total just short). The
+// sorted prefix grows 8x at a time: the kept set is usually a few dozen tokens out of tens of
+// thousands, so a full sort is rare.
+template <typename Before>
+void keep_mass_prefix(std::vector<TokenCandidate>& items, bool already_sorted, Before before,
+                      double mass) {
+  const size_t n = items.size();
+  size_t sorted_n = already_sorted ? n : std::min<size_t>(n, 64);
+  for (;;) {
+    if (!already_sorted) {
+      std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(sorted_n),
+                        items.end(), before);
+    }
+    double sum = 0.0;
+    for (size_t keep = 0; keep < sorted_n; ++keep) {
+      sum += items[keep].p;
+      if (sum >= mass) {
+        items.resize(keep + 1);
+        return;
+      }
+    }
+    if (sorted_n == n) return;
+    sorted_n = std::min(n, sorted_n * 8);
+  }
+}
+
 }  // namespace
 
 void Candidates::reset(const float* logits, int32_t n_vocab) {
   items.resize(static_cast<size_t>(n_vocab));
-  for (int32_t i = 0; i < n_vocab; ++i) items[static_cast<size_t>(i)] = {i, logits[i], 0.0f};
+  for (int32_t i = 0; i < n_vocab; ++i) items[static_cast<size_t>(i)] = {i, logits[i], 0.0f, 0.0f};
   sorted = false;
 }
 
@@ -75,50 +106,18 @@ void typical_p(Candidates& c, float typical_p) {
     if (t.p > 0.0f) entropy -= t.p * std::log(static_cast<double>(t.p));
   }
   // Order by distance of surprise from entropy; -log 0 = inf sorts zero-probability tokens last.
-  auto distance = [entropy](const TokenCandidate& t) {
-    return std::abs(-std::log(static_cast<double>(t.p)) - entropy);
-  };
-  std::stable_sort(c.items.begin(), c.items.end(),
-                   [&](const TokenCandidate& a, const TokenCandidate& b) {
-                     return distance(a) < distance(b);
-                   });
-  double mass = 0.0;
-  size_t keep = 0;
-  while (keep < c.items.size()) {
-    mass += c.items[keep++].p;
-    if (mass >= typical_p) break;
+  for (TokenCandidate& t : c.items) {
+    t.key = static_cast<float>(std::abs(-std::log(static_cast<double>(t.p)) - entropy));
   }
-  c.items.resize(keep);
+  keep_mass_prefix(c.items, false, by_key_asc, typical_p);
   c.sorted = false;
 }
 
 void top_p(Candidates& c, float p) {
   if (p >= 1.0f) return;
   softmax(c);
-  // Sort a prefix that grows 8x at a time until it holds mass p: the nucleus is usually a few
-  // dozen tokens out of tens of thousands.
-  const size_t n = c.items.size();
-  size_t sorted_n = c.sorted ? n : std::min<size_t>(n, 64);
-  for (;;) {
-    if (!c.sorted) {
-      std::partial_sort(c.items.begin(), c.items.begin() + static_cast<std::ptrdiff_t>(sorted_n),
-                        c.items.end(), by_logit_desc);
-    }
-    double mass = 0.0;
-    for (size_t keep = 0; keep < sorted_n; ++keep) {
-      mass += c.items[keep].p;
-      if (mass >= p) {
-        c.items.resize(keep + 1);
-        c.sorted = true;
-        return;
-      }
-    }
-    if (sorted_n == n) {  // rounding left the total just under p: keep everything
-      c.sorted = true;
-      return;
-    }
-    sorted_n = std::min(n, sorted_n * 8);
-  }
+  keep_mass_prefix(c.items, c.sorted, by_logit_desc, p);
+  c.sorted = true;
 }
 
 void min_p(Candidates& c, float min_p) {

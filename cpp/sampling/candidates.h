@@ -11,7 +11,8 @@ namespace ember {
 struct TokenCandidate {
   int32_t id;
   float logit;
-  float p;  // valid after softmax(); stale otherwise
+  float p;    // valid after softmax(); stale otherwise
+  float key;  // scratch for stages that order by something else than the logit
 };
 
 struct Candidates {

@@ -99,7 +99,7 @@ void Sampler::narrow(const float* logits) {
   }
   if (params_.temperature <= 0.0f) {
     const int32_t best = argmax(c);
-    c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f});
+    c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f, 0.0f});
     c.sorted = true;
     return;
   }
