@@ -144,6 +144,14 @@ def test_chat_from_a_pipe(stories_path: Path, stories_llm: LLM) -> None:
                                    for s in stats)
 
 
+def test_chat_paris_from_a_pipe() -> None:
+    proc = ember("chat", "--system", "You are a helpful assistant.", "--temp", "0", "-n", "32",
+                 *FAST, stdin="What is the capital of France?\n")  # the demo model
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "The capital of France is Paris.\n"
+    assert re.fullmatch(r"\[7 tokens, [\d.]+ tokens/s, prompt \d+ ms\]\n", proc.stderr)
+
+
 def test_chat_system_message_from_a_pipe(stories_path: Path, stories_llm: LLM) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     want = stories_llm.chat(messages, temperature=0.0, max_tokens=10).text
