@@ -24,9 +24,9 @@ def main() -> None:
             answer += delta.text
             if delta.result is not None:
                 usage = delta.result.usage
-                print(f"[{usage.completion_tokens} tokens; {usage.cached_tokens} of "
-                      f"{usage.prompt_tokens} prompt tokens reused from the cache]", file=sys.stderr)
         print()
+        print(f"[{usage.completion_tokens} tokens; {usage.cached_tokens} of "
+              f"{usage.prompt_tokens} prompt tokens reused from the cache]", file=sys.stderr)
         messages.append({"role": "assistant", "content": answer})
 
     # The same request, shaped like OpenAI's chat completion response.
