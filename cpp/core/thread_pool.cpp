@@ -18,8 +18,26 @@
 namespace ember {
 
 namespace {
-constexpr int kSpinRounds = 200000;  // ~a few ms of polling before a worker sleeps
+// Waiting is staged: spin with a pause instruction (a job usually arrives or finishes within
+// microseconds), then yield the core (when the machine is oversubscribed, the thread we wait
+// for may need our core to make progress), then — for workers — sleep on the condition variable.
+constexpr int kPauseRounds = 2000;
+constexpr int kYieldRounds = 20000;
+
+// Polls done() with pause, then yield; returns whether done() became true within the budget.
+template <typename Done>
+bool wait_briefly(Done done, int yield_rounds) {
+  for (int i = 0; i < kPauseRounds; ++i) {
+    if (done()) return true;
+    EMBER_PAUSE();
+  }
+  for (int i = 0; i < yield_rounds; ++i) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
 }
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(n_threads_ - 1);
@@ -50,19 +68,17 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
   }
   wake_.notify_all();
   job(0, n_threads_);
-  while (n_pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
+  auto all_done = [this] { return n_pending_.load(std::memory_order_acquire) == 0; };
+  while (!wait_briefly(all_done, kYieldRounds)) {
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int ith) {
   uint64_t seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinRounds) {
-      EMBER_PAUSE();
-      ++spins;
-    }
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    auto new_job = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    if (!wait_briefly(new_job, kYieldRounds)) {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
     }
