@@ -88,6 +88,11 @@ def test_context_full_ends_with_length(stories_path: Path) -> None:
     assert STORY.startswith(r.text)
     with pytest.raises(ValueError, match="more than the context holds"):
         small.generate(PROMPT * 10)
+    # Streams check the request when they are made, before the first chunk is asked for.
+    with pytest.raises(ValueError, match="more than the context holds"):
+        small.create_chat_completion([{"role": "user", "content": PROMPT * 10}], stream=True)
+    with pytest.raises(ValueError, match="top_p"):
+        small.create_completion(PROMPT, stream=True, top_p=7)
 
 
 # --- sampling ------------------------------------------------------------------------------------
@@ -178,7 +183,7 @@ def test_chat_paris_with_the_default_system_message(smollm2: LLM) -> None:
 def test_chat_stream_matches_chat(smollm2: LLM) -> None:
     r = smollm2.chat(FRANCE, max_tokens=24, **GREEDY)
     assert "".join(smollm2.stream_chat(FRANCE, max_tokens=24, **GREEDY)) == r.text
-    assert r.usage.prompt_tokens == len(smollm2._chat_tokens(FRANCE)) == 37
+    assert r.usage.prompt_tokens == len(smollm2.tokenize_chat(FRANCE)) == 37
 
 
 def test_chat_turns_reuse_the_cache(smollm2: LLM) -> None:
@@ -196,14 +201,14 @@ def test_chat_turns_reuse_the_cache(smollm2: LLM) -> None:
     # What was reused is what the new prompt starts with: the first prompt and its answer.
     # (Not compared with a fresh run: batched and one-by-one evaluation of a quantized model
     # round differently, and greedy choices with small margins may then differ.)
-    reused = smollm2._chat_tokens(history)[:second.usage.cached_tokens]
-    assert reused == (smollm2._chat_tokens(FRANCE) + first.tokens)[:len(reused)]
+    reused = smollm2.tokenize_chat(history)[:second.usage.cached_tokens]
+    assert reused == (smollm2.tokenize_chat(FRANCE) + first.tokens)[:len(reused)]
 
 
 def test_chat_prompt_uses_the_gguf_template(smollm2: LLM) -> None:
     text = smollm2.apply_chat_template(FRANCE)
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
-    ids = smollm2._chat_tokens(FRANCE)
+    ids = smollm2.tokenize_chat(FRANCE)
     assert ids[0] == smollm2.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]
     assert ids.count(ids[0]) == 3  # system, user, assistant headers; no extra BOS
 

@@ -144,15 +144,22 @@ def token_logprob(tokenizer: _core.Tokenizer, logits: np.ndarray, token: int,
 
 def generate(sequence: Sequence, tokenizer: _core.Tokenizer, prompt: list[int],
              params: SamplingParams) -> Iterator[Delta]:
-    """Runs one request to its end, yielding a Delta whenever text becomes final."""
+    """One request: checked now (a bad prompt or parameter raises ValueError right here), run
+    as the returned iterator is consumed, yielding a Delta whenever text becomes final."""
     model = sequence.model
     if not prompt:
         raise ValueError("the prompt is empty (no tokens to start from)")
     if len(prompt) > model.n_ctx:
         raise ValueError(f"the prompt has {len(prompt)} tokens, more than the context holds "
                          f"({model.n_ctx}); use a shorter prompt or a larger n_ctx")
-    ticket = sequence.claim()
     sampler = params.make_sampler(model.n_vocab)
+    return _run(sequence, tokenizer, prompt, params, sampler)
+
+
+def _run(sequence: Sequence, tokenizer: _core.Tokenizer, prompt: list[int],
+         params: SamplingParams, sampler: _core.Sampler) -> Iterator[Delta]:
+    model = sequence.model
+    ticket = sequence.claim()
     sampler.accept_many(prompt)  # penalties count the prompt too, as llama.cpp does
     decoder = _core.StreamDecoder(tokenizer)
     stops = _core.StopStringMatcher(list(params.stop))

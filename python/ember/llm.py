@@ -93,7 +93,8 @@ class LLM:
             return self.tokenize(prompt, add_special=True, parse_special=True)
         return [int(t) for t in prompt]
 
-    def _chat_tokens(self, messages: Sequence[Message], **variables: Any) -> list[int]:
+    def tokenize_chat(self, messages: Sequence[Message], **variables: Any) -> list[int]:
+        """The prompt tokens for `messages` in the model's chat template."""
         text = self.apply_chat_template(messages, **variables)
         bos = self.chat_template.bos_token
         # Templates that write BOS themselves (Llama 3, Mistral) must not get a second one.
@@ -125,7 +126,7 @@ class LLM:
     def chat_deltas(self, messages: Sequence[Message], params: SamplingParams | None = None,
                     **sampling: Any) -> Iterator[Delta]:
         """Like stream_deltas, for the model's answer to `messages` in its chat template."""
-        return self.stream_deltas(self._chat_tokens(messages), params, **sampling)
+        return self.stream_deltas(self.tokenize_chat(messages), params, **sampling)
 
     def chat(self, messages: Sequence[Message], params: SamplingParams | None = None,
              **sampling: Any) -> GenerationResult:
