@@ -119,9 +119,7 @@ class LLM:
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                **sampling: Any) -> Iterator[str]:
         """Yields the completion's text as it is generated."""
-        for delta in self.stream_deltas(prompt, params, **sampling):
-            if delta.text:
-                yield delta.text
+        return _texts(self.stream_deltas(prompt, params, **sampling))
 
     def chat_deltas(self, messages: Sequence[Message], params: SamplingParams | None = None,
                     **sampling: Any) -> Iterator[Delta]:
@@ -135,9 +133,7 @@ class LLM:
 
     def stream_chat(self, messages: Sequence[Message], params: SamplingParams | None = None,
                     **sampling: Any) -> Iterator[str]:
-        for delta in self.chat_deltas(messages, params, **sampling):
-            if delta.text:
-                yield delta.text
+        return _texts(self.chat_deltas(messages, params, **sampling))
 
     def reset(self) -> None:
         """Empties the KV cache (the next prompt is evaluated from scratch)."""
@@ -219,6 +215,10 @@ class LLM:
                 yield chunk({}, delta.finish_reason)
                 if include_usage and delta.result:
                     yield {**head, "choices": [], "usage": delta.result.usage.to_dict()}
+
+
+def _texts(deltas: Iterator[Delta]) -> Iterator[str]:
+    return (delta.text for delta in deltas if delta.text)
 
 
 def _last(deltas: Iterator[Delta]) -> GenerationResult:
