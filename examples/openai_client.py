@@ -20,17 +20,20 @@ def main() -> None:
 
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key)
     model = client.models.list().data[0].id
-    question = [{"role": "user", "content": "What is the capital of France?"}]
+    question = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
 
     # One answer, greedy.
-    answer = client.chat.completions.create(model=model, messages=question, temperature=0)
+    answer = client.chat.completions.create(model=model, messages=question, temperature=0,
+                                            max_tokens=64)
     print("answer:", answer.choices[0].message.content)
     print("usage: ", answer.usage)
 
     # The same, streamed as it is generated, with the usage at the end.
     print("stream: ", end="", flush=True)
     stream = client.chat.completions.create(model=model, messages=question, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+                                            max_tokens=64, stream=True,
+                                            stream_options={"include_usage": True})
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             print(chunk.choices[0].delta.content, end="", flush=True)
