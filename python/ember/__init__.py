@@ -3,6 +3,8 @@
     import ember
     f = ember.GGUFFile("model.gguf")       # metadata, tensor directory, zero-copy tensor views
     blocks = ember.quantize(array, "q4_0")  # float32 -> GGUF blocks
+    llm = ember.LLM()                        # the demo model; or ember.LLM("model.gguf")
+    print(llm.generate("Once upon a time", max_tokens=32).text)
 """
 
 from __future__ import annotations
@@ -19,10 +21,23 @@ from ember._core import (
     Tokenizer,
     UnsupportedError,
 )
+from ember.chat import ChatTemplate, ChatTemplateError
+from ember.generate import Delta, GenerationResult, Timings, TokenLogprob, Usage
+from ember.llm import LLM
+from ember.sampling import SamplingParams
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LLM",
+    "ChatTemplate",
+    "ChatTemplateError",
+    "Delta",
+    "GenerationResult",
+    "SamplingParams",
+    "Timings",
+    "TokenLogprob",
+    "Usage",
     "EmberError",
     "GGUFError",
     "GGUFFile",
