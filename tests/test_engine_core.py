@@ -1,22 +1,20 @@
 """The model-independent engine core (block pool, KV cache manager, scheduler, engine loop).
 
 Its tests are C++ (tests/cpp/test_engine_core.cpp, driven by a fake runner); this builds that
-program with CMake into tests/.cache/build-engine (incrementally, so a second run only links
+program with CMake into tests/.cache/build-cpp (incrementally, so a second run only links
 what changed), runs it, and checks every test case reported "ok".
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import build_cpp_test
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(__file__).resolve().parent / ".cache" / "build-engine"
 TARGET = "test_engine_core"
 
 # Every case the program must run; a case that silently disappears fails this test.
@@ -53,25 +51,9 @@ EXPECTED_CASES = [
 ]
 
 
-def _run(cmd: list[str], timeout: float) -> None:
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-
-
 @pytest.fixture(scope="module")
 def engine_core_binary() -> Path:
-    if shutil.which("cmake") is None:
-        pytest.skip("cmake is not installed")
-    if not (BUILD / "CMakeCache.txt").exists():
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", str(ROOT), "-B", str(BUILD), *generator, "-DCMAKE_BUILD_TYPE=Release",
-              "-DEMBER_BUILD_TESTS=ON"], timeout=600)
-    jobs = os.environ.get("EMBER_BUILD_JOBS", "2")
-    _run(["cmake", "--build", str(BUILD), "--target", TARGET, "-j", jobs], timeout=3600)
-    binary = BUILD / TARGET
-    assert binary.exists(), f"{binary} was not built"
-    return binary
+    return build_cpp_test(TARGET)
 
 
 def test_engine_core_cases_pass(engine_core_binary: Path) -> None:

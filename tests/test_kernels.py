@@ -1,4 +1,4 @@
-"""The CPU matmul kernels: runs tests/cpp/test_matmul (built with CMake into tests/.cache) once per
+"""The CPU matmul kernels: runs tests/cpp/test_matmul (built with CMake into tests/.cache/build-cpp) once per
 ISA level, and the NEON kernels under qemu-user via scripts/test_neon.sh.
 
 test_matmul compares every kernel against the scalar int8 reference and a float64 dot of the
@@ -14,27 +14,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import build_cpp_test
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_DIR = ROOT / "tests" / ".cache" / "build-kernels"
 
 
 @pytest.fixture(scope="session")
 def test_matmul_exe() -> Path:
-    """Configures (once) and builds the test_matmul target; incremental on later runs."""
-    if not (BUILD_DIR / "CMakeCache.txt").exists():
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        subprocess.run(
-            ["cmake", "-S", str(ROOT), "-B", str(BUILD_DIR), *generator,
-             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON"],
-            check=True, capture_output=True, text=True,
-        )
-    build = subprocess.run(
-        ["cmake", "--build", str(BUILD_DIR), "--target", "test_matmul", "-j2"],
-        capture_output=True, text=True,
-    )
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    return BUILD_DIR / "test_matmul"
+    """The test_matmul program, built into the shared C++ test build (tests/.cache/build-cpp)."""
+    return build_cpp_test("test_matmul")
 
 
 def run_test_matmul(exe: Path, isa: str) -> subprocess.CompletedProcess[str]:
@@ -51,10 +39,10 @@ def test_matmul_kernels(test_matmul_exe: Path, isa: str) -> None:
     if active.group(1) != isa and isa != "scalar":
         pytest.skip(f"this CPU cannot run {isa} kernels (best level: {active.group(1)})")
     assert result.returncode == 0, out[-4000:]
-    level = re.search(rf"^isa {isa}: (\d+) passed, (\d+) failed$", out, re.M)
+    level = re.search(rf"^isa {isa}: (\d+) passed, (\d+) failed$", out, re.MULTILINE)
     assert level, out[-4000:]
     assert int(level.group(1)) > 1000 and int(level.group(2)) == 0, out[-4000:]
-    total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.M)
+    total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.MULTILINE)
     assert total and int(total.group(2)) == 0, out[-4000:]
 
 
@@ -62,7 +50,7 @@ def test_isa_cap_is_respected(test_matmul_exe: Path) -> None:
     """EMBER_CPU_ISA=scalar must keep every SIMD table out of the run."""
     out = run_test_matmul(test_matmul_exe, "scalar").stdout
     assert "active isa scalar" in out
-    assert re.findall(r"^isa (\w+):", out, re.M) == ["scalar"]
+    assert re.findall(r"^isa (\w+):", out, re.MULTILINE) == ["scalar"]
 
 
 def test_neon_kernels_under_qemu() -> None:
@@ -75,5 +63,5 @@ def test_neon_kernels_under_qemu() -> None:
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
-    level = re.search(r"^isa neon: (\d+) passed, 0 failed$", out, re.M)
+    level = re.search(r"^isa neon: (\d+) passed, 0 failed$", out, re.MULTILINE)
     assert level and int(level.group(1)) > 0, out[-4000:]
