@@ -14,9 +14,26 @@ llama_cpp = pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
 
 
-def _llama_cpp_model(path: Path, logits_all: bool = False):
+@pytest.fixture(autouse=True)
+def _no_extra_buffer_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load weights as stored, without llama.cpp's CPU "extra buffer types" (AMX / repacked
+    layouts): on this AMX machine llama.cpp 0.3.36 segfaults in decode on any q8_0 tensor of
+    stories260K's size, also for the bytes gguf-py's own quantizer writes (checked: identical
+    files). The repacking happens after loading and does not change what the file means."""
+    default = llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    monkeypatch.setattr(llama_cpp.llama.llama_cpp, "llama_model_default_params", params)
+
+
+def _llama_cpp_model(path: Path):
+    # logits_all: llama-cpp-python 0.3.36 leaves `scores` zero without it, even the last row.
     return llama_cpp.Llama(model_path=str(path), n_ctx=256, n_threads=1, n_batch=256,
-                           logits_all=logits_all, verbose=False)
+                           logits_all=True, verbose=False)
 
 
 def _greedy_llama_cpp(path: Path, prompt: list[int], n: int) -> list[int]:
@@ -53,22 +70,37 @@ def test_stories_greedy_same_in_llama_cpp(out_type: str, tmp_path: Path,
 @pytest.mark.parametrize("case", ["llama", "mistral", "qwen2", "qwen3-tied", "llama-llama3"])
 @pytest.mark.parametrize("out_type", ["f32", "q4_k_m"])
 def test_tiny_models_same_logits_in_llama_cpp(case: str, out_type: str, tmp_path: Path) -> None:
-    from test_convert_models import hf_logits, make_model, save_checkpoint, tokens_for_test
+    from test_convert_models import (
+        F32_REL,
+        _rel_rms,
+        dequantized_model,
+        hf_logits,
+        make_model,
+        save_checkpoint,
+        tokens_for_test,
+    )
 
     model = make_model(case)
     folder = save_checkpoint(model, tmp_path / "hf")
     out = tmp_path / "m.gguf"
     convert(folder, out, out_type, progress=False)
     tokens = tokens_for_test(64)
-    llm = _llama_cpp_model(out, logits_all=True)
+    llm = _llama_cpp_model(out)
     llm.eval(tokens)
     theirs = np.array(llm.scores[:len(tokens)], dtype=np.float32)
     ours = _core.Model(str(out), n_threads=1).eval(tokens)
-    # Both engines read the same stored weights and keep the KV cache in f16; their summation
-    # orders and activation rounding differ. f32: a few 1e-3 of the largest logit (the bound
-    # of test_convert_models.F32_REL); q4_k_m: both quantize activations to 8 bits, 2.5e-2.
-    rel = 4e-3 if out_type == "f32" else 2.5e-2
-    assert np.abs(ours - theirs).max() < rel * np.abs(theirs).max()
     if out_type == "f32":
+        # Same f32 weights, both engines with an f16 KV cache: see test_convert_models.F32_REL.
         ref = hf_logits(model, tokens)
-        assert np.abs(theirs - ref).max() < rel * np.abs(ref).max()
+        assert np.abs(theirs - ref).max() < F32_REL * np.abs(ref).max()
+        assert np.abs(ours - theirs).max() < F32_REL * np.abs(theirs).max()
+        return
+    # llama.cpp on our q4_k_m file computes what transformers computes with the weights the
+    # file stores (dequantized), up to its own 8-bit activation rounding (q8_K: one scale per
+    # 256 values, coarser than ember's): measured 2.4-3.3% RMS, 2.6-3.6% of the largest logit.
+    # The two engines then differ by both roundings: measured 2.9-3.9% RMS. A block llama.cpp
+    # decoded differently from ember (a format mismatch) would move logits by tens of percent.
+    twin = hf_logits(dequantized_model(model, out), tokens)
+    assert _rel_rms(theirs, twin) < 0.05
+    assert np.abs(theirs - twin).max() < 0.06 * np.abs(twin).max()
+    assert _rel_rms(ours, theirs) < 0.06

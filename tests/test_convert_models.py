@@ -178,6 +178,8 @@ def dequantized_model(model, path: Path):
     cfg = model.config
     state = {}
     for t in gguf.GGUFReader(path).tensors:
+        if t.name == "rope_freqs.weight":  # computed from the config, not an HF weight
+            continue
         shape = tuple(reversed([int(d) for d in t.shape]))
         values = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
         m = re.match(r"blk\.(\d+)\.(.*)", t.name)
