@@ -32,6 +32,7 @@ void Engine::shutdown() {
 
 Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options, std::function<void()> notify) {
   scheduler_.validate(prompt, options);  // reads only immutable config
+  runner_->validate(prompt, options);     // likewise
   auto events = std::make_shared<EventQueue>(std::move(notify));
   RequestId id;
   {
@@ -97,7 +98,9 @@ void Engine::loop() {
       const int64_t n_prompt = p.request.n_prompt_tokens;
       streams_.emplace(id, std::move(p.events));
       try {
+        const RequestOptions options = p.request.options;
         scheduler_.add_request(std::move(p.request));
+        runner_->add(id, options);
         n_prompt_tokens_total_ += n_prompt;
       } catch (const Error& e) {  // validated in submit(); kept for safety
         end_request(id, FinishReason::error, e.what());
@@ -119,7 +122,9 @@ void Engine::loop() {
 }
 
 void Engine::step() {
-  const StepPlan plan = scheduler_.schedule();  // plan.finished is empty: see release_finished()
+  const StepPlan plan = scheduler_.schedule();
+  // Requests cancelled since the last step (release_finished() took the rest).
+  if (!plan.finished.empty()) runner_->release(plan.finished);
   if (plan.empty()) {
     // Work is left but nothing fits: only possible while requests wait on each other's blocks
     // for a moment; don't spin hot.
@@ -127,9 +132,17 @@ void Engine::step() {
     return;
   }
   std::vector<RequestOutput> outputs;
+  std::span<const std::optional<TokenLogprobs>> logprobs;
+  std::unordered_map<RequestId, int64_t> output_index;  // request -> its sample in this step
   try {
     const Batch batch = build_batch(plan, scheduler_);
     const std::vector<int32_t> sampled = runner_->execute(batch);
+    logprobs = runner_->last_logprobs();
+    if (!logprobs.empty()) {
+      for (const BatchSequence& s : batch.seqs) {
+        if (s.output_index >= 0) output_index.emplace(s.id, s.output_index);
+      }
+    }
     outputs = scheduler_.update_from_output(plan, sampled);
   } catch (const std::exception& e) {
     // The step's requests can't trust their cache any more: fail them, keep serving the rest.
@@ -140,7 +153,11 @@ void Engine::step() {
     return;
   }
   ++n_steps_;
-  for (const RequestOutput& out : outputs) emit(out);
+  for (const RequestOutput& out : outputs) {
+    const auto it = output_index.find(out.id);
+    const bool has = it != output_index.end() && logprobs[it->second].has_value();
+    emit(out, has ? &*logprobs[it->second] : nullptr);
+  }
 }
 
 // Tells the runner at once which requests left (finished, cancelled, failed), so it never holds
@@ -150,7 +167,7 @@ void Engine::release_finished() {
   if (!ids.empty()) runner_->release(ids);
 }
 
-void Engine::emit(const RequestOutput& out) {
+void Engine::emit(const RequestOutput& out, const TokenLogprobs* logprobs) {
   const auto it = streams_.find(out.id);
   if (it == streams_.end()) return;
   ++n_generation_tokens_total_;
@@ -161,6 +178,10 @@ void Engine::emit(const RequestOutput& out) {
   e.n_prompt_tokens = out.n_prompt_tokens;
   e.n_output_tokens = out.n_output_tokens;
   e.n_cached_tokens = out.n_cached_tokens;
+  if (logprobs) {
+    e.has_logprobs = true;
+    e.logprobs = *logprobs;
+  }
   it->second->push(std::move(e));
   if (out.finished()) streams_.erase(it);
 }

@@ -86,7 +86,7 @@ class Engine {
 
   void loop();
   void step();
-  void emit(const RequestOutput& out);
+  void emit(const RequestOutput& out, const TokenLogprobs* logprobs);
   void end_request(RequestId id, FinishReason reason, const std::string& error);  // cancel/fail, close stream
   void release_finished();
   void publish_stats();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "sampling/logprobs.h"
 
 namespace ember {
 
@@ -27,6 +28,8 @@ struct TokenEvent {
   int64_t n_prompt_tokens = 0;
   int64_t n_output_tokens = 0;                      // so far, this token included
   int64_t n_cached_tokens = 0;                      // prompt tokens served by the prefix cache
+  bool has_logprobs = false;                        // the request asked for them and a token came
+  TokenLogprobs logprobs{};                         // of `token` (and the top alternatives)
 
   bool finished() const { return finish_reason != FinishReason::none; }
   bool has_token() const { return token >= 0; }

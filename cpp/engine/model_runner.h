@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/request.h"
+#include "sampling/logprobs.h"
 
 namespace ember {
 
@@ -22,6 +25,18 @@ class ModelRunner {
 
   // Requests that left the engine (finished, cancelled, failed): drop any state kept for them.
   virtual void release(std::span<const SequenceId> ids) {}
+
+  // Throws InvalidArgument when the runner could never serve this request (a token id outside
+  // the vocabulary, bad sampling parameters). Called by submitters on their own threads, so it
+  // must only read state fixed at construction.
+  virtual void validate(std::span<const int32_t> prompt, const RequestOptions& options) const {}
+
+  // A request entered the engine (loop thread, before its first execute): set up its sampler.
+  virtual void add(RequestId id, const RequestOptions& options) {}
+
+  // Log-probabilities of the last execute()'s samples, indexed like its result, for requests
+  // that asked (n_logprobs >= 0; nullopt for the others). May be empty when none asked.
+  virtual std::span<const std::optional<TokenLogprobs>> last_logprobs() const { return {}; }
 };
 
 }  // namespace ember

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "sampling/params.h"
 
 namespace ember {
 
@@ -32,6 +33,10 @@ struct RequestOptions {
   int64_t max_tokens = 256;             // output tokens at most (>= 1)
   int priority = 0;                     // lower runs first under the priority policy
   std::vector<int32_t> stop_token_ids;  // sampling one finishes the request (it is still output)
+  SamplingParams sampling;              // the runner's sampler for this request (fake runners ignore it)
+  // Log-probabilities of each sampled token under the raw logits: -1 off, 0 the chosen token's
+  // only, k > 0 also the k most likely tokens (see TokenEvent).
+  int32_t n_logprobs = -1;
 };
 
 struct Request {

@@ -9,6 +9,7 @@ void init_quant(nb::module_& m);
 void init_tokenizer(nb::module_& m);
 void init_model(nb::module_& m);
 void init_sampling(nb::module_& m);
+void init_engine(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ember's C++ core: GGUF files, quantization, tokenizers, models";
@@ -18,4 +19,5 @@ NB_MODULE(_core, m) {
   init_tokenizer(m);
   init_model(m);
   init_sampling(m);
+  init_engine(m);
 }

@@ -1,0 +1,57 @@
+// engine/model_engine.cpp: KV sizing and the wiring of Engine + ForwardRunner.
+#include "engine/model_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/model_runner_forward.h"
+#include "kv/paged_kv_cache.h"
+
+namespace ember {
+
+EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o) {
+  const ModelConfig& c = model.config();
+  if (o.kv_type != "f16") {
+    throw Unsupported(cat("[engine] KV cache type '", o.kv_type, "' is not supported; only f16"));
+  }
+  if (o.block_size < 1 || o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.kv_tokens < 0 || o.kv_bytes < 0) {
+    throw InvalidArgument(cat("[engine] block_size (", o.block_size, "), parallel (", o.max_num_seqs,
+                              ") and max_batch_tokens (", o.max_num_batched_tokens,
+                              ") must be >= 1, KV budgets >= 0"));
+  }
+  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+  const int64_t bytes_per_token = PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
+  int64_t n_blocks;
+  if (o.kv_tokens > 0) {
+    n_blocks = KVCacheConfig::blocks_for_tokens(o.kv_tokens, o.block_size);
+  } else if (o.kv_bytes > 0) {
+    n_blocks = KVCacheConfig::blocks_for_bytes(o.kv_bytes, bytes_per_token, o.block_size);
+  } else {
+    const int64_t wanted = n_ctx * o.max_num_seqs;
+    const int64_t capped = std::max(n_ctx, std::min(wanted, kDefaultKVBytes / bytes_per_token));
+    n_blocks = (capped + o.block_size - 1) / o.block_size;
+  }
+
+  EngineConfig config;
+  config.kv.block_size = o.block_size;
+  config.kv.n_blocks = n_blocks;
+  config.kv.enable_prefix_caching = o.enable_prefix_caching;
+  config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  config.scheduler.max_num_seqs = o.max_num_seqs;
+  config.scheduler.max_model_len = n_ctx;
+  config.max_queue = o.max_queue;
+  return config;
+}
+
+std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const ModelEngineOptions& options) {
+  if (!model) throw InvalidArgument("[engine] no model");
+  const EngineConfig config = model_engine_config(*model, options);
+  ForwardRunnerConfig runner;
+  runner.n_blocks = config.kv.n_blocks;
+  runner.block_size = config.kv.block_size;
+  runner.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+  runner.max_num_seqs = config.scheduler.max_num_seqs;
+  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner));
+}
+
+}  // namespace ember

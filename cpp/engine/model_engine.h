@@ -1,0 +1,38 @@
+// engine/model_engine.h: an Engine serving a loaded model — sizes the paged KV cache from a
+// token or byte budget and gives the same blocks to the engine's KVCacheManager and to the
+// ForwardRunner's cache memory (the one place both are derived from).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace ember {
+
+struct ModelEngineOptions {
+  int64_t n_ctx = 0;                     // tokens one request may reach; <= 0: min(n_ctx_train, 4096)
+  int max_num_seqs = 16;                 // requests running at once ("--parallel")
+  int64_t kv_tokens = 0;                 // KV budget in tokens; 0: see kv_bytes
+  int64_t kv_bytes = 0;                  // KV budget in bytes when kv_tokens is 0; both 0: the
+                                         // default (n_ctx * max_num_seqs tokens, at most
+                                         // kDefaultKVBytes, at least n_ctx)
+  int block_size = 16;
+  int64_t max_num_batched_tokens = 512;  // token budget of one step
+  int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
+  bool enable_prefix_caching = true;
+  std::string kv_type = "f16";           // only f16 today
+};
+
+inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;
+
+// The engine's configuration for `model` and `options` (no memory allocated). Throws
+// InvalidArgument for bad sizes, Unsupported for a KV type other than f16.
+EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& options);
+
+// Starts an engine with a ForwardRunner over `model`. Throws like model_engine_config.
+std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const ModelEngineOptions& options);
+
+}  // namespace ember

@@ -1,0 +1,107 @@
+// engine/model_runner_forward.cpp: Batch -> ForwardBatch over the paged cache -> forward ->
+// one sample (and optional logprobs) per output row.
+#include "engine/model_runner_forward.h"
+
+#include <stdexcept>
+
+#include "core/error.h"
+#include "model/forward.h"
+
+namespace ember {
+
+ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config)
+    : model_(std::move(model)), config_(config) {
+  if (!model_) throw InvalidArgument("[engine] the runner has no model");
+  if (config.max_num_batched_tokens < 1 || config.max_num_seqs < 1) {
+    throw InvalidArgument(cat("[engine] max_num_batched_tokens (", config.max_num_batched_tokens,
+                              ") and max_num_seqs (", config.max_num_seqs, ") must be >= 1"));
+  }
+  const ModelConfig& c = model_->config();
+  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks, config.block_size);
+  scratch_ = Scratch(model_->backend(), c, config.max_num_batched_tokens);
+  rows_.reserve(config.max_num_seqs);
+  logits_.reserve(static_cast<size_t>(config.max_num_seqs) * c.n_vocab);
+}
+
+void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
+  const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= n_vocab) {
+      throw InvalidArgument(cat("[request] prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ",
+                                n_vocab, ")"));
+    }
+  }
+  for (int32_t t : options.stop_token_ids) {
+    if (t < 0 || t >= n_vocab) {
+      throw InvalidArgument(cat("[request] stop token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
+    }
+  }
+  if (options.n_logprobs > n_vocab) {
+    throw InvalidArgument(cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
+  }
+  ember::validate(options.sampling, n_vocab);
+}
+
+void ForwardRunner::add(RequestId id, const RequestOptions& options) {
+  const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
+  samplers_.erase(id);
+  samplers_.emplace(id, SequenceSampler{Sampler(options.sampling, n_vocab), options.n_logprobs, 0});
+}
+
+void ForwardRunner::release(std::span<const SequenceId> ids) {
+  for (SequenceId id : ids) samplers_.erase(id);
+}
+
+std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  if (batch.block_size != cache_.block_size) {
+    throw std::logic_error(cat("[engine] the batch has blocks of ", batch.block_size, " tokens, the cache ",
+                               cache_.block_size));
+  }
+  rows_.clear();
+  for (const BatchSequence& s : batch.seqs) {
+    for (int64_t i = 0; i < s.n_blocks; ++i) {
+      const int32_t block = batch.block_tables[s.block_table_begin + i];
+      if (block < 0 || block >= cache_.n_blocks) {
+        throw std::logic_error(cat("[engine] request ", s.id, " has block ", block, " of ", cache_.n_blocks));
+      }
+    }
+    SequenceRows rows;
+    rows.row_begin = s.row_begin;
+    rows.n_rows = s.n_rows;
+    rows.kv = cache_.layer(0, batch.block_tables.data() + s.block_table_begin);
+    rows_.push_back(rows);
+  }
+  ForwardBatch fb;
+  fb.tokens = batch.tokens.data();
+  fb.positions = batch.positions.data();
+  fb.n_tokens = batch.n_rows();
+  fb.seqs = rows_.data();
+  fb.n_seqs = static_cast<int64_t>(rows_.size());
+  fb.kv_layer_stride = cache_.n_slots() * cache_.n_kv_dim;
+  fb.output_rows = batch.output_rows.data();
+  fb.n_outputs = batch.n_outputs();
+  validate_batch(*model_, scratch_, fb);
+  logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
+  forward(*model_, scratch_, fb, logits_.data());
+
+  std::vector<int32_t> sampled(static_cast<size_t>(fb.n_outputs));
+  logprobs_.assign(static_cast<size_t>(fb.n_outputs), std::nullopt);
+  for (const BatchSequence& s : batch.seqs) {
+    if (s.output_index < 0) continue;
+    const auto it = samplers_.find(s.id);
+    if (it == samplers_.end()) throw std::logic_error(cat("[engine] request ", s.id, " has no sampler"));
+    SequenceSampler& seq = it->second;
+    // The penalty window sees every token up to the sampled row's (prompt, then output).
+    for (; seq.n_accepted < s.n_keys(); ++seq.n_accepted) seq.sampler.accept(s.token_history[seq.n_accepted]);
+    const float* row = logits_.data() + s.output_index * n_vocab;
+    const int32_t token = seq.sampler.sample(row);
+    sampled[s.output_index] = token;
+    if (seq.n_logprobs >= 0) {
+      logprobs_[s.output_index] = token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs);
+    }
+  }
+  return sampled;
+}
+
+}  // namespace ember

@@ -1,0 +1,297 @@
+"""The continuous-batching engine on real models (ember._core.Engine, ember.engine).
+
+The central property: batching is invisible in the output. A request's greedy tokens are the
+same whether it ran alone or among 15 others with different prompt lengths (sharing steps with
+their chunked prefills and decodes), whether its prefix came from the cache or not, and whether
+it was preempted on the way; and they equal the single-sequence loop on ember.Model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember import _core
+from ember.engine import AsyncEngine, Engine, generate_batch
+from ember.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+def reference_greedy(model: _core.Model, prompt: list[int], n: int) -> list[int]:
+    """Greedy tokens of the single-sequence loop on a contiguous cache (no engine)."""
+    logits = model.eval_last(prompt, reset=True)
+    out: list[int] = []
+    for _ in range(n):
+        token = int(np.argmax(logits))
+        out.append(token)
+        logits = model.eval_last([token], reset=False)
+    return out
+
+
+def prompts_of(n_vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[1, *rng.integers(3, n_vocab, size=n - 1).tolist()] for n in lengths]
+
+
+def run_all(engine: _core.Engine, prompts: list[list[int]], max_tokens: int, **kw) -> list[list]:
+    """Submits every prompt at once; every request's events, in order."""
+    handles = [engine.submit(p, max_tokens=max_tokens, temperature=0.0, **kw) for p in prompts]
+    events = []
+    for h in handles:
+        got = []
+        while not h.done:
+            got += h.next_events(60.0)
+        events.append(got)
+    return events
+
+
+def tokens_of(events: list) -> list[int]:
+    return [e.token for e in events if e.token is not None]
+
+
+LENGTHS = [1, 3, 17, 40, 5, 64, 2, 33, 100, 9, 16, 47, 8, 71, 25, 130]  # 16 prompts
+
+
+@pytest.fixture(scope="module")
+def stories_model(stories_path: Path) -> _core.Model:
+    return _core.Model(str(stories_path), n_threads=2)
+
+
+def test_batched_equals_alone_equals_single_sequence_loop(stories_path: Path,
+                                                          stories_model: _core.Model) -> None:
+    prompts = prompts_of(stories_model.n_vocab, LENGTHS)
+    n_gen = 20
+    reference = [reference_greedy(stories_model, p, n_gen) for p in prompts]
+    alone = _core.Engine(str(stories_path), n_threads=2, parallel=1, kv_size=4096)
+    alone_tokens = []
+    for p in prompts:
+        alone_tokens.append(tokens_of(run_all(alone, [p], n_gen)[0]))
+    assert alone.stats()["preemptions"] == 0
+    # A small step budget: prompts are chunked, and chunks share steps with others' decodes.
+    together = _core.Engine(str(stories_path), n_threads=2, parallel=16, kv_size=8192, max_batch_tokens=48,
+                            prefix_caching=False)
+    batched = [tokens_of(ev) for ev in run_all(together, prompts, n_gen)]
+    stats = together.stats()
+    assert stats["generation_tokens_total"] == 16 * n_gen
+    assert stats["prompt_tokens_total"] == sum(LENGTHS)
+    assert stats["steps"] < 16 * n_gen  # requests really shared steps
+    for i in range(16):
+        assert alone_tokens[i] == reference[i], f"prompt {i} alone"
+        assert batched[i] == reference[i], f"prompt {i} among 15 others"
+
+
+def test_prefix_cache_hits_are_reported_and_change_nothing(stories_path: Path,
+                                                           stories_model: _core.Model) -> None:
+    engine = _core.Engine(str(stories_path), n_threads=2, parallel=4, kv_size=2048, block_size=16)
+    base = prompts_of(stories_model.n_vocab, [100], seed=3)[0]
+    first = run_all(engine, [base], 16)[0]
+    assert first[-1].n_cached_tokens == 0
+    # 90 shared tokens: 5 full blocks of 16 come from the cache.
+    other = base[:90] + prompts_of(stories_model.n_vocab, [11], seed=4)[0][1:]
+    again, shared = run_all(engine, [base, other], 16)
+    assert again[-1].n_cached_tokens == 96  # full blocks, never the last token
+    assert shared[-1].n_cached_tokens == 80
+    assert tokens_of(again) == tokens_of(first) == reference_greedy(stories_model, base, 16)
+    assert tokens_of(shared) == reference_greedy(stories_model, other, 16)
+    stats = engine.stats()
+    assert stats["prefix_hit_tokens"] == 96 + 80
+    assert stats["prefix_query_tokens"] == 100 + 100 + 100
+
+
+def test_preemption_never_changes_output(stories_path: Path, stories_model: _core.Model) -> None:
+    prompts = prompts_of(stories_model.n_vocab, [40, 35, 50, 45, 30, 60, 20, 55], seed=5)
+    n_gen = 40
+    # 12 blocks of 16 = 192 tokens for 8 requests of ~80 tokens each: most must wait or be preempted.
+    engine = _core.Engine(str(stories_path), n_threads=2, parallel=8, kv_size=192, max_batch_tokens=64,
+                          prefix_caching=False)
+    got = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
+    assert engine.stats()["preemptions"] > 0
+    for p, tokens in zip(prompts, got):
+        assert tokens == reference_greedy(stories_model, p, n_gen)
+
+
+def test_cancellation_frees_blocks(stories_path: Path, stories_model: _core.Model) -> None:
+    engine = _core.Engine(str(stories_path), n_threads=2, parallel=4, kv_size=1024)
+    prompt = prompts_of(stories_model.n_vocab, [60], seed=6)[0]
+    handle = engine.submit(prompt, max_tokens=400, temperature=0.0)
+    events = []
+    while len(events) < 3:
+        events += handle.next_events(30.0)
+    assert engine.stats()["kv_usage"] > 0
+    engine.cancel(handle.id)
+    while not handle.done:
+        events += handle.next_events(30.0)
+    assert events[-1].finish_reason == "cancelled" and events[-1].token is None
+    assert all(e.finish_reason is None for e in events[:-1])
+    deadline = time.monotonic() + 10
+    while engine.stats()["running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stats = engine.stats()
+    assert stats["running"] == 0 and stats["waiting"] == 0
+    assert stats["kv_usage"] == 0.0
+    assert handle.next_events(0.01) == []
+
+
+def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path, stories_model: _core.Model) -> None:
+    prompts = prompts_of(stories_model.n_vocab, [12, 30, 7, 50], seed=7)
+    kw = dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.95, seed=1234, repeat_penalty=1.1)
+
+    def run(engine: _core.Engine, ps: list[list[int]]) -> list[list[int]]:
+        handles = [engine.submit(p, **kw) for p in ps]
+        out = []
+        for h in handles:
+            evs = []
+            while not h.done:
+                evs += h.next_events(60.0)
+            out.append(tokens_of(evs))
+        return out
+
+    alone = _core.Engine(str(stories_path), n_threads=2, parallel=1, kv_size=2048)
+    together = _core.Engine(str(stories_path), n_threads=2, parallel=4, kv_size=2048, max_batch_tokens=32)
+    singles = [run(alone, [p])[0] for p in prompts]
+    assert run(together, prompts) == singles
+    # The same seeded request through the single-sequence Sampler on the model's logits.
+    p = prompts[1]
+    sampler = _core.Sampler(stories_model.n_vocab, temperature=0.9, top_k=40, top_p=0.95, seed=1234,
+                            repeat_penalty=1.1)
+    sampler.accept_many(p)
+    logits = stories_model.eval_last(p, reset=True)
+    expected = []
+    for _ in range(24):
+        t = sampler.sample(logits)
+        sampler.accept(t)
+        expected.append(t)
+        logits = stories_model.eval_last([t], reset=False)
+    assert singles[1] == expected
+
+
+def test_logprobs_match_the_model_logits(stories_path: Path, stories_model: _core.Model) -> None:
+    engine = _core.Engine(str(stories_path), n_threads=2, parallel=2, kv_size=1024)
+    prompt = prompts_of(stories_model.n_vocab, [20], seed=8)[0]
+    events = run_all(engine, [prompt], 3, logprobs=5)[0]
+    logits = stories_model.eval_last(prompt, reset=True)
+    logprob, top = _core.token_logprobs(logits, events[0].token, 5)
+    got_logprob, got_top = events[0].logprobs
+    assert got_logprob == pytest.approx(logprob, abs=1e-5)
+    assert [t for t, _ in got_top] == [t for t, _ in top]
+    assert run_all(engine, [prompt], 1)[0][0].logprobs is None
+
+
+def test_requests_that_can_never_run_are_refused(stories_path: Path) -> None:
+    engine = _core.Engine(str(stories_path), n_threads=1, parallel=1, n_ctx=64, kv_size=256, max_queue=2)
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit([])
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.submit([1, 999999])
+    with pytest.raises(ValueError, match="context"):
+        engine.submit([1] * 65)
+    with pytest.raises(ValueError, match="top_p"):
+        engine.submit([1, 2], top_p=1.5)
+    with pytest.raises(ValueError):
+        engine.submit([1, 2], max_tokens=0)
+    with pytest.raises(NotImplementedError, match="q4_0"):
+        _core.Engine(str(stories_path), kv_type="q4_0")
+    # max_queue: one running, two waiting, the next is refused.
+    handles = []
+    with pytest.raises(_core.EngineBusy, match="queue"):
+        for _ in range(10):
+            handles.append(engine.submit([1, 2, 3], max_tokens=50, temperature=0.0))
+    assert 2 <= len(handles) <= 3
+    for h in handles:
+        engine.cancel(h.id)
+
+
+def test_submit_from_many_threads(stories_path: Path, stories_model: _core.Model) -> None:
+    engine = Engine(stories_path, n_threads=2, parallel=8, kv_size=4096)
+    prompts = ["Once upon a time", "The little dog", "Lily went to", "One day, a bird"] * 3
+    results: dict[int, list[int]] = {}
+
+    def worker(i: int) -> None:
+        results[i] = engine.generate(prompts[i], SamplingParams(temperature=0.0, max_tokens=16)).tokens
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, p in enumerate(prompts):
+        ids = engine.tokenizer.encode(p, True, False)
+        expected = reference_greedy(stories_model, ids, 16)
+        # generation ends early at an end-of-generation token, which is not output
+        assert results[i] == expected[: len(results[i])]
+        assert len(results[i]) == 16 or engine.tokenizer.is_eog(expected[len(results[i])])
+
+
+def test_generate_batch_text_stop_strings_and_usage(stories_path: Path) -> None:
+    engine = Engine(stories_path, n_threads=2, parallel=4, kv_size=4096)
+    prompts = ["Once upon a time", "The cat sat", "Once upon a time"]
+    plain = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=40))
+    assert plain[0].text == plain[2].text and plain[0].text
+    assert all(r.finish_reason in ("length", "stop") for r in plain)
+    assert plain[0].usage.prompt_tokens == len(engine.tokenizer.encode(prompts[0], True, False))
+    # A stop string taken from the middle of the greedy text ends the text right before it.
+    text = plain[1].text
+    stop = text[len(text) // 2: len(text) // 2 + 4]
+    [stopped] = generate_batch(engine, [prompts[1]], SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
+    assert stopped.finish_reason == "stop" and stopped.stop_string == stop
+    assert stopped.text == text[: text.index(stop)]
+    # the stop string cancelled the request: nothing keeps running or holds blocks
+    deadline = time.monotonic() + 10
+    while engine.stats().running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.stats().running == 0 and engine.stats().kv_usage == 0.0
+    # streamed deltas add up to the text
+    deltas = list(engine.stream(prompts[1], SamplingParams(temperature=0.0, max_tokens=40)))
+    assert "".join(d.text for d in deltas) == text
+    assert deltas[-1].result is not None and deltas[-1].result.tokens == plain[1].tokens
+
+
+def test_async_engine_streams_concurrently(stories_path: Path) -> None:
+    engine = AsyncEngine(stories_path, n_threads=2, parallel=8, kv_size=4096)
+    prompts = [f"Once upon a time there was a {w}" for w in ("cat", "dog", "bird", "girl", "boy", "tree")]
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    expected = [r.text for r in generate_batch(engine, prompts, params)]
+
+    async def one(p: str) -> str:
+        parts = []
+        async for delta in engine.generate(p, params):
+            parts.append(delta.text)
+        return "".join(parts)
+
+    async def cancel_early() -> None:
+        async for _ in engine.generate(prompts[0], SamplingParams(temperature=0.0, max_tokens=200)):
+            break  # leaving the stream cancels the request
+
+    async def main() -> list[str]:
+        got = await asyncio.gather(*(one(p) for p in prompts), cancel_early())
+        return list(got[:-1])
+
+    assert asyncio.run(main()) == expected
+    deadline = time.monotonic() + 10
+    while engine.stats().running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.stats().running == 0 and engine.stats().kv_usage == 0.0
+
+
+def test_smollm2_batching_is_invisible(smollm2_path: Path) -> None:
+    model = _core.Model(str(smollm2_path), n_threads=2)
+    lengths = [5, 60, 12, 33, 1, 90, 20, 7, 45, 16, 3, 70, 28, 9, 50, 38]
+    prompts = prompts_of(model.n_vocab, lengths, seed=11)
+    n_gen = 12
+    reference = [reference_greedy(model, p, n_gen) for p in prompts]
+    del model
+    engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=16, kv_size=4096, max_batch_tokens=128)
+    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
+    for i in range(16):
+        assert batched[i] == reference[i], f"prompt {i}"
+    # The same prompts again: every prompt longer than a block now starts from the cache.
+    again = run_all(engine, prompts, n_gen)
+    for i, ev in enumerate(again):
+        assert ev[-1].n_cached_tokens == (lengths[i] - 1) // 16 * 16
+        assert tokens_of(ev) == reference[i], f"prompt {i} from the prefix cache"
