@@ -151,10 +151,16 @@ class GenerationStream:
     # --- producer side (any thread) ------------------------------------------------------------
 
     def put(self, event: GenerationEvent) -> None:
-        self._loop.call_soon_threadsafe(self._deliver, event)
+        self._send(event)
 
     def fail(self, error: BackendError) -> None:
-        self._loop.call_soon_threadsafe(self._deliver, error)
+        self._send(error)
+
+    def _send(self, item: GenerationEvent | BackendError) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, item)
+        except RuntimeError:
+            pass  # the event loop is closed: the server has stopped, nobody is listening
 
     def _deliver(self, item: GenerationEvent | BackendError) -> None:
         if self._done:

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -265,7 +265,17 @@ class LLMBackend:
             try:
                 self._run(slot, job)
             finally:
-                self._loop.call_soon_threadsafe(self._slot_done, slot)
+                loop_alive = self._call_on_loop(self._slot_done, slot)
+            if not loop_alive:
+                return  # the event loop is closed: the server has stopped
+
+    def _call_on_loop(self, callback: Callable[[_Slot], None], slot: _Slot) -> bool:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, slot)
+        except RuntimeError:
+            return False
+        return True
 
     def _run(self, slot: _Slot, job: _Job) -> None:
         if job.cancelled.is_set():
