@@ -2,6 +2,7 @@
 // one sample (and optional logprobs) per output row.
 #include "engine/model_runner_forward.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -17,10 +18,19 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
                               ") and max_num_seqs (", config.max_num_seqs, ") must be >= 1"));
   }
   const ModelConfig& c = model_->config();
-  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks, config.block_size);
-  scratch_ = Scratch(model_->backend(), c, config.max_num_batched_tokens);
-  rows_.reserve(config.max_num_seqs);
-  logits_.reserve(static_cast<size_t>(config.max_num_seqs) * c.n_vocab);
+  if (config.n_blocks < 1 || config.block_size < 1) {
+    throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ", config.n_blocks,
+                              " and ", config.block_size));
+  }
+  const int64_t n_pad_blocks = (kGemmMinRows + config.block_size - 1) / config.block_size;
+  for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
+  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks + n_pad_blocks,
+                        config.block_size);
+  // Room for the largest step plus its throwaway rows.
+  const int64_t n_batch = config.max_num_batched_tokens + kGemmMinRows;
+  scratch_ = Scratch(model_->backend(), c, n_batch);
+  rows_.reserve(n_batch);
+  logits_.reserve(static_cast<size_t>(config.max_num_seqs + kGemmMinRows) * c.n_vocab);
 }
 
 void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
@@ -58,35 +68,57 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
     throw std::logic_error(cat("[engine] the batch has blocks of ", batch.block_size, " tokens, the cache ",
                                cache_.block_size));
   }
+  const int64_t n_rows = batch.n_rows(), n_outputs = batch.n_outputs();
+  tokens_.assign(batch.tokens.begin(), batch.tokens.end());
+  positions_.assign(batch.positions.begin(), batch.positions.end());
+  output_rows_.assign(batch.output_rows.begin(), batch.output_rows.end());
   rows_.clear();
+  const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table) {
+    const KVView kv = cache_.layer(0, table);
+    if (config_.rows_independent) {
+      for (int64_t r = row_begin; r < row_begin + count; ++r) rows_.push_back({r, 1, kv});
+    } else {
+      rows_.push_back({row_begin, count, kv});
+    }
+  };
   for (const BatchSequence& s : batch.seqs) {
     for (int64_t i = 0; i < s.n_blocks; ++i) {
       const int32_t block = batch.block_tables[s.block_table_begin + i];
-      if (block < 0 || block >= cache_.n_blocks) {
-        throw std::logic_error(cat("[engine] request ", s.id, " has block ", block, " of ", cache_.n_blocks));
+      if (block < 0 || block >= config_.n_blocks) {
+        throw std::logic_error(cat("[engine] request ", s.id, " has block ", block, " of ", config_.n_blocks));
       }
     }
-    SequenceRows rows;
-    rows.row_begin = s.row_begin;
-    rows.n_rows = s.n_rows;
-    rows.kv = cache_.layer(0, batch.block_tables.data() + s.block_table_begin);
-    rows_.push_back(rows);
+    add_rows(s.row_begin, s.n_rows, batch.block_tables.data() + s.block_table_begin);
   }
+  // Throwaway rows (token 0 at positions 0, 1, ... of the padding blocks) lift the batch, and its
+  // outputs when it has any, to the GEMM's row count; their logits are ignored.
+  int64_t n_pad = 0;
+  if (config_.rows_independent) {
+    n_pad = std::max<int64_t>(0, kGemmMinRows - n_rows);
+    if (n_outputs > 0) n_pad = std::max(n_pad, kGemmMinRows - n_outputs);
+  }
+  for (int64_t i = 0; i < n_pad; ++i) {
+    tokens_.push_back(0);
+    positions_.push_back(static_cast<int32_t>(i));
+    if (n_outputs > 0) output_rows_.push_back(static_cast<int32_t>(n_rows + i));
+  }
+  if (n_pad > 0) add_rows(n_rows, n_pad, pad_table_.data());
+
   ForwardBatch fb;
-  fb.tokens = batch.tokens.data();
-  fb.positions = batch.positions.data();
-  fb.n_tokens = batch.n_rows();
+  fb.tokens = tokens_.data();
+  fb.positions = positions_.data();
+  fb.n_tokens = static_cast<int64_t>(tokens_.size());
   fb.seqs = rows_.data();
   fb.n_seqs = static_cast<int64_t>(rows_.size());
   fb.kv_layer_stride = cache_.n_slots() * cache_.n_kv_dim;
-  fb.output_rows = batch.output_rows.data();
-  fb.n_outputs = batch.n_outputs();
+  fb.output_rows = output_rows_.data();
+  fb.n_outputs = static_cast<int64_t>(output_rows_.size());
   validate_batch(*model_, scratch_, fb);
   logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
   forward(*model_, scratch_, fb, logits_.data());
 
-  std::vector<int32_t> sampled(static_cast<size_t>(fb.n_outputs));
-  logprobs_.assign(static_cast<size_t>(fb.n_outputs), std::nullopt);
+  std::vector<int32_t> sampled(static_cast<size_t>(n_outputs));
+  logprobs_.assign(static_cast<size_t>(n_outputs), std::nullopt);
   for (const BatchSequence& s : batch.seqs) {
     if (s.output_index < 0) continue;
     const auto it = samplers_.find(s.id);

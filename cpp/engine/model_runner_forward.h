@@ -24,7 +24,18 @@ struct ForwardRunnerConfig {
   int block_size = 16;                   // tokens per block: likewise
   int64_t max_num_batched_tokens = 512;  // rows of the largest batch (the scratch's n_batch)
   int max_num_seqs = 16;                 // sequences of a batch at most (logit rows)
+  // Every row's result depends only on its token, its position and its sequence's cache, never
+  // on the rest of the batch, so batching, chunking, prefix hits and preemption cannot change a
+  // request's output. The CPU kernels give a row different rounding depending on the call's
+  // shape (matmul: vec_dot below kGemmMinRows rows, a GEMM from there on; attention: a per-head
+  // kernel for one row, a blocked one for several), so the runner pads every batch to at least
+  // kGemmMinRows rows and outputs with throwaway rows, and runs attention one row at a time.
+  bool rows_independent = true;
 };
+
+// The row count from which cpu::matmul switches from vec_dot to its GEMM (cpu/matmul.cpp):
+// GEMM rows are bit-identical whatever the row count, vec_dot rows differ from them.
+inline constexpr int64_t kGemmMinRows = 4;
 
 class ForwardRunner : public ModelRunner {
  public:
@@ -57,8 +68,12 @@ class ForwardRunner : public ModelRunner {
   PagedKVCache cache_;
   Scratch scratch_;
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
+  // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
+  // cache, which the KVCacheManager never hands out.
+  std::vector<int32_t> pad_table_;                       // [ceil(kGemmMinRows / block_size)]
   // Reused every step (no allocation once they reached the largest batch).
-  std::vector<SequenceRows> rows_;                       // [n_seqs]
+  std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
+  std::vector<SequenceRows> rows_;                       // [n_seqs], or [n_rows] one row each
   std::vector<float> logits_;                            // [n_outputs, n_vocab]
   std::vector<std::optional<TokenLogprobs>> logprobs_;   // [n_outputs] of the last step
 };
