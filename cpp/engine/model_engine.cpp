@@ -51,6 +51,7 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.block_size = config.kv.block_size;
   runner.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
   runner.max_num_seqs = config.scheduler.max_num_seqs;
+  runner.rows_independent = options.rows_independent;
   return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner));
 }
 

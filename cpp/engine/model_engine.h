@@ -24,6 +24,7 @@ struct ModelEngineOptions {
   int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
   bool enable_prefix_caching = true;
   std::string kv_type = "f16";           // only f16 today
+  bool rows_independent = true;          // see ForwardRunnerConfig: output never depends on batching
 };
 
 inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;

@@ -151,12 +151,13 @@ class Engine:
     def __init__(self, model_path: str | Path, *, n_threads: int | None = None, n_ctx: int | None = None,
                  parallel: int = 16, kv_size: int | None = None, kv_bytes: int | None = None,
                  block_size: int = 16, max_batch_tokens: int = 512, max_queue: int = 0,
-                 kv_type: str = "f16", prefix_caching: bool = True) -> None:
+                 kv_type: str = "f16", prefix_caching: bool = True, batch_invariant: bool = True) -> None:
         self.path = Path(model_path)
         self.core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
                                  kv_size=kv_size, kv_bytes=kv_bytes, block_size=block_size,
                                  max_batch_tokens=max_batch_tokens, max_queue=max_queue,
-                                 kv_type=kv_type, prefix_caching=prefix_caching)
+                                 kv_type=kv_type, prefix_caching=prefix_caching,
+                                 batch_invariant=batch_invariant)
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
 

@@ -145,7 +145,7 @@ nb::dict stats_dict(const EngineStats& s) {
 PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
                       int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes, int block_size,
                       int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
-                      bool prefix_caching) {
+                      bool prefix_caching, bool batch_invariant) {
   auto self = std::make_unique<PyEngine>();
   nb::gil_scoped_release release;
   ember::ModelEngineOptions o;
@@ -158,6 +158,7 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   o.max_queue = max_queue;
   o.kv_type = kv_type;
   o.enable_prefix_caching = prefix_caching;
+  o.rows_independent = batch_invariant;
   ember::ModelOptions model_options;
   model_options.n_threads = n_threads.value_or(0);
   self->model = ember::Model::load(path, model_options);
@@ -259,11 +260,14 @@ void init_engine(nb::module_& m) {
            nb::arg("n_ctx") = nb::none(), nb::arg("parallel") = 16, nb::arg("kv_size") = nb::none(),
            nb::arg("kv_bytes") = nb::none(), nb::arg("block_size") = 16, nb::arg("max_batch_tokens") = 512,
            nb::arg("max_queue") = 0, nb::arg("kv_type") = "f16", nb::arg("prefix_caching") = true,
+           nb::arg("batch_invariant") = true,
            "Loads the model and starts the engine thread. n_ctx: tokens one request may reach (default "
            "min(context_length, 4096)); parallel: requests running at once; kv_size / kv_bytes: the KV "
            "cache budget in tokens or bytes (default n_ctx * parallel tokens, at most 1 GiB); "
            "max_batch_tokens: tokens per step (prompts are chunked to fit); max_queue: waiting "
-           "requests at most (0: no limit; past it submit raises EngineBusy).")
+           "requests at most (0: no limit; past it submit raises EngineBusy); batch_invariant: a request's "
+           "output never depends on what else runs (small batches are padded, attention runs one row "
+           "at a time; False is a little faster but lets kernel rounding differ with the batch).")
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::kw_only(), nb::arg("max_tokens") = 256,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("temperature") = 0.8f,
            nb::arg("top_k") = 40, nb::arg("top_p") = 0.95f, nb::arg("min_p") = 0.05f,

@@ -1,0 +1,236 @@
+"""Continuous batching throughput and prefix-cache time to first token, ember's engine beside
+llama.cpp's batched decoding (when llama-cpp-python is importable), in one run.
+
+    python benchmarks/engine_bench.py [MODEL.gguf ...] [-t 2] [-c 1,4,8,16] [-p 32] [-n 32]
+
+Throughput: N requests with distinct random prompts of -p tokens each generate -n tokens
+greedily (no end token), all submitted at once; aggregate tokens/s = N * n / wall time from
+submit to the last token (prefill included), and the decode-only rate after every request has
+its first token. llama.cpp: one context with n_seq_max = 16, the N prompts in one llama_batch,
+then one llama_batch of N tokens per step, greedy argmax in numpy — the same work.
+
+Time to first token: a 1,000-token prompt whose first 900 tokens are in the prefix cache (a
+1,000-token prompt sharing them ran before) against a cold 1,000-token prompt.
+
+The numbers are wall-clock on whatever machine runs this: on a shared, loaded machine they move
+by tens of percent between runs; compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ember import _core
+
+TINYLLAMA = Path("/work/bench/tinyllama-1.1b-q4_0.gguf")
+
+
+def random_prompt(rng: np.random.Generator, n_vocab: int, n: int) -> list[int]:
+    return [1, *rng.integers(100, min(n_vocab, 30000), size=n - 1).tolist()]
+
+
+# --- ember ---------------------------------------------------------------------------------
+
+def ember_throughput(engine: _core.Engine, prompts: list[list[int]], n_gen: int) -> tuple[float, float]:
+    """(aggregate tokens/s over the whole run, decode-only tokens/s)."""
+    first: list[float] = [0.0] * len(prompts)
+    last: list[float] = [0.0] * len(prompts)
+    counts = [0] * len(prompts)
+
+    def reader(i: int, handle: _core.EngineRequest) -> None:
+        while not handle.done:
+            for e in handle.next_events(None):
+                now = time.perf_counter()
+                if e.token is not None:
+                    counts[i] += 1
+                    if counts[i] == 1:
+                        first[i] = now
+                    last[i] = now
+
+    start = time.perf_counter()
+    handles = [engine.submit(p, max_tokens=n_gen, temperature=0.0) for p in prompts]
+    threads = [threading.Thread(target=reader, args=(i, h)) for i, h in enumerate(handles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = max(last)
+    total = sum(counts)
+    assert total == len(prompts) * n_gen, (total, len(prompts), n_gen)
+    all_started = max(first)
+    decode_tokens = total - len(prompts)  # every token after each request's first
+    decode_rate = decode_tokens / (end - all_started) if end > all_started else float("nan")
+    return total / (end - start), decode_rate
+
+
+def ember_ttft(engine: _core.Engine, prompt: list[int]) -> float:
+    start = time.perf_counter()
+    handle = engine.submit(prompt, max_tokens=1, temperature=0.0)
+    while not handle.done:
+        for e in handle.next_events(None):
+            if e.token is not None:
+                ttft = time.perf_counter() - start
+    return ttft
+
+
+# --- llama.cpp -----------------------------------------------------------------------------
+
+class LlamaCppBatched:
+    """llama.cpp's batched decoding through llama-cpp-python's low-level API."""
+
+    def __init__(self, path: str, n_threads: int, n_seq_max: int, n_ctx_per_seq: int) -> None:
+        import llama_cpp as lc
+
+        self.lc = lc
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        if hasattr(mparams, "use_extra_bufts"):  # AMX repacking crashes in 0.3.36 here
+            mparams.use_extra_bufts = False
+        load = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
+        self.model = load(path.encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_seq_max * n_ctx_per_seq
+        cparams.n_batch = 1024
+        cparams.n_ubatch = 512
+        cparams.n_seq_max = n_seq_max
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        new_ctx = getattr(lc, "llama_init_from_model", None) or lc.llama_new_context_with_model
+        self.ctx = new_ctx(self.model, cparams)
+        vocab = lc.llama_model_get_vocab(self.model) if hasattr(lc, "llama_model_get_vocab") else None
+        self.n_vocab = lc.llama_vocab_n_tokens(vocab) if vocab is not None else lc.llama_n_vocab(self.model)
+        self.batch = lc.llama_batch_init(1024, 0, n_seq_max)
+
+    def clear(self) -> None:
+        lc = self.lc
+        if hasattr(lc, "llama_memory_clear"):
+            lc.llama_memory_clear(lc.llama_get_memory(self.ctx), True)
+        elif hasattr(lc, "llama_kv_self_clear"):
+            lc.llama_kv_self_clear(self.ctx)
+        else:
+            lc.llama_kv_cache_clear(self.ctx)
+
+    def decode(self, rows: list[tuple[int, int, int, bool]]) -> None:
+        """rows: (token, position, sequence, wants logits)."""
+        b = self.batch
+        b.n_tokens = len(rows)
+        for i, (tok, pos, seq, out) in enumerate(rows):
+            b.token[i] = tok
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = out
+        if self.lc.llama_decode(self.ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def argmax(self, i: int) -> int:
+        ptr = self.lc.llama_get_logits_ith(self.ctx, i)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))))
+
+    def throughput(self, prompts: list[list[int]], n_gen: int) -> float:
+        self.clear()
+        start = time.perf_counter()
+        rows = []
+        out_rows = []
+        for s, p in enumerate(prompts):
+            for j, tok in enumerate(p):
+                rows.append((tok, j, s, j == len(p) - 1))
+            out_rows.append(len(rows) - 1)
+        self.decode(rows)
+        next_tokens = [self.argmax(r) for r in out_rows]
+        positions = [len(p) for p in prompts]
+        for _ in range(n_gen - 1):
+            self.decode([(t, positions[s], s, True) for s, t in enumerate(next_tokens)])
+            next_tokens = [self.argmax(i) for i in range(len(prompts))]
+            positions = [p + 1 for p in positions]
+        return len(prompts) * n_gen / (time.perf_counter() - start)
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def bench_model(path: Path, args: argparse.Namespace) -> None:
+    print(f"\n## {path.name}  (threads {args.threads}, prompt {args.prompt} tokens, generate {args.gen})")
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    engine = _core.Engine(str(path), n_threads=args.threads, parallel=max(concurrency),
+                          kv_size=max(8192, max(concurrency) * (args.prompt + args.gen + 16)),
+                          max_batch_tokens=512)
+    rng = np.random.default_rng(0)
+    ember_throughput(engine, [random_prompt(rng, engine.n_vocab, args.prompt)], 4)  # warm-up
+    llama = None
+    if args.llama_cpp:
+        try:
+            llama = LlamaCppBatched(str(path), args.threads, max(concurrency), args.prompt + args.gen + 16)
+            llama.throughput([random_prompt(rng, llama.n_vocab, args.prompt)], 4)
+        except ImportError:
+            print("(llama-cpp-python is not importable: ember only)")
+    header = "| concurrent | ember agg tok/s | ember decode tok/s | ember speed-up |"
+    if llama:
+        header += " llama.cpp agg tok/s | ember / llama.cpp |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    base = None
+    for n in concurrency:
+        prompts = [random_prompt(rng, engine.n_vocab, args.prompt) for _ in range(n)]
+        runs = [ember_throughput(engine, prompts if r == 0 else
+                                 [random_prompt(rng, engine.n_vocab, args.prompt) for _ in range(n)], args.gen)
+                for r in range(args.reps)]
+        agg = statistics.median(r[0] for r in runs)
+        dec = statistics.median(r[1] for r in runs)
+        base = base or agg
+        line = f"| {n} | {agg:.1f} | {dec:.1f} | {agg / base:.2f}x |"
+        if llama:
+            theirs = statistics.median(llama.throughput(prompts, args.gen) for _ in range(args.reps))
+            line += f" {theirs:.1f} | {agg / theirs:.2f} |"
+        print(line, flush=True)
+
+    if args.ttft:
+        cold, warm = [], []
+        for _ in range(args.reps):
+            cold.append(ember_ttft(engine, random_prompt(rng, engine.n_vocab, 1000)))
+            shared = random_prompt(rng, engine.n_vocab, 1000)
+            ember_ttft(engine, shared)  # puts its blocks in the prefix cache
+            other = shared[:900] + random_prompt(rng, engine.n_vocab, 101)[1:]
+            warm.append(ember_ttft(engine, other))
+        c, w = statistics.median(cold), statistics.median(warm)
+        print(f"\nTTFT, 1000-token prompt: cold {c * 1e3:.0f} ms, 900 tokens cached {w * 1e3:.0f} ms "
+              f"-> {c / w:.1f}x sooner (median of {args.reps})")
+    stats = engine.stats()
+    print(f"(engine: {stats['steps']} steps, {stats['preemptions']} preemptions, "
+          f"{stats['prefix_hit_tokens']} prefix-hit tokens)")
+    engine.shutdown()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", type=Path)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-c", "--concurrency", default="1,4,8,16")
+    ap.add_argument("-p", "--prompt", type=int, default=32, help="prompt tokens per request")
+    ap.add_argument("-n", "--gen", type=int, default=32, help="tokens generated per request")
+    ap.add_argument("-r", "--reps", type=int, default=1)
+    ap.add_argument("--no-ttft", dest="ttft", action="store_false")
+    ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false")
+    args = ap.parse_args()
+    models = args.models
+    if not models:
+        from ember.hub import demo_model_path
+
+        models = [demo_model_path(quiet=True)]
+        if TINYLLAMA.exists():
+            models.append(TINYLLAMA)
+    print(f"python {sys.version.split()[0]}; numbers are wall-clock on a possibly shared machine")
+    for m in models:
+        bench_model(m, args)
+
+
+if __name__ == "__main__":
+    main()
