@@ -5,7 +5,8 @@
 
 Writes a checkpoint with TinyLlama-1.1B's shapes (22 layers, hidden 2048, ffn 5632, 32 heads,
 4 kv heads, vocab 32000; random f16 weights in two safetensors shards, ~2.2 GB), then runs
-each step in a fresh process and reports wall time and peak RSS (getrusage ru_maxrss):
+each step in a fresh process and reports wall time and peak RSS (VmHWM in /proc/self/status:
+getrusage's ru_maxrss survives exec, so a child would report its parent's peak):
   1. convert HF f16 -> q4_k_m GGUF
   2. convert HF f16 -> f16 GGUF
   3. quantize the f16 GGUF -> q4_k_m
@@ -97,17 +98,24 @@ def write_checkpoint(folder: Path, size: str, n_shards: int = 2) -> int:
 
 _STEP = """
 import json, resource, sys, time
+
+def vm(key):  # this process's own figures; ru_maxrss would include the parent's (kept on exec)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 from ember.convert import convert, quantize_gguf
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = vm("VmRSS")
 t0 = time.perf_counter()
 kind, src, out, typ = sys.argv[1:5]
 if kind == "convert":
     convert(src, out, typ, force=True, progress=False)
 else:
     quantize_gguf(src, out, typ, force=True, progress=False)
-print(json.dumps({"seconds": time.perf_counter() - t0,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "import_rss_mb": base / 1024}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "peak_rss_mb": vm("VmHWM"),
+                  "import_rss_mb": base}))
 """
 
 
@@ -138,12 +146,12 @@ def main() -> None:
     steps = [("convert", hf, work / "direct-q4_k_m.gguf", "q4_k_m"),
              ("convert", hf, work / "f16.gguf", "f16"),
              ("quantize", work / "f16.gguf", work / "requant-q4_k_m.gguf", "q4_k_m")]
-    print(f"{'step':<34} {'seconds':>8} {'peak RSS MB':>12} {'(imports) MB':>13} {'out MB':>8}")
+    print(f"{'step':<40} {'seconds':>8} {'peak RSS MB':>12} {'(imports) MB':>13} {'out MB':>8}")
     try:
         for kind, src, out, typ in steps:
             r = run_step(kind, src, out, typ)
             label = f"{kind} {src.name} -> {out.name}"
-            print(f"{label:<34} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f} "
+            print(f"{label:<40} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f} "
                   f"{r['import_rss_mb']:13.0f} {r['out_mb']:8.0f}", flush=True)
     finally:
         if not args.keep:
