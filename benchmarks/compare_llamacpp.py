@@ -28,6 +28,11 @@ class LlamaCpp:
         self.lc = lc
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
+        # llama.cpp's extra buffer types (AMX / repacked weights) crash in ggml_backend_amx_mul_mat
+        # on a 512-token decode with the llama-cpp-python 0.3.36 build here; its plain CPU
+        # kernels are what we compare against.
+        if hasattr(mparams, "use_extra_bufts"):
+            mparams.use_extra_bufts = False
         load = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
         self.model = load(path.encode(), mparams)
         if not self.model:
