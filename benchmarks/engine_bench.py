@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from ember import _core
 
 TINYLLAMA = Path("/work/bench/tinyllama-1.1b-q4_0.gguf")
@@ -89,6 +88,8 @@ class LlamaCppBatched:
         import llama_cpp as lc
 
         self.lc = lc
+        self._quiet = lc.llama_log_callback(lambda level, text, user_data: None)  # kept alive
+        lc.llama_log_set(self._quiet, None)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         if hasattr(mparams, "use_extra_bufts"):  # AMX repacking crashes in 0.3.36 here
@@ -203,6 +204,7 @@ def bench_model(path: Path, args: argparse.Namespace) -> None:
         c, w = statistics.median(cold), statistics.median(warm)
         print(f"\nTTFT, 1000-token prompt: cold {c * 1e3:.0f} ms, 900 tokens cached {w * 1e3:.0f} ms "
               f"-> {c / w:.1f}x sooner (median of {args.reps})")
+    time.sleep(0.1)  # the last step's stats are published just after its events
     stats = engine.stats()
     print(f"(engine: {stats['steps']} steps, {stats['preemptions']} preemptions, "
           f"{stats['prefix_hit_tokens']} prefix-hit tokens)")

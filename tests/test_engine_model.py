@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ember import _core
 from ember.engine import AsyncEngine, Engine, generate_batch
 from ember.sampling import SamplingParams
@@ -148,7 +147,8 @@ def test_cancellation_frees_blocks(stories_path: Path, stories_model: _core.Mode
 
 def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path, stories_model: _core.Model) -> None:
     prompts = prompts_of(stories_model.n_vocab, [12, 30, 7, 50], seed=7)
-    kw = dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.95, seed=1234, repeat_penalty=1.1)
+    kw = {"max_tokens": 24, "temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1234,
+          "repeat_penalty": 1.1}
 
     def run(engine: _core.Engine, ps: list[list[int]]) -> list[list[int]]:
         handles = [engine.submit(p, **kw) for p in ps]

@@ -21,12 +21,13 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
+from typing import Union
 
 from ember import _core
 from ember.generate import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
-Prompt = str | Sequence[int]
+Prompt = Union[str, Sequence[int]]  # text (tokenized with the model's vocabulary) or token ids
 
 
 class EngineError(RuntimeError):
@@ -232,7 +233,7 @@ class Engine:
         """Stops the engine thread; unfinished requests end 'cancelled'."""
         self.core.shutdown()
 
-    def __enter__(self) -> Engine:
+    def __enter__(self) -> Engine:  # noqa: PYI034 (Self needs Python 3.11)
         return self
 
     def __exit__(self, *exc: object) -> None:
