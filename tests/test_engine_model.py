@@ -314,3 +314,27 @@ def test_smollm2_batching_is_invisible(smollm2_path: Path) -> None:
     assert settled_stats(tight)["preemptions"] > 0
     for i in range(16):
         assert preempted[i] == reference[i], f"prompt {i} with preemption"
+
+
+def test_known_greedy_texts_among_other_requests(stories_path: Path, smollm2_path: Path) -> None:
+    """The texts tests/test_llm.py knows from the single-sequence loop, produced by the engine
+    while other requests run beside them."""
+    from ember.llm import LLM
+
+    story = (", there was a little girl named Lily. She loved to play outside in the park. "
+             "One day, she saw a big, red ball.")
+    stories = Engine(stories_path, n_threads=2, parallel=8, kv_size=4096)
+    others = ["The dog", "Lily and Ben", "A big red", "Tom was sad"]
+    results = generate_batch(stories, ["Once upon a time", *others],
+                             SamplingParams(temperature=0.0, max_tokens=40))
+    assert results[0].text == story
+    chat = LLM(smollm2_path, n_threads=2, n_ctx=512)
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    prompt = chat.tokenize_chat(messages)
+    del chat
+    smollm2 = Engine(smollm2_path, n_threads=2, parallel=8, kv_size=4096)
+    results = generate_batch(smollm2, [prompt, "The weather today is", "def add(a, b):"],
+                             SamplingParams(temperature=0.0, max_tokens=32))
+    assert results[0].text == "The capital of France is Paris."
+    assert results[0].finish_reason == "stop" and len(results[0].tokens) == 7
