@@ -338,3 +338,17 @@ def test_known_greedy_texts_among_other_requests(stories_path: Path, smollm2_pat
                              SamplingParams(temperature=0.0, max_tokens=32))
     assert results[0].text == "The capital of France is Paris."
     assert results[0].finish_reason == "stop" and len(results[0].tokens) == 7
+
+
+def test_kv_budget_in_tokens_or_bytes_and_block_size(stories_path: Path, stories_model: _core.Model) -> None:
+    by_tokens = _core.Engine(str(stories_path), n_threads=1, kv_size=1000, block_size=16)
+    assert (by_tokens.block_size, by_tokens.n_blocks, by_tokens.kv_size) == (16, 62, 992)
+    per_token = by_tokens.kv_bytes_per_token
+    by_bytes = _core.Engine(str(stories_path), n_threads=1, kv_bytes=per_token * 800 + 5, block_size=32)
+    assert (by_bytes.block_size, by_bytes.n_blocks, by_bytes.kv_size) == (32, 25, 800)
+    assert by_tokens.kv_type == "f16"
+    # Another block size gives the same output (a different paging of the same cache).
+    prompts = prompts_of(stories_model.n_vocab, [45, 7, 70], seed=12)
+    small_blocks = _core.Engine(str(stories_path), n_threads=2, parallel=3, kv_size=2048, block_size=4)
+    got = [tokens_of(ev) for ev in run_all(small_blocks, prompts, 16)]
+    assert got == [reference_greedy(stories_model, p, 16) for p in prompts]

@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "engine/model_engine.h"
+#include "kv/paged_kv_cache.h"
 
 namespace nb = nanobind;
 using ember::EngineStats;
@@ -298,6 +299,10 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("kv_size", [](const PyEngine& self) {
         return self.config.kv.n_blocks * self.config.kv.block_size;
       }, "Tokens the KV cache holds.")
+      .def_prop_ro("kv_bytes_per_token", [](const PyEngine& self) {
+        const ember::ModelConfig& c = self.model->config();
+        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
+      }, "Bytes one token's K and V take over all layers (f16).")
       .def_prop_ro("max_batch_tokens", [](const PyEngine& self) {
         return self.config.scheduler.max_num_batched_tokens;
       })
