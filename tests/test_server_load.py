@@ -61,7 +61,7 @@ def smollm2_server(smollm2_path: Path) -> Iterator[RunningServer]:
 
 
 def test_32_concurrent_streams(stories_server: RunningServer) -> None:
-    n_clients, max_tokens = 32, 24
+    n_clients, max_tokens = 32, 64
     url = stories_server.url
     tokens_before = sample(url, "ember_generation_tokens_total")
 
@@ -86,7 +86,7 @@ def test_32_concurrent_streams(stories_server: RunningServer) -> None:
                 response = await http.get("/health")
                 latencies.append(time.perf_counter() - start)
                 assert response.status_code == 200
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.01)
 
     async def main() -> tuple[list[tuple[int, str, str]], list[float]]:
         client = openai.AsyncOpenAI(base_url=stories_server.base_url, api_key="x",
@@ -106,7 +106,7 @@ def test_32_concurrent_streams(stories_server: RunningServer) -> None:
     assert len(results) == n_clients
     assert all(n == max_tokens and finish == "length" and text for n, finish, text in results), \
         results
-    assert len(latencies) >= 3
+    assert len(latencies) >= 2  # the load lasts a moment only: stories260K is tiny
     assert max(latencies) < 0.5, f"/health took {max(latencies):.3f} s under load"
     assert sample(url, "ember_generation_tokens_total") - tokens_before == n_clients * max_tokens
     assert sample(url, "ember_requests_running") == 0
