@@ -72,6 +72,10 @@ def serve(
     shutdown_timeout: Annotated[float, typer.Option(
         "--shutdown-timeout", envvar="EMBER_SHUTDOWN_TIMEOUT",
         help="seconds in-flight requests get to finish on SIGTERM")] = _D.shutdown_timeout,
+    backend: Annotated[str, typer.Option(
+        "--backend", envvar="EMBER_BACKEND",
+        help="'engine': continuous batching of all requests in one engine; 'llm': one "
+             "ember.LLM per slot, no batching")] = _D.backend,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -83,7 +87,7 @@ def serve(
         model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         kv_size=kv_size, threads=threads, api_key=api_key, cors_origins=_names(cors_origins),
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
-        shutdown_timeout=shutdown_timeout)
+        shutdown_timeout=shutdown_timeout, backend=backend)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

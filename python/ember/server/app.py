@@ -321,13 +321,18 @@ async def _bug(request: Request, exc: Exception) -> Response:
 
 
 def create_app(config: ServerConfig, backend: GenerationBackend | None = None) -> Starlette:
-    """The server's ASGI app. `backend` defaults to LLMBackend on config's model."""
+    """The server's ASGI app. `backend` defaults to config.backend on config's model: "engine"
+    (EngineBackend, the continuous-batching engine) or "llm" (LLMBackend, one ember.LLM per
+    slot)."""
     if backend is None:
-        from ember.server.llm_backend import LLMBackend
+        if config.backend == "llm":
+            from ember.server.llm_backend import LLMBackend as backend_class
+        else:
+            from ember.server.engine_backend import EngineBackend as backend_class  # type: ignore[assignment]
 
-        backend = LLMBackend(config.model, parallel=config.parallel, ctx_size=config.ctx_size,
-                             kv_size=config.kv_size, threads=config.threads,
-                             max_queue=config.max_queue)
+        backend = backend_class(config.model, parallel=config.parallel, ctx_size=config.ctx_size,
+                                kv_size=config.kv_size, threads=config.threads,
+                                max_queue=config.max_queue)
     ctx = AppContext(config, backend)
 
     @asynccontextmanager

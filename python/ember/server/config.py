@@ -21,6 +21,7 @@ class ServerConfig:
     max_body_bytes: int = 8 << 20     # larger request bodies: 413
     max_n: int = 16                   # most choices per request
     shutdown_timeout: float = 10.0    # on SIGTERM: seconds in-flight requests get to finish
+    backend: str = "engine"           # "engine": continuous batching; "llm": one ember.LLM per slot
 
     def __post_init__(self) -> None:
         checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
@@ -33,6 +34,8 @@ class ServerConfig:
                             ("threads", self.threads)):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        if self.backend not in ("engine", "llm"):
+            raise ValueError(f"backend must be 'engine' or 'llm', got {self.backend!r}")
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
         if self.api_key is not None and not self.api_key:
