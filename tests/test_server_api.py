@@ -344,7 +344,9 @@ def test_metrics(server: RunningServer, client: openai.OpenAI) -> None:
                  "ember_time_per_output_token_seconds_bucket",
                  "ember_request_latency_seconds_bucket"):
         assert f"\n{name}" in text, name
-    assert 0 < metric(server.url, "ember_kv_cache_usage_ratio") <= 1
+    # Nothing runs now: the batching engine holds no KV blocks for a finished request (its
+    # prefix-cache blocks are reusable, not in use).
+    assert 0 <= metric(server.url, "ember_kv_cache_usage_ratio") <= 1
     assert metric(server.url, "ember_requests_running") == 0
 
 

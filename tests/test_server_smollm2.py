@@ -73,6 +73,8 @@ def test_second_turn_reuses_the_cache(client: openai.OpenAI) -> None:
         messages=[system, QUESTION[1], {"role": "assistant", "content": answer},
                   {"role": "user", "content": "And of Italy?"}])
     cached = second.usage.prompt_tokens_details.cached_tokens
-    # Everything up to the end of the first answer was in the slot's KV cache already.
-    assert cached >= first.usage.prompt_tokens + first.usage.completion_tokens - 1
+    # Everything up to the end of the first answer was in the KV cache already, in whole
+    # 16-token blocks (the batching engine's prefix cache).
+    reusable = first.usage.prompt_tokens + first.usage.completion_tokens - 1
+    assert cached >= reusable // 16 * 16 > 0
     assert cached < second.usage.prompt_tokens

@@ -1,0 +1,162 @@
+"""`ember serve` on the continuous-batching engine (EngineBackend, the default): concurrent
+clients really share batched steps, a shared prefix is served from the prefix cache
+(usage.prompt_tokens_details.cached_tokens through the openai client), and a client that
+disconnects gets its KV blocks freed (ember_kv_cache_usage_ratio back to 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from ember.server.config import ServerConfig
+from ember.server.engine_backend import EngineBackend
+from test_server_support import RunningServer, start_server
+
+NO_EOS = {"2": -100, "0": -100}  # SmolLM2's end-of-generation tokens
+
+
+def sample(url: str, name: str, labels: str = "") -> float:
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.split(" ")[0] == key:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path) -> Iterator[RunningServer]:
+    config = ServerConfig(model=str(smollm2_path), parallel=8, ctx_size=1024, max_queue=16)
+    running = start_server(config)
+    assert isinstance(running.server.ctx.backend, EngineBackend)
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+
+
+def test_concurrent_clients_are_batched(server: RunningServer) -> None:
+    url = server.url
+    n_clients, max_tokens = 8, 48
+    peak = {"running": 0.0, "slots": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak["running"] = max(peak["running"], sample(url, "ember_requests_running"))
+            busy = sum(s["is_processing"] for s in httpx.get(url + "/slots").json())
+            peak["slots"] = max(peak["slots"], busy)
+            time.sleep(0.01)
+
+    async def one(client: openai.AsyncOpenAI, i: int) -> int:
+        stream = await client.chat.completions.create(
+            model="", messages=[{"role": "user", "content": f"Tell me a story about {i} cats."}],
+            max_tokens=max_tokens, temperature=0.7, seed=i, logit_bias=NO_EOS, stream=True,
+            stream_options={"include_usage": True})
+        usage = None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+        assert usage is not None
+        return usage.completion_tokens
+
+    async def main() -> list[int]:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        try:
+            return await asyncio.gather(*(one(client, i) for i in range(n_clients)))
+        finally:
+            await client.close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        counts = asyncio.run(main())
+    finally:
+        done.set()
+        watcher.join()
+    assert counts == [max_tokens] * n_clients
+    # Several sequences were in the engine's running batch at the same time.
+    assert peak["running"] > 1
+    assert peak["slots"] > 1
+    wait_until(lambda: sample(url, "ember_requests_running") == 0, 10, "the engine to idle")
+
+
+def test_shared_prefix_is_cached(client: openai.OpenAI, server: RunningServer) -> None:
+    system = {"role": "system", "content": (
+        "You are a patient assistant for a small bakery in Lyon. You answer questions about "
+        "bread, pastries, opening hours and prices in one or two friendly sentences, and you "
+        "never make up facts that you were not told.")}
+    hits_before = sample(server.url, "ember_prefix_cache_hits_total")
+    first = client.chat.completions.create(
+        model="", messages=[system, {"role": "user", "content": "Do you sell croissants?"}],
+        max_tokens=4, temperature=0)
+    second = client.chat.completions.create(
+        model="", messages=[system, {"role": "user", "content": "When do you open?"}],
+        max_tokens=4, temperature=0)
+    assert first.usage.prompt_tokens >= 48
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens
+    assert cached % 16 == 0  # whole KV blocks
+    assert sample(server.url, "ember_prefix_cache_hits_total") - hits_before >= cached
+
+
+def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
+    url = server.url
+    wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0, 10, "an idle engine")
+    cancelled = sample(url, "ember_requests_finished_total", 'reason="cancelled"')
+    body = {"messages": [{"role": "user", "content": "Write a very long story."}],
+            "max_tokens": 900, "stream": True, "logit_bias": NO_EOS}
+    with httpx.stream("POST", server.base_url + "/chat/completions", json=body,
+                      timeout=30) as response:
+        assert response.status_code == 200
+        n_data = 0
+        for line in response.iter_lines():
+            n_data += line.startswith("data: ")
+            if n_data == 4:
+                break
+        assert sample(url, "ember_kv_cache_usage_ratio") > 0
+        assert sample(url, "ember_requests_running") == 1
+    wait_until(lambda: sample(url, "ember_requests_finished_total",
+                              'reason="cancelled"') == cancelled + 1, 10, "the cancellation")
+    wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0, 10, "the KV blocks freed")
+    assert sample(url, "ember_requests_running") == 0
+    assert not any(s["is_processing"] for s in httpx.get(url + "/slots").json())
+
+
+
+def test_queue_full_is_refused_before_streaming(server: RunningServer) -> None:
+    url = server.url
+    # n=16 on 8 sequences at once: 8 run, 8 wait; another 16 would make 24 > --max-queue 16.
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "n": 16, "stream": True,
+            "logit_bias": NO_EOS}
+    with httpx.stream("POST", server.base_url + "/completions", json=body,
+                      timeout=30) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break
+        refused = httpx.post(server.base_url + "/completions", json=body, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert "busy" in refused.json()["error"]["message"]
+        assert sample(url, "ember_requests_running") + sample(url, "ember_requests_waiting") \
+            == 16
+    wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0
+               and sample(url, "ember_requests_running") == 0
+               and sample(url, "ember_requests_waiting") == 0, 20, "every sequence cancelled")
