@@ -144,19 +144,22 @@ def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
 def test_queue_full_is_refused_before_streaming(server: RunningServer) -> None:
     url = server.url
     # n=16 on 8 sequences at once: 8 run, 8 wait; another 16 would make 24 > --max-queue 16.
-    body = {"prompt": "Once upon a time", "max_tokens": 400, "n": 16, "stream": True,
-            "logit_bias": NO_EOS}
-    with httpx.stream("POST", server.base_url + "/completions", json=body,
-                      timeout=30) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                break
-        refused = httpx.post(server.base_url + "/completions", json=body, timeout=30)
-        assert refused.status_code == 503, refused.text
-        assert "busy" in refused.json()["error"]["message"]
-        assert sample(url, "ember_requests_running") + sample(url, "ember_requests_waiting") \
-            == 16
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "n": 16, "logit_bias": NO_EOS}
+
+    def first() -> None:
+        with pytest.raises(httpx.ReadTimeout):  # then the client is gone: all 16 cancelled
+            httpx.post(server.base_url + "/completions", json=body,
+                       timeout=httpx.Timeout(30, read=4))
+
+    thread = threading.Thread(target=first, daemon=True)
+    thread.start()
+    wait_until(lambda: sample(url, "ember_requests_running")
+               + sample(url, "ember_requests_waiting") == 16, 10, "16 sequences admitted")
+    refused = httpx.post(server.base_url + "/completions", json=dict(body, stream=True),
+                         timeout=30)
+    assert refused.status_code == 503, refused.text
+    assert "busy" in refused.json()["error"]["message"]
+    thread.join(30)
     wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0
                and sample(url, "ember_requests_running") == 0
                and sample(url, "ember_requests_waiting") == 0, 20, "every sequence cancelled")
