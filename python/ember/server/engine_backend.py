@@ -14,6 +14,7 @@ Cancelling a stream cancels the engine request, which frees its KV blocks at onc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -24,7 +25,6 @@ from time import perf_counter
 from ember import _core
 from ember.chat import ChatTemplate, Message
 from ember.server.backend import (
-    BackendError,
     BackendStats,
     GenerationEvent,
     GenerationFailed,
@@ -196,7 +196,7 @@ class EngineBackend:
                 if request.params.max_tokens == 0:
                     empty[i] = request
                     continue
-                handle, tokens, start = engine.submit(request.prompt_tokens, request.params)
+                handle, _tokens, start = engine.submit(request.prompt_tokens, request.params)
                 submitted.append((request, handle, start))
         except Exception as err:
             for _, handle, _ in submitted:
@@ -244,11 +244,9 @@ class EngineBackend:
         tracked = self._tracked.pop(engine_id, None)
         if tracked is None:
             return
-        try:
-            if self._loop is not None and not self._loop.is_closed():
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):  # the loop is going away
                 self._loop.remove_reader(tracked.fd)
-        except Exception:  # noqa: BLE001 - the loop is going away
-            pass
         if tracked.slot is not None:
             self._slot_owner[tracked.slot] = None
             view = self._slot_views[tracked.slot]
@@ -332,5 +330,3 @@ class EngineBackend:
             self._engine.close()
             log.debug("engine stopped in %.3fs", perf_counter() - start)
 
-
-__all__ = ["EngineBackend", "BackendError"]
