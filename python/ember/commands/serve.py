@@ -44,11 +44,13 @@ def serve(
              "most 4096]", show_default=False)] = None,
     kv_size: Annotated[Optional[int], typer.Option(
         "--kv-size", envvar="EMBER_KV_SIZE",
-        help="KV cache tokens shared by all slots [default: parallel x ctx-size]",
+        help="KV cache tokens shared by all slots [default: parallel x ctx-size; the engine "
+             "backend: at most 1 GiB]",
         show_default=False)] = None,
     threads: Annotated[Optional[int], typer.Option(
         "-t", "--threads", envvar="EMBER_THREADS",
-        help="CPU threads per slot [default: physical cores / parallel]",
+        help="CPU threads: of the engine (--backend engine) or per slot (--backend llm) "
+             "[default: physical cores, divided among the slots with --backend llm]",
         show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="EMBER_API_KEY",
