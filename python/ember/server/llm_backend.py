@@ -1,4 +1,5 @@
-"""LLMBackend: the GenerationBackend on ember.LLM, until the C++ engine has Python bindings.
+"""LLMBackend: the GenerationBackend on ember.LLM (`ember serve --backend llm`); the default is
+EngineBackend, on the continuous-batching engine.
 
 Each of the `parallel` slots owns an ember.LLM (the weights stay in one shared file mapping;
 each slot has its own KV cache of n_ctx tokens) and a worker thread that runs one request at a
