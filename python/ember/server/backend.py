@@ -128,6 +128,78 @@ class GenerationBackend(Protocol):
         """Stops the workers (after cancel_all), waiting at most `timeout` seconds."""
 
 
+# Texts up to this many characters are tokenized on the event loop; longer ones in a thread.
+_INLINE_TOKENIZE_CHARS = 4096
+
+
+class BackendBase:
+    """What every backend shares: readiness, the model's sizes, and text <-> tokens through the
+    model's tokenizer and chat template. Subclasses set the attributes below while loading and
+    provide _require_tokenizer (Unavailable until the model is loaded)."""
+
+    _model_arg: object
+    _path: object
+    _parallel: int
+    _n_ctx: int
+    _n_vocab: int
+    _health: Health
+    _template: object
+
+    def _require_tokenizer(self):  # -> ember._core.Tokenizer
+        raise NotImplementedError
+
+    def _set_ready(self) -> None:
+        if self._health.status == "loading":
+            self._health = Health("ok")
+
+    # --- properties --------------------------------------------------------------------------
+
+    @property
+    def model_path(self) -> str:
+        return str(self._path) if self._path else str(self._model_arg or "")
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_slots(self) -> int:
+        return self._parallel
+
+    def health(self) -> Health:
+        return self._health
+
+    async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        tokenizer = self._require_tokenizer()
+        if len(text) <= _INLINE_TOKENIZE_CHARS:
+            return list(tokenizer.encode(text, add_special, parse_special))
+        ids = await asyncio.to_thread(tokenizer.encode, text, add_special, parse_special)
+        return list(ids)
+
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        tokenizer = self._require_tokenizer()
+        for token in tokens:
+            if not 0 <= token < self._n_vocab:
+                raise ValueError(f"token id {token} is out of range [0, {self._n_vocab})")
+        return tokenizer.decode(list(tokens), skip_special=True)
+
+    def token_piece(self, token: int) -> bytes:
+        return self._require_tokenizer().token_to_piece(token)
+
+    async def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        template = self._template
+        if template is None:
+            raise Unavailable("the model is loading", "model_loading")
+        text = template.render(messages, add_generation_prompt=True)
+        # As ember.LLM does: templates that write BOS themselves must not get a second one.
+        add_special = not (template.bos_token and text.startswith(template.bos_token))
+        return await self.tokenize(text, add_special=add_special, parse_special=True)
+
+
 class GenerationStream:
     """The events of one GenerationRequest, as an async iterator; it ends after the event with
     finish_reason, or raises the BackendError the backend failed it with.

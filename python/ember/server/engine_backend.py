@@ -23,8 +23,9 @@ from pathlib import Path
 from time import perf_counter
 
 from ember import _core
-from ember.chat import ChatTemplate, Message
+from ember.chat import ChatTemplate
 from ember.server.backend import (
+    BackendBase,
     BackendStats,
     GenerationEvent,
     GenerationFailed,
@@ -37,7 +38,6 @@ from ember.server.backend import (
 
 log = logging.getLogger("ember.server")
 
-_INLINE_TOKENIZE_CHARS = 4096
 
 
 @dataclass
@@ -57,7 +57,7 @@ class _SlotView:
     n_cached_tokens: int = 0
 
 
-class EngineBackend:
+class EngineBackend(BackendBase):
     """The continuous-batching engine behind the server. n_ctx per sequence: ctx_size, else the
     engine's default (the model's context, at most 4096)."""
 
@@ -114,62 +114,10 @@ class EngineBackend:
                  engine.core.kv_size)
         loop.call_soon_threadsafe(self._set_ready)
 
-    def _set_ready(self) -> None:
-        if self._health.status == "loading":
-            self._health = Health("ok")
-
-    # --- properties --------------------------------------------------------------------------
-
-    @property
-    def model_path(self) -> str:
-        return str(self._path) if self._path else str(self._model_arg or "")
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    @property
-    def n_vocab(self) -> int:
-        return self._n_vocab
-
-    @property
-    def n_slots(self) -> int:
-        return self._parallel
-
-    def health(self) -> Health:
-        return self._health
-
-    # --- text ----------------------------------------------------------------------------------
-
     def _require_tokenizer(self) -> _core.Tokenizer:
         if self._engine is None:
             raise Unavailable("the model is loading", "model_loading")
         return self._engine.tokenizer
-
-    async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        if len(text) <= _INLINE_TOKENIZE_CHARS:
-            return list(tokenizer.encode(text, add_special, parse_special))
-        ids = await asyncio.to_thread(tokenizer.encode, text, add_special, parse_special)
-        return list(ids)
-
-    async def detokenize(self, tokens: Sequence[int]) -> str:
-        tokenizer = self._require_tokenizer()
-        for token in tokens:
-            if not 0 <= token < self._n_vocab:
-                raise ValueError(f"token id {token} is out of range [0, {self._n_vocab})")
-        return tokenizer.decode(list(tokens), skip_special=True)
-
-    def token_piece(self, token: int) -> bytes:
-        return self._require_tokenizer().token_to_piece(token)
-
-    async def encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        template = self._template
-        if template is None:
-            raise Unavailable("the model is loading", "model_loading")
-        text = template.render(messages, add_generation_prompt=True)
-        add_special = not (template.bos_token and text.startswith(template.bos_token))
-        return await self.tokenize(text, add_special=add_special, parse_special=True)
 
     # --- admission (event loop thread) -------------------------------------------------------
 

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ember import _core
-from ember.chat import ChatTemplate, Message
+from ember.chat import ChatTemplate
 from ember.server.backend import (
+    BackendBase,
     BackendStats,
     GenerationEvent,
     GenerationFailed,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ember.server")
 
 # Texts longer than this are tokenized off the event loop (short ones cost less than a hop).
-_INLINE_TOKENIZE_CHARS = 4096
 
 
 @dataclass
@@ -76,7 +76,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-class LLMBackend:
+class LLMBackend(BackendBase):
     """`parallel` ember.LLM slots fed from one bounded FIFO queue of at most `max_queue`
     waiting requests. n_ctx per slot: ctx_size, else kv_size // parallel, else the model's
     (ember.LLM's default); with both, the smaller."""
@@ -148,59 +148,6 @@ class LLMBackend:
         log.info("loaded %s: %d slot(s) of %d tokens, %d thread(s) each", path.name,
                  self._parallel, self._n_ctx, first.model.n_threads)
         loop.call_soon_threadsafe(self._set_ready)
-
-    def _set_ready(self) -> None:
-        if self._health.status == "loading":
-            self._health = Health("ok")
-
-    # --- properties --------------------------------------------------------------------------
-
-    @property
-    def model_path(self) -> str:
-        return str(self._path) if self._path else str(self._model_arg or "")
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    @property
-    def n_vocab(self) -> int:
-        return self._n_vocab
-
-    @property
-    def n_slots(self) -> int:
-        return self._parallel
-
-    def health(self) -> Health:
-        return self._health
-
-    # --- text ----------------------------------------------------------------------------------
-
-    async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        tokenizer = self._require_tokenizer()
-        if len(text) <= _INLINE_TOKENIZE_CHARS:
-            return list(tokenizer.encode(text, add_special, parse_special))
-        ids = await asyncio.to_thread(tokenizer.encode, text, add_special, parse_special)
-        return list(ids)
-
-    async def detokenize(self, tokens: Sequence[int]) -> str:
-        tokenizer = self._require_tokenizer()
-        for token in tokens:
-            if not 0 <= token < self._n_vocab:
-                raise ValueError(f"token id {token} is out of range [0, {self._n_vocab})")
-        return tokenizer.decode(list(tokens), skip_special=True)
-
-    def token_piece(self, token: int) -> bytes:
-        return self._require_tokenizer().token_to_piece(token)
-
-    async def encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        template = self._template
-        if template is None:
-            raise Unavailable("the model is loading", "model_loading")
-        text = template.render(messages, add_generation_prompt=True)
-        # As ember.LLM does: templates that write BOS themselves must not get a second one.
-        add_special = not (template.bos_token and text.startswith(template.bos_token))
-        return await self.tokenize(text, add_special=add_special, parse_special=True)
 
     def _require_tokenizer(self) -> _core.Tokenizer:
         if self._tokenizer is None:
