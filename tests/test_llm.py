@@ -317,3 +317,12 @@ def test_sampling_params_dataclass() -> None:
     assert SamplingParams().temperature == 0.8 and not math.isnan(SamplingParams().top_p)
     with pytest.raises(ValueError, match="top_logprobs must be in"):
         SamplingParams(top_logprobs=21)
+
+
+def test_generate_batch_equals_one_at_a_time(stories: LLM) -> None:
+    prompts = ["Once upon a time", "The little dog", "One day, Lily", "Tom and Sue went"]
+    batch = stories.generate_batch(prompts, max_tokens=24, temperature=0)
+    assert [r.text for r in batch] == [stories.generate(p, max_tokens=24, temperature=0).text
+                                       for p in prompts]
+    assert batch[0].text.startswith(", there was a little girl named Lily")
+    assert all(r.usage.completion_tokens == 24 or r.finish_reason == "stop" for r in batch)

@@ -43,6 +43,8 @@ class LLM:
         self._tokenizer = _core.Tokenizer(str(self.path))
         self._sequence = KVSequence(self._model)
         self._chat_template: ChatTemplate | None = None
+        self._n_threads = n_threads
+        self._engine: Any = None  # ember.engine.Engine, started by the first generate_batch
 
     # --- the model ---------------------------------------------------------------------------
 
@@ -115,6 +117,18 @@ class LLM:
                  **sampling: Any) -> GenerationResult:
         """Generates a completion of `prompt` (text, or token ids used as they are)."""
         return _last(self.stream_deltas(prompt, params, **sampling))
+
+    def generate_batch(self, prompts: Sequence[Prompt], params: SamplingParams | None = None,
+                       **sampling: Any) -> list[GenerationResult]:
+        """Generates completions of many prompts at once on the continuous-batching engine
+        (started on first use over the same file mapping; up to 16 sequences per step, prefix
+        caching across calls). Results come back in the order of `prompts`."""
+        from ember.engine import Engine, generate_batch
+
+        params = replace(params, **sampling) if params else SamplingParams(**sampling)
+        if self._engine is None:
+            self._engine = Engine(str(self.path), n_threads=self._n_threads, n_ctx=self.n_ctx)
+        return generate_batch(self._engine, prompts, params)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                **sampling: Any) -> Iterator[str]:
