@@ -253,6 +253,9 @@ def test_chat_ctrl_c_stops_an_answer_and_ctrl_d_quits(smollm2_path: Path) -> Non
     term.type("\x03")
     term.read_until(r"\[interrupted\]")
     term.read_until(r">>> ")
+    # The prompt is drawn just before input() takes over SIGINT; on a loaded machine a Ctrl-C
+    # typed the instant it appears can land in between, so give input() a moment.
+    time.sleep(1.0)
     term.type("\x03")  # at the prompt, Ctrl-C only explains how to quit
     assert "Ctrl-D" in term.read_until(r">>> ")
     term.type("/clear\r")

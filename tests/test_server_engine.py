@@ -131,8 +131,10 @@ def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
             n_data += line.startswith("data: ")
             if n_data == 4:
                 break
-        assert sample(url, "ember_kv_cache_usage_ratio") > 0
-        assert sample(url, "ember_requests_running") == 1
+        # The engine publishes its stats just after a step's events, so they may trail the
+        # stream by a step: wait for them rather than sampling once.
+        wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") > 0, 10, "KV blocks in use")
+        wait_until(lambda: sample(url, "ember_requests_running") == 1, 10, "one running request")
     wait_until(lambda: sample(url, "ember_requests_finished_total",
                               'reason="cancelled"') == cancelled + 1, 10, "the cancellation")
     wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0, 10, "the KV blocks freed")
