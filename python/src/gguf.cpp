@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "gguf_values.h"
 
 namespace nb = nanobind;
 using ember::GGUFFile;
@@ -18,8 +19,6 @@ using ember::GGUFType;
 using ember::GGUFValue;
 
 namespace {
-
-nb::object to_python(const GGUFValue& v);
 
 nb::object string_to_python(std::string_view s) {
   // Metadata strings are UTF-8 by the spec; a broken one is shown with U+FFFD, not an exception.
@@ -50,30 +49,6 @@ nb::object numeric_elem(const GGUFValue& v, uint64_t k) {
   }
 }
 
-nb::object to_python(const GGUFValue& v) {
-  switch (v.type) {
-    case GGUFType::u8: case GGUFType::u16: case GGUFType::u32: case GGUFType::u64:
-      return nb::int_(v.u);
-    case GGUFType::i8: case GGUFType::i16: case GGUFType::i32: case GGUFType::i64:
-      return nb::int_(v.i);
-    case GGUFType::f32: case GGUFType::f64: return nb::float_(v.f);
-    case GGUFType::boolean: return nb::bool_(v.u != 0);
-    case GGUFType::string: return string_to_python(v.str);
-    case GGUFType::array: {
-      nb::list out;
-      if (v.elem_type == GGUFType::string) {
-        for (std::string_view s : v.strings) out.append(string_to_python(s));
-      } else if (v.elem_type == GGUFType::array) {
-        for (const GGUFValue& item : v.items) out.append(to_python(item));
-      } else {
-        for (uint64_t k = 0; k < v.n_elems; ++k) out.append(numeric_elem(v, k));
-      }
-      return out;
-    }
-  }
-  return nb::none();
-}
-
 const GGUFTensorInfo& tensor_or_throw(const GGUFFile& f, const std::string& name) {
   const GGUFTensorInfo* t = f.find_tensor(name);
   if (t == nullptr) {
@@ -88,6 +63,30 @@ std::vector<size_t> numpy_shape(const GGUFTensorInfo& t) {
 }
 
 }  // namespace
+
+nb::object gguf_value_to_python(const GGUFValue& v) {
+  switch (v.type) {
+    case GGUFType::u8: case GGUFType::u16: case GGUFType::u32: case GGUFType::u64:
+      return nb::int_(v.u);
+    case GGUFType::i8: case GGUFType::i16: case GGUFType::i32: case GGUFType::i64:
+      return nb::int_(v.i);
+    case GGUFType::f32: case GGUFType::f64: return nb::float_(v.f);
+    case GGUFType::boolean: return nb::bool_(v.u != 0);
+    case GGUFType::string: return string_to_python(v.str);
+    case GGUFType::array: {
+      nb::list out;
+      if (v.elem_type == GGUFType::string) {
+        for (std::string_view s : v.strings) out.append(string_to_python(s));
+      } else if (v.elem_type == GGUFType::array) {
+        for (const GGUFValue& item : v.items) out.append(gguf_value_to_python(item));
+      } else {
+        for (uint64_t k = 0; k < v.n_elems; ++k) out.append(numeric_elem(v, k));
+      }
+      return out;
+    }
+  }
+  return nb::none();
+}
 
 void init_gguf(nb::module_& m) {
   nb::class_<GGUFTensorInfo>(m, "TensorInfo", "One entry of a GGUF file's tensor directory.")
@@ -123,7 +122,7 @@ void init_gguf(nb::module_& m) {
       .def_prop_ro("file_bytes", &GGUFFile::file_bytes)
       .def_prop_ro("metadata", [](const GGUFFile& f) {
         nb::dict out;
-        for (const auto& [key, value] : f.metadata()) out[key.c_str()] = to_python(value);
+        for (const auto& [key, value] : f.metadata()) out[key.c_str()] = gguf_value_to_python(value);
         return out;
       }, "metadata as a dict of Python values, in file order")
       .def_prop_ro("tensors", [](const GGUFFile& f) { return f.tensors(); }, nb::rv_policy::copy)

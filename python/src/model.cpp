@@ -14,6 +14,7 @@
 
 #include "model/context.h"
 #include "model/model.h"
+#include "gguf_values.h"
 
 namespace nb = nanobind;
 
@@ -78,20 +79,7 @@ Logits1D eval_last(PyModel& self, const std::vector<int32_t>& tokens, bool reset
 nb::dict metadata(const PyModel& self) {
   nb::dict out;
   for (const auto& [key, value] : self.model->file().metadata()) {
-    using ember::GGUFType;
-    switch (value.type) {
-      case GGUFType::array: break;
-      case GGUFType::string:
-        out[key.c_str()] = nb::steal(PyUnicode_DecodeUTF8(
-            value.str.data(), static_cast<Py_ssize_t>(value.str.size()), "replace"));
-        break;
-      case GGUFType::boolean: out[key.c_str()] = nb::bool_(value.u != 0); break;
-      case GGUFType::f32: case GGUFType::f64: out[key.c_str()] = nb::float_(value.f); break;
-      case GGUFType::i8: case GGUFType::i16: case GGUFType::i32: case GGUFType::i64:
-        out[key.c_str()] = nb::int_(value.i);
-        break;
-      default: out[key.c_str()] = nb::int_(value.u); break;
-    }
+    if (value.type != ember::GGUFType::array) out[key.c_str()] = gguf_value_to_python(value);
   }
   return out;
 }
