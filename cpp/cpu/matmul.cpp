@@ -17,10 +17,6 @@ namespace {
 // every weight block once per row in vec_dot.
 constexpr int64_t kGemmMinRows = 4;
 
-// The decode loop prefetches weight rows shorter than kPrefetchMaxRowBytes, kPrefetchRows ahead.
-constexpr int64_t kPrefetchRows = 4;
-constexpr int64_t kPrefetchMaxRowBytes = 1024;
-
 // A 64-byte aligned byte buffer, one allocation per matmul call (never inside the kernels).
 class ScratchBuffer {
  public:
@@ -107,20 +103,13 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
     return;
   }
 
-  const bool prefetch = w_row_bytes < kPrefetchMaxRowBytes;
+  // Decode: each thread streams its contiguous range of weight rows once; the vec_dot kernels
+  // prefetch a fixed distance ahead along that stream (see vec_dot_x86.h).
   pool.run([&](int ith, int nth) {
     int64_t begin, end;
     split_range(n_out, ith, nth, &begin, &end);
     for (int64_t c = begin; c < end; ++c) {
       const uint8_t* w_row = w_bytes + c * w_row_bytes;
-      // Short weight rows (small models) end before the hardware prefetcher ramps up, so ask for
-      // the row kPrefetchRows ahead while this one is multiplied. Long rows stream well on their
-      // own and the extra instructions only cost (measured: SmolLM2 tg 59 -> 85 t/s, TinyLlama
-      // rows of 1152+ bytes 10.8 -> 10.1 t/s when prefetched).
-      if (prefetch && c + kPrefetchRows < end) {
-        const uint8_t* ahead = w_row + kPrefetchRows * w_row_bytes;
-        for (int64_t off = 0; off < w_row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 0);
-      }
       for (int64_t r = 0; r < n_rows; ++r) {
         y[r * n_out + c] = k.vec_dot(n_in, w_row, act + r * act_row_bytes);
       }
