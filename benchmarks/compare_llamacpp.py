@@ -124,12 +124,15 @@ def main() -> None:
         import llama_cpp  # noqa: F401
     except ImportError:
         sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python")
-    engines = {"ember": Ember(args.model, args.threads, n_ctx, args.n_prompt),
-               "llama.cpp": LlamaCpp(args.model, args.threads, n_ctx, args.n_prompt)}
+    n_batch = max(args.n_prompt, 16)
+    engines = {"ember": Ember(args.model, args.threads, n_ctx, n_batch),
+               "llama.cpp": LlamaCpp(args.model, args.threads, n_ctx, n_batch)}
     print(f"model {args.model}, {args.threads} threads, {args.repetitions} runs each")
     print(f"| test  | {'ember t/s':>16} | {'llama.cpp t/s':>16} | ember/llama.cpp |")
     print("| ----- | ---------------- | ---------------- | --------------- |")
     for kind, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if n <= 0:
+            continue  # -p 0 or -n 0 skips that test
         results = {}
         for name, engine in engines.items():
             speeds = measure(engine, kind, n, args.repetitions, np.random.default_rng(0))
