@@ -1,6 +1,7 @@
-// cpu/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels.
-// Compiled with ISA flags and called only behind OpsIsa::avx2_f16c. Shared helpers come from
-// math_avx2.h (internal linkage), so no AVX2 code can leak into callers on older CPUs.
+// cpu/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels,
+// over f16 or q8_0 cache rows. Compiled with ISA flags and called only behind
+// OpsIsa::avx2_f16c. Shared helpers come from math_avx2.h (internal linkage), so no AVX2 code can
+// leak into callers on older CPUs.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "cpu/attention_block.h"
 #include "cpu/math_avx2.h"
 #include "cpu/op_kernels.h"
+#include "quant/blocks.h"
 
 namespace ember::cpu {
 
@@ -21,6 +23,39 @@ inline int64_t slot_of(const KVView& kv, int64_t pos) {
                         : pos;
 }
 
+// The KV row formats (scalar twins in attention.cpp): where a head's values start in a row, the
+// values [8i, 8i + 8) of a head as f32 in a register, and n values converted to f32 in memory.
+struct F16Rows {
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
+  static __m256 load8(const uint8_t* head, int64_t i) {
+    return load_f16x8(reinterpret_cast<const uint16_t*>(head) + 8 * i);
+  }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load8(src, i / 8));
+  }
+};
+
+// Blocks of 32 values (head_dim and first are multiples of 32): d * qs[i], the same f32 product
+// as dequantize_row_q8_0, formed in registers (int8 -> int32 -> f32, times the block's scale).
+struct Q8Rows {
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
+  static __m256 load8(const uint8_t* head, int64_t i) {
+    const auto* block = reinterpret_cast<const BlockQ8_0*>(head) + i / 4;
+    return dequantize8(block->qs + 8 * (i % 4), _mm256_set1_ps(_cvtsh_ss(block->d)));
+  }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
+    for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
+      for (int i = 0; i < 4; ++i) _mm256_store_ps(dst + 8 * i, dequantize8(blocks[b].qs + 8 * i, d));
+    }
+  }
+  static __m256 dequantize8(const int8_t* qs, __m256 d) {
+    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+  }
+};
+
 // Scores, softmax weights and the V accumulation of one head, for N = head_dim / 8 vectors.
 // N is a template parameter for the common head sizes, so the accumulator lives in registers.
 template <int N>
@@ -33,8 +68,9 @@ struct FixedHead {
   void rescale(__m256 r) {
     for (int i = 0; i < N; ++i) acc[i] = _mm256_mul_ps(acc[i], r);
   }
-  void add_weighted(__m256 p, const uint16_t* v) {
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_fmadd_ps(p, load_f16x8(v + 8 * i), acc[i]);
+  template <typename Rows>
+  void add_weighted(__m256 p, const uint8_t* v) {
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_fmadd_ps(p, Rows::load8(v, i), acc[i]);
   }
   void store(float* out, __m256 inv_sum) const {
     for (int i = 0; i < N; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv_sum));
@@ -51,9 +87,10 @@ struct AnyHead {
   void rescale(__m256 r) {
     for (int64_t i = 0; i < n; ++i) _mm256_store_ps(acc + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), r));
   }
-  void add_weighted(__m256 p, const uint16_t* v) {
+  template <typename Rows>
+  void add_weighted(__m256 p, const uint8_t* v) {
     for (int64_t i = 0; i < n; ++i) {
-      _mm256_store_ps(acc + 8 * i, _mm256_fmadd_ps(p, load_f16x8(v + 8 * i), _mm256_load_ps(acc + 8 * i)));
+      _mm256_store_ps(acc + 8 * i, _mm256_fmadd_ps(p, Rows::load8(v, i), _mm256_load_ps(acc + 8 * i)));
     }
   }
   void store(float* out, __m256 inv_sum) const {
@@ -62,7 +99,7 @@ struct AnyHead {
   static int64_t n_vec(int64_t head_dim) { return head_dim / 8; }
 };
 
-template <typename Head>
+template <typename Rows, typename Head>
 void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                     int64_t head_dim, float scale, float* out) {
   const int64_t n_vec = Head::n_vec(head_dim);
@@ -78,24 +115,24 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
     // Scores, four keys at a time for independent FMA chains.
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      const uint16_t* k0 = kv.k + slot_of(kv, t0 + j) * kv.row_stride + kv_offset;
-      const uint16_t* k1 = kv.k + slot_of(kv, t0 + j + 1) * kv.row_stride + kv_offset;
-      const uint16_t* k2 = kv.k + slot_of(kv, t0 + j + 2) * kv.row_stride + kv_offset;
-      const uint16_t* k3 = kv.k + slot_of(kv, t0 + j + 3) * kv.row_stride + kv_offset;
+      const uint8_t* k0 = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
+      const uint8_t* k1 = Rows::at(kv.k + slot_of(kv, t0 + j + 1) * kv.row_bytes, kv_offset);
+      const uint8_t* k2 = Rows::at(kv.k + slot_of(kv, t0 + j + 2) * kv.row_bytes, kv_offset);
+      const uint8_t* k3 = Rows::at(kv.k + slot_of(kv, t0 + j + 3) * kv.row_bytes, kv_offset);
       __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
       for (int64_t i = 0; i < n_vec; ++i) {
         const __m256 qv = _mm256_load_ps(qs + 8 * i);
-        d0 = _mm256_fmadd_ps(qv, load_f16x8(k0 + 8 * i), d0);
-        d1 = _mm256_fmadd_ps(qv, load_f16x8(k1 + 8 * i), d1);
-        d2 = _mm256_fmadd_ps(qv, load_f16x8(k2 + 8 * i), d2);
-        d3 = _mm256_fmadd_ps(qv, load_f16x8(k3 + 8 * i), d3);
+        d0 = _mm256_fmadd_ps(qv, Rows::load8(k0, i), d0);
+        d1 = _mm256_fmadd_ps(qv, Rows::load8(k1, i), d1);
+        d2 = _mm256_fmadd_ps(qv, Rows::load8(k2, i), d2);
+        d3 = _mm256_fmadd_ps(qv, Rows::load8(k3, i), d3);
       }
       _mm_storeu_ps(score + j, hsum4_avx2(d0, d1, d2, d3));
     }
     for (; j < n; ++j) {
-      const uint16_t* k = kv.k + slot_of(kv, t0 + j) * kv.row_stride + kv_offset;
+      const uint8_t* k = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
       __m256 d = _mm256_setzero_ps();
-      for (int64_t i = 0; i < n_vec; ++i) d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * i), load_f16x8(k + 8 * i), d);
+      for (int64_t i = 0; i < n_vec; ++i) d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * i), Rows::load8(k, i), d);
       score[j] = hsum_avx2(d);
     }
     const int64_t n_padded = (n + 7) / 8 * 8;
@@ -119,7 +156,8 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
     }
     running_sum += hsum_avx2(sum_v);
     for (j = 0; j < n; ++j) {
-      head.add_weighted(_mm256_set1_ps(score[j]), kv.v + slot_of(kv, t0 + j) * kv.row_stride + kv_offset);
+      head.template add_weighted<Rows>(_mm256_set1_ps(score[j]),
+                                       Rows::at(kv.v + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset));
     }
   }
   head.store(out, _mm256_set1_ps(1.0f / running_sum));  // n_keys >= 1, so the sum is >= 1
@@ -127,9 +165,6 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
 
 // attention_block's primitives; head_dim is a multiple of 8.
 struct Avx2Isa {
-  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load_f16x8(src + i));
-  }
   static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
     __m128 max4 = _mm_set1_ps(-INFINITY);
     int64_t j = 0;
@@ -195,20 +230,28 @@ struct Avx2Isa {
   }
 };
 
+template <typename Rows>
+void attention_head_rows(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                         int64_t head_dim, float scale, float* out) {
+  switch (head_dim) {
+    case 32: return attention_head<Rows, FixedHead<4>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 64: return attention_head<Rows, FixedHead<8>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 128: return attention_head<Rows, FixedHead<16>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    default: return attention_head<Rows, AnyHead>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+  }
+}
+
 }  // namespace
 
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
-  attention_block<Avx2Isa>(block, kv);
+  if (kv.type == DType::q8_0) return attention_block<Avx2Isa, Q8Rows>(block, kv);
+  attention_block<Avx2Isa, F16Rows>(block, kv);
 }
 
 void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out) {
-  switch (head_dim) {
-    case 32: return attention_head<FixedHead<4>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 64: return attention_head<FixedHead<8>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 128: return attention_head<FixedHead<16>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    default: return attention_head<AnyHead>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-  }
+  if (kv.type == DType::q8_0) return attention_head_rows<Q8Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+  attention_head_rows<F16Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
 }
 
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {

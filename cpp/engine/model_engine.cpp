@@ -20,7 +20,7 @@ EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o
                               ") must be >= 1, KV budgets >= 0"));
   }
   const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
-  const int64_t bytes_per_token = PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
+  const int64_t bytes_per_token = PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), DType::f16);
   int64_t n_blocks;
   if (o.kv_tokens > 0) {
     n_blocks = KVCacheConfig::blocks_for_tokens(o.kv_tokens, o.block_size);

@@ -110,7 +110,7 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
   fb.n_tokens = static_cast<int64_t>(tokens_.size());
   fb.seqs = rows_.data();
   fb.n_seqs = static_cast<int64_t>(rows_.size());
-  fb.kv_layer_stride = cache_.n_slots() * cache_.n_kv_dim;
+  fb.kv_layer_stride = cache_.layer_bytes();
   fb.output_rows = output_rows_.data();
   fb.n_outputs = static_cast<int64_t>(output_rows_.size());
   validate_batch(*model_, scratch_, fb);

@@ -301,7 +301,7 @@ void init_engine(nb::module_& m) {
       }, "Tokens the KV cache holds.")
       .def_prop_ro("kv_bytes_per_token", [](const PyEngine& self) {
         const ember::ModelConfig& c = self.model->config();
-        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
+        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), ember::DType::f16);
       }, "Bytes one token's K and V take over all layers (f16).")
       .def_prop_ro("max_batch_tokens", [](const PyEngine& self) {
         return self.config.scheduler.max_num_batched_tokens;
