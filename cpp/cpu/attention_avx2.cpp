@@ -10,6 +10,7 @@
 #include "cpu/math_avx2.h"
 #include "cpu/op_kernels.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace ember::cpu {
 
@@ -23,36 +24,42 @@ inline int64_t slot_of(const KVView& kv, int64_t pos) {
                         : pos;
 }
 
-// The KV row formats (scalar twins in attention.cpp): where a head's values start in a row, the
-// values [8i, 8i + 8) of a head as f32 in a register, and n values converted to f32 in memory.
+// The KV row formats (scalar twins in attention.cpp): where a head's values start in a row, and
+// the head's values as f32 — 8 at a time in a register, or n at a time into memory. A head's
+// vectors come in groups of kGroup that share one scale: vector g * kGroup + e (values 8 times
+// that, 8 of them) is load8(group(head, g), e, scale(group(head, g))), so the kernels fetch a
+// q8_0 block's scale once for its four vectors.
 struct F16Rows {
+  static constexpr int kGroup = 1;
   static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
-  static __m256 load8(const uint8_t* head, int64_t i) {
-    return load_f16x8(reinterpret_cast<const uint16_t*>(head) + 8 * i);
-  }
+  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + 8 * g * int64_t{sizeof(uint16_t)}; }
+  static __m256 scale(const uint8_t*) { return _mm256_setzero_ps(); }  // unused
+  static __m256 load8(const uint8_t* group, int, __m256) { return load_f16x8(reinterpret_cast<const uint16_t*>(group)); }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load8(src, i / 8));
+    for (int64_t i = 0; i < n / 8; ++i) _mm256_store_ps(dst + 8 * i, load8(group(src, i), 0, _mm256_setzero_ps()));
   }
 };
 
 // Blocks of 32 values (head_dim and first are multiples of 32): d * qs[i], the same f32 product
-// as dequantize_row_q8_0, formed in registers (int8 -> int32 -> f32, times the block's scale).
+// as dequantize_row_q8_0 (exact: an 11-bit d times a 7-bit integer), formed in registers.
 struct Q8Rows {
+  static constexpr int kGroup = kQK / 8;
   static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
-  static __m256 load8(const uint8_t* head, int64_t i) {
-    const auto* block = reinterpret_cast<const BlockQ8_0*>(head) + i / 4;
-    return dequantize8(block->qs + 8 * (i % 4), _mm256_set1_ps(_cvtsh_ss(block->d)));
+  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + g * int64_t{sizeof(BlockQ8_0)}; }
+  static __m256 scale(const uint8_t* group) {
+    return _mm256_set1_ps(_cvtsh_ss(reinterpret_cast<const BlockQ8_0*>(group)->d));
   }
-  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
-    for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
-      for (int i = 0; i < 4; ++i) _mm256_store_ps(dst + 8 * i, dequantize8(blocks[b].qs + 8 * i, d));
-    }
-  }
-  static __m256 dequantize8(const int8_t* qs, __m256 d) {
+  static __m256 load8(const uint8_t* group, int e, __m256 d) {
+    const int8_t* qs = reinterpret_cast<const BlockQ8_0*>(group)->qs + 8 * e;
     const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+  }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      const uint8_t* block = group(src, b);
+      const __m256 d = scale(block);
+      for (int e = 0; e < kGroup; ++e) _mm256_store_ps(dst + 8 * (b * kGroup + e), load8(block, e, d));
+    }
   }
 };
 
@@ -70,7 +77,14 @@ struct FixedHead {
   }
   template <typename Rows>
   void add_weighted(__m256 p, const uint8_t* v) {
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_fmadd_ps(p, Rows::load8(v, i), acc[i]);
+    for (int g = 0; g < N / Rows::kGroup; ++g) {
+      const uint8_t* vg = Rows::group(v, g);
+      const __m256 d = Rows::scale(vg);
+      for (int e = 0; e < Rows::kGroup; ++e) {
+        __m256& a = acc[g * Rows::kGroup + e];
+        a = _mm256_fmadd_ps(p, Rows::load8(vg, e, d), a);
+      }
+    }
   }
   void store(float* out, __m256 inv_sum) const {
     for (int i = 0; i < N; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv_sum));
@@ -89,8 +103,13 @@ struct AnyHead {
   }
   template <typename Rows>
   void add_weighted(__m256 p, const uint8_t* v) {
-    for (int64_t i = 0; i < n; ++i) {
-      _mm256_store_ps(acc + 8 * i, _mm256_fmadd_ps(p, Rows::load8(v, i), _mm256_load_ps(acc + 8 * i)));
+    for (int64_t g = 0; g < n / Rows::kGroup; ++g) {
+      const uint8_t* vg = Rows::group(v, g);
+      const __m256 d = Rows::scale(vg);
+      for (int e = 0; e < Rows::kGroup; ++e) {
+        float* a = acc + 8 * (g * Rows::kGroup + e);
+        _mm256_store_ps(a, _mm256_fmadd_ps(p, Rows::load8(vg, e, d), _mm256_load_ps(a)));
+      }
     }
   }
   void store(float* out, __m256 inv_sum) const {
@@ -120,19 +139,30 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
       const uint8_t* k2 = Rows::at(kv.k + slot_of(kv, t0 + j + 2) * kv.row_bytes, kv_offset);
       const uint8_t* k3 = Rows::at(kv.k + slot_of(kv, t0 + j + 3) * kv.row_bytes, kv_offset);
       __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-      for (int64_t i = 0; i < n_vec; ++i) {
-        const __m256 qv = _mm256_load_ps(qs + 8 * i);
-        d0 = _mm256_fmadd_ps(qv, Rows::load8(k0, i), d0);
-        d1 = _mm256_fmadd_ps(qv, Rows::load8(k1, i), d1);
-        d2 = _mm256_fmadd_ps(qv, Rows::load8(k2, i), d2);
-        d3 = _mm256_fmadd_ps(qv, Rows::load8(k3, i), d3);
+      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
+        const uint8_t *g0 = Rows::group(k0, g), *g1 = Rows::group(k1, g);
+        const uint8_t *g2 = Rows::group(k2, g), *g3 = Rows::group(k3, g);
+        const __m256 s0 = Rows::scale(g0), s1 = Rows::scale(g1), s2 = Rows::scale(g2), s3 = Rows::scale(g3);
+        for (int e = 0; e < Rows::kGroup; ++e) {
+          const __m256 qv = _mm256_load_ps(qs + 8 * (g * Rows::kGroup + e));
+          d0 = _mm256_fmadd_ps(qv, Rows::load8(g0, e, s0), d0);
+          d1 = _mm256_fmadd_ps(qv, Rows::load8(g1, e, s1), d1);
+          d2 = _mm256_fmadd_ps(qv, Rows::load8(g2, e, s2), d2);
+          d3 = _mm256_fmadd_ps(qv, Rows::load8(g3, e, s3), d3);
+        }
       }
       _mm_storeu_ps(score + j, hsum4_avx2(d0, d1, d2, d3));
     }
     for (; j < n; ++j) {
       const uint8_t* k = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
       __m256 d = _mm256_setzero_ps();
-      for (int64_t i = 0; i < n_vec; ++i) d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * i), Rows::load8(k, i), d);
+      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
+        const uint8_t* kg = Rows::group(k, g);
+        const __m256 s = Rows::scale(kg);
+        for (int e = 0; e < Rows::kGroup; ++e) {
+          d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * (g * Rows::kGroup + e)), Rows::load8(kg, e, s), d);
+        }
+      }
       score[j] = hsum_avx2(d);
     }
     const int64_t n_padded = (n + 7) / 8 * 8;
@@ -258,6 +288,46 @@ void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+}
+
+}  // namespace ember::cpu
+
+namespace ember::cpu {
+
+void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    __m256 x[4], amax = _mm256_setzero_ps(), non_finite = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      x[i] = _mm256_loadu_ps(src + 8 * i);
+      const __m256 a = _mm256_andnot_ps(sign_bit, x[i]);
+      amax = _mm256_max_ps(amax, a);
+      non_finite = _mm256_or_ps(non_finite, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
+    }
+    const float d = hmax_avx2(amax) / 127.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    // inf / NaN inputs, or a d so small that 1/d overflows: the reference's NaN and cast rules.
+    if (_mm256_movemask_ps(non_finite) != 0 || !(id < INFINITY)) {
+      quantize_row_q8_0(src, blocks + b, kQK);
+      continue;
+    }
+    blocks[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 id_v = _mm256_set1_ps(id), two = _mm256_set1_ps(2.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      // np_roundf: sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|)))), |v| <= 127.
+      const __m256 v = _mm256_mul_ps(x[i], id_v);
+      const __m256 a = _mm256_andnot_ps(sign_bit, v);
+      const __m256 floored = _mm256_floor_ps(a);
+      const __m256 rounded = _mm256_add_ps(floored, _mm256_floor_ps(_mm256_mul_ps(two, _mm256_sub_ps(a, floored))));
+      q[i] = _mm256_cvttps_epi32(_mm256_or_ps(rounded, _mm256_and_ps(v, sign_bit)));
+    }
+    // int32 x 32 -> int8 x 32 (no saturation happens: |q| <= 127); packs interleave 128-bit lanes.
+    const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    const __m256i q8 = _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), q8);
   }
 }
 

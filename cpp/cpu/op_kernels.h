@@ -37,6 +37,10 @@ void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv);
 
+// dst = n / 32 q8_0 blocks of src[n], byte for byte as the reference quantize_row_q8_0 (which
+// handles the blocks with inf or NaN values, or too small to invert their scale).
+void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n);
+
 // dst[n] = f16 of src[n], rounding to nearest even. The avx2 variant needs n % 8 == 0.
 void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n);
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n);

@@ -16,13 +16,13 @@ void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_
               const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool) {
   const int64_t grain = 16384 / n_kv_dim + 1;
   if (kv.type == DType::q8_0) {
-    // The reference quantizer (gguf-py's bytes): a row is a few hundred values, so quantizing
-    // is a small part of a step next to the matmuls that produced it.
+    // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.
+    const auto quantize = isa.avx2_f16c ? quantize_row_q8_0_avx2 : quantize_row_q8_0;
     parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t slot = kv.slot(positions[r]);
-        quantize_row_q8_0(k + r * n_kv_dim, kv.k + slot * kv.row_bytes, n_kv_dim);
-        quantize_row_q8_0(v + r * n_kv_dim, kv.v + slot * kv.row_bytes, n_kv_dim);
+        quantize(k + r * n_kv_dim, kv.k + slot * kv.row_bytes, n_kv_dim);
+        quantize(v + r * n_kv_dim, kv.v + slot * kv.row_bytes, n_kv_dim);
       }
     });
     return;

@@ -2,6 +2,8 @@
 // at every ISA level this CPU runs (capped by EMBER_CPU_ISA), on fresh random data each run:
 //   * store_kv writes, at each position's slot, exactly the bytes of the reference converter
 //     (quantize_row_q8_0 / quantize_row_f16, both byte-identical to gguf-py) of the same row;
+//     the AVX2 q8_0 quantizer also on hard inputs (ties at many scales, huge and tiny values,
+//     scales that overflow f16 or cannot be inverted, inf and NaN);
 //   * attention — decode (1 row), prefill (many causal rows, starting at 0 or after cached
 //     positions), GQA groups (incl. one above the blocked kernel's limit), contiguous and paged
 //     block tables, head_dim 32/64/128 (fixed-size AVX2 heads) and 96 (the any-size head) —
@@ -26,6 +28,7 @@
 #include "core/thread_pool.h"
 #include "cpu/backend_cpu.h"
 #include "cpu/cpu_features.h"
+#include "cpu/op_kernels.h"
 #include "cpu/ops.h"
 #include "kv/paged_kv_cache.h"
 #include "quant/blocks.h"
@@ -256,6 +259,46 @@ void run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const 
   }
 }
 
+// quantize_row_q8_0_avx2 against the reference, block by block, on inputs that probe every
+// rounding and special case of numpy's arithmetic.
+void check_quantizer_avx2(std::mt19937_64& rng) {
+  constexpr int64_t n_blocks = 4096;
+  std::vector<float> x(n_blocks * kQK);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 127), kind(0, 7), lane(0, kQK - 1), small(-127, 127);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    float* block = x.data() + b * kQK;
+    const float scale = std::ldexp(1.0f, exponent(rng));  // 2^-140 (f32 subnormal) .. 2^127
+    switch (kind(rng)) {
+      case 0:  // exact half-way ties of q = v * 127 / amax, at this scale
+        for (int j = 0; j < kQK; ++j) block[j] = (float(small(rng)) + 0.5f) * scale;
+        block[lane(rng)] = 127.0f * scale;
+        break;
+      case 1:  // zeros, one value
+        std::fill(block, block + kQK, 0.0f);
+        block[lane(rng)] = unit(rng) * scale;
+        break;
+      case 2:  // a NaN or an infinity among finite values
+        for (int j = 0; j < kQK; ++j) block[j] = unit(rng) * scale;
+        block[lane(rng)] = kind(rng) < 4 ? NAN : (kind(rng) < 4 ? INFINITY : -INFINITY);
+        break;
+      case 3:  // one huge outlier
+        for (int j = 0; j < kQK; ++j) block[j] = unit(rng);
+        block[lane(rng)] = 3e38f * unit(rng);
+        break;
+      default:
+        for (int j = 0; j < kQK; ++j) block[j] = unit(rng) * scale;
+    }
+  }
+  std::vector<BlockQ8_0> want(n_blocks), got(n_blocks);
+  quantize_row_q8_0(x.data(), want.data(), n_blocks * kQK);
+  quantize_row_q8_0_avx2(x.data(), got.data(), n_blocks * kQK);
+  int64_t n_bad = 0;
+  for (int64_t b = 0; b < n_blocks; ++b) n_bad += std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)) != 0;
+  check(n_bad == 0, "avx2 quantize_row_q8_0: " + std::to_string(n_bad) + " of " + std::to_string(n_blocks) +
+                        " blocks differ from the reference");
+}
+
 template <typename E, typename F>
 void check_throws(F&& body, const std::string& needle, const std::string& what) {
   try {
@@ -289,6 +332,7 @@ int main() {
     OpsIsa isa;
     isa.avx2_f16c = simd;
     run_level(isa, pool, rng, simd ? "avx2" : "scalar");
+    if (simd) check_quantizer_avx2(rng);
     std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n", simd ? "avx2" : "scalar",
                 g_passed - passed_before, g_failed - failed_before, g_worst);
     g_worst = std::max(g_worst, worst_before);
