@@ -66,22 +66,28 @@ struct RopeParams {
                                      // freq_scale * freq_base^(-2i/n_rot) / freq_factor[i]
 };
 
-// Where one layer's cached keys and values of one sequence live, stored as f16 rows of
-// [n_head_kv * head_dim]. The token at position t sits in slot(t): with a block table (paged
-// cache), slot(t) = block_table[t / block_size] * block_size + t % block_size; without one
-// (contiguous cache), slot(t) = t.
+// Where one layer's cached keys and values of one sequence live. Each slot holds one K row and
+// one V row of n_kv_dim = n_head_kv * head_dim values, stored as `type`:
+//   f16:  n_kv_dim IEEE binary16 values (2 bytes each);
+//   q8_0: n_kv_dim / 32 BlockQ8_0 (quant/blocks.h: an f16 scale and 32 int8, 34 bytes), as
+//         quantize_row_q8_0 writes them. head_dim must be a multiple of 32, so a block never
+//         straddles two heads: head h's values start at block h * head_dim / 32 of the row.
+// Rows are addressed in bytes. The token at position t sits in slot(t): with a block table
+// (paged cache), slot(t) = block_table[t / block_size] * block_size + t % block_size; without
+// one (contiguous cache), slot(t) = t.
 struct KVView {
-  uint16_t* k = nullptr;  // f16 [n_slots, row_stride]
-  uint16_t* v = nullptr;  // f16 [n_slots, row_stride]
-  int64_t row_stride = 0;                // elements from one slot to the next (>= n_head_kv * head_dim)
+  DType type = DType::f16;               // f16 or q8_0
+  uint8_t* k = nullptr;                  // [n_slots, row_bytes] key rows
+  uint8_t* v = nullptr;                  // [n_slots, row_bytes] value rows
+  int64_t row_bytes = 0;                 // bytes from one slot to the next (>= one row of n_kv_dim values)
   const int32_t* block_table = nullptr;  // [n_blocks of the sequence] or nullptr
   int64_t block_size = 0;                // tokens per block when block_table is set
 
   int64_t slot(int64_t pos) const {
     return block_table ? int64_t{block_table[pos / block_size]} * block_size + pos % block_size : pos;
   }
-  const uint16_t* k_row(int64_t pos) const { return k + slot(pos) * row_stride; }
-  const uint16_t* v_row(int64_t pos) const { return v + slot(pos) * row_stride; }
+  const uint8_t* k_row(int64_t pos) const { return k + slot(pos) * row_bytes; }
+  const uint8_t* v_row(int64_t pos) const { return v + slot(pos) * row_bytes; }
 };
 
 // The largest head_dim any backend's attention must handle (kernels keep a head in registers or
@@ -103,7 +109,8 @@ class Backend {
   virtual const char* name() const = 0;
   // Host threads the backend's ops run on (the CPU's pool; 1 for a device driven by one thread).
   virtual int n_threads() const = 0;
-  // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only).
+  // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only); for
+  // store_kv and attention, `dtype` is the KV cache's element type (KVView::type).
   virtual bool supports(Op op, DType dtype) const = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
@@ -138,11 +145,14 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
   // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].
   virtual void softmax(float* x, int64_t n_rows, int64_t n_cols) = 0;
-  // Writes k, v [n_rows, n_head_kv * head_dim] (f32) into the cache slots of positions[n_rows].
+  // Writes k, v [n_rows, n_kv_dim] (f32, n_kv_dim = n_head_kv * head_dim) into the cache slots of
+  // positions[n_rows], converted to kv.type (q8_0: n_kv_dim a multiple of 32, quantized exactly
+  // as quantize_row_q8_0).
   virtual void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
                         const float* k, const float* v) = 0;
   // out[n_rows, n_head * head_dim] = causal attention of q[n_rows, n_head * head_dim] over the
-  // cached keys/values at positions 0..positions[r] of `kv` (f16).
+  // cached keys/values at positions 0..positions[r] of `kv` (f16, or q8_0 with head_dim a
+  // multiple of 32), accumulated in f32.
   virtual void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
                          const AttentionParams& params, float* out) = 0;
 

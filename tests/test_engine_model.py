@@ -203,7 +203,7 @@ def test_requests_that_can_never_run_are_refused(stories_path: Path) -> None:
         engine.submit([1, 2], top_p=1.5)
     with pytest.raises(ValueError):
         engine.submit([1, 2], max_tokens=0)
-    with pytest.raises(NotImplementedError, match="q4_0"):
+    with pytest.raises(NotImplementedError, match="'q4_0' is not supported; use f16 .* or q8_0"):
         _core.Engine(str(stories_path), kv_type="q4_0")
     # max_queue: one running, two waiting, the next is refused.
     handles = []
@@ -352,3 +352,92 @@ def test_kv_budget_in_tokens_or_bytes_and_block_size(stories_path: Path, stories
     small_blocks = _core.Engine(str(stories_path), n_threads=2, parallel=3, kv_size=2048, block_size=4)
     got = [tokens_of(ev) for ev in run_all(small_blocks, prompts, 16)]
     assert got == [reference_greedy(stories_model, p, 16) for p in prompts]
+
+
+# ---- the q8_0 KV cache -------------------------------------------------------------------------
+
+def test_q8_0_kv_batching_is_invisible(smollm2_path: Path) -> None:
+    """With K/V stored as q8_0 blocks, a request's greedy tokens are still the same alone, among
+    other requests, from the prefix cache and after preemption."""
+    lengths = [5, 60, 12, 33, 1, 90, 20, 45]
+    n_gen = 10
+    alone = _core.Engine(str(smollm2_path), n_threads=2, parallel=1, kv_size=2048, prefix_caching=False,
+                         kv_type="q8_0")
+    assert alone.kv_type == "q8_0"
+    prompts = prompts_of(alone.n_vocab, lengths, seed=21)
+    reference = [tokens_of(run_all(alone, [p], n_gen)[0]) for p in prompts]
+    del alone
+    engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=8, kv_size=4096, max_batch_tokens=64,
+                          kv_type="q8_0")
+    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
+    for i in range(len(prompts)):
+        assert batched[i] == reference[i], f"prompt {i} among {len(prompts) - 1} others"
+    again = run_all(engine, prompts, n_gen)
+    for i, ev in enumerate(again):
+        assert ev[-1].n_cached_tokens == (lengths[i] - 1) // 16 * 16
+        assert tokens_of(ev) == reference[i], f"prompt {i} from the prefix cache"
+    del engine
+    # 12 blocks of 16 tokens for 8 requests of 11 to 100 tokens: requests are preempted.
+    tight = _core.Engine(str(smollm2_path), n_threads=2, parallel=8, kv_size=192, max_batch_tokens=64,
+                         prefix_caching=False, kv_type="q8_0")
+    preempted = [tokens_of(ev) for ev in run_all(tight, prompts, n_gen)]
+    assert settled_stats(tight)["preemptions"] > 0
+    for i in range(len(prompts)):
+        assert preempted[i] == reference[i], f"prompt {i} with preemption"
+
+
+def test_q8_0_kv_stays_close_to_f16(smollm2_path: Path) -> None:
+    """q8_0 K/V change the logits a little, not the answers that are clear-cut. Measured on
+    SmolLM2-135M Q4_1: the first token's top-5 log-probabilities move by 0.09..0.27 nats between
+    the f16 and the q8_0 cache (llama.cpp's f16 -> q8_0 KV moves them by 0.06..0.26 on the same
+    file); greedy texts agree while the top choice is clear, and part ways at near ties (e.g.
+    "What is 2 + 2?" differs at its first token, whose top two are 0.06 nats apart)."""
+    from ember.llm import LLM
+
+    chat = LLM(smollm2_path, n_threads=2, n_ctx=512)
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    france = chat.tokenize_chat(messages)
+    story = chat.tokenize("Once upon a time, in a land far away,")
+    counting = chat.tokenize("1, 2, 3, 4,")
+    del chat
+    prompts = [france, story, counting]
+    results, first_logprobs = {}, {}
+    for kv_type in ("f16", "q8_0"):
+        engine = Engine(smollm2_path, n_threads=2, parallel=3, kv_size=1024, kv_type=kv_type)
+        assert engine.kv_type == kv_type
+        results[kv_type] = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=24))
+        first = run_all(engine.core, prompts, 1, logprobs=5)
+        first_logprobs[kv_type] = [dict(ev[0].logprobs[1]) for ev in first]
+        del engine
+    f16, q8 = results["f16"], results["q8_0"]
+    assert q8[0].text == f16[0].text == "The capital of France is Paris."
+    assert q8[1].tokens[:20] == f16[1].tokens[:20]  # observed: the first 36 agree
+    assert q8[2].text == f16[2].text  # " 5, 6, 7, ..."
+    for a, b in zip(first_logprobs["f16"], first_logprobs["q8_0"]):
+        common = a.keys() & b.keys()
+        assert len(common) >= 3
+        shift = max(abs(a[t] - b[t]) for t in common)
+        assert shift < 0.4, (a, b)
+    # ... and the cache really is q8_0: the logits are not those of the f16 cache.
+    assert any(abs(a[t] - b[t]) > 1e-3 for a, b in zip(first_logprobs["f16"], first_logprobs["q8_0"])
+               for t in a.keys() & b.keys())
+
+
+def test_q8_0_kv_budget_holds_64_over_34_more_tokens(smollm2_path: Path) -> None:
+    """SmolLM2-135M: 30 layers, 3 kv heads x 64 = 192 values per K (or V) row. f16: 2 x 30 x 192
+    x 2 = 23040 bytes per token; q8_0: 2 x 30 x (192 / 32) x 34 = 12240 bytes per token."""
+    budget = 23040 * 1000
+    f16 = _core.Engine(str(smollm2_path), n_threads=1, kv_bytes=budget)
+    q8 = _core.Engine(str(smollm2_path), n_threads=1, kv_bytes=budget, kv_type="q8_0")
+    assert (f16.kv_type, f16.kv_bytes_per_token, f16.n_blocks, f16.kv_size) == ("f16", 23040, 62, 992)
+    # 23040000 // 12240 = 1882 tokens -> 117 blocks of 16: 1.89x the blocks of f16.
+    assert (q8.kv_type, q8.kv_bytes_per_token, q8.n_blocks, q8.kv_size) == ("q8_0", 12240, 117, 1872)
+
+
+def test_q8_0_kv_needs_head_dim_a_multiple_of_32(stories_path: Path) -> None:
+    """stories260K has head_dim 8: a q8_0 block of 32 would straddle four heads."""
+    with pytest.raises(NotImplementedError, match=r"head_dim .*multiple of 32.* head_dim is 8: use kv_type f16"):
+        _core.Engine(str(stories_path), kv_type="q8_0")
+    with pytest.raises(NotImplementedError, match="head_dim is 8"):
+        Engine(stories_path, kv_type="q8_0")

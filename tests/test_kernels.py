@@ -1,8 +1,11 @@
 """The CPU matmul kernels: runs tests/cpp/test_matmul (built with CMake into tests/.cache/build-cpp) once per
-ISA level, and the NEON kernels under qemu-user via scripts/test_neon.sh.
+ISA level, and the NEON kernels under qemu-user via scripts/test_neon.sh. The CPU store_kv and
+attention ops over f16 and q8_0 KV caches: tests/cpp/test_attention, every ops level in one run.
 
 test_matmul compares every kernel against the scalar int8 reference and a float64 dot of the
 dequantized weights, on fresh random data each run, and prints "N passed, M failed".
+test_attention compares store_kv's bytes with the reference quantizers and attention with a
+float64 softmax attention over the same cached bytes, dequantized.
 """
 
 from __future__ import annotations
@@ -65,3 +68,34 @@ def test_neon_kernels_under_qemu() -> None:
     assert result.returncode == 0, out[-4000:]
     level = re.search(r"^isa neon: (\d+) passed, 0 failed$", out, re.MULTILINE)
     assert level and int(level.group(1)) > 0, out[-4000:]
+
+
+@pytest.fixture(scope="session")
+def test_attention_exe() -> Path:
+    return build_cpp_test("test_attention")
+
+
+def test_attention_kernels_f16_and_q8_0(test_attention_exe: Path) -> None:
+    """Decode and prefill attention, GQA, paged tables, head_dim 32/64/128/96, f16 and q8_0
+    caches, at the scalar level and (where the CPU has it) the AVX2 one."""
+    result = subprocess.run([str(test_attention_exe)], check=False, capture_output=True, text=True,
+                            timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    levels = {name: (int(ok), int(bad)) for name, ok, bad in
+              re.findall(r"^isa (\w+): (\d+) passed, (\d+) failed", out, re.MULTILINE)}
+    expected = ["scalar"]
+    if "avx2=1 fma=1 f16c=1" in out and "active isa scalar" not in out:
+        expected.append("avx2")
+    assert sorted(levels) == sorted(expected), out[-4000:]
+    for name in expected:
+        assert levels[name][0] > 100 and levels[name][1] == 0, (name, out[-4000:])
+    total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.MULTILINE)
+    assert total and int(total.group(2)) == 0, out[-4000:]
+
+
+def test_attention_kernels_respect_the_isa_cap(test_attention_exe: Path) -> None:
+    env = dict(os.environ, EMBER_CPU_ISA="scalar")
+    out = subprocess.run([str(test_attention_exe)], check=False, capture_output=True, text=True, env=env,
+                         timeout=600).stdout
+    assert re.findall(r"^isa (\w+):", out, re.MULTILINE) == ["scalar"], out[-4000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from test_server_support import ScriptedBackend, fake_config, free_socket, start_server
 
-FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--api-key", "--cors-origins",
+FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key", "--cors-origins",
          "--max-queue", "--alias", "--ctx-size", "--threads"]
 
 
@@ -43,6 +43,20 @@ def test_bad_flag_value_is_one_line() -> None:
     out = ember("serve", "--parallel", "0")
     assert out.returncode == 1
     assert "parallel must be >= 1" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_kv_type_help_and_bad_values_are_one_line() -> None:
+    out = ember("serve", "--help", env={"COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"})
+    assert "half the KV memory" in " ".join(out.stdout.split())  # the trade-off is explained
+    for args, env in ((["--kv-type", "q4_0"], {}), ([], {"EMBER_KV_TYPE": "q4_0"})):
+        out = ember("serve", *args, env=env)
+        assert out.returncode == 1, out.stderr
+        assert "kv_type must be 'f16' or 'q8_0', got 'q4_0'" in out.stderr
+        assert "Traceback" not in out.stderr
+    out = ember("serve", "--kv-type", "q8_0", "--backend", "llm")
+    assert out.returncode == 1
+    assert "kv_type q8_0 needs the engine backend" in out.stderr
     assert "Traceback" not in out.stderr
 
 

@@ -165,3 +165,44 @@ def test_queue_full_is_refused_before_streaming(server: RunningServer) -> None:
     wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") == 0
                and sample(url, "ember_requests_running") == 0
                and sample(url, "ember_requests_waiting") == 0, 20, "every sequence cancelled")
+
+
+def test_serve_with_a_q8_0_kv_cache(smollm2_path: Path) -> None:
+    """`ember serve --kv-type q8_0` end to end: the CLI flag reaches the engine (its load log
+    names the cache type) and the official client gets SmolLM2's answer."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_server_support import free_socket
+
+    sock = free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember.cli", "serve", str(smollm2_path), "--port", str(port),
+         "--kv-type", "q8_0", "--parallel", "2", "--ctx-size", "512", "--threads", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                return httpx.get(url + "/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 60, "the server to load the model")
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        out = client.chat.completions.create(
+            model="", temperature=0, max_tokens=32,
+            messages=[{"role": "system", "content": "You are a helpful assistant."},
+                      {"role": "user", "content": "What is the capital of France?"}])
+        assert out.choices[0].message.content == "The capital of France is Paris."
+        assert out.choices[0].finish_reason == "stop"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert "KV cache of 1024 tokens (q8_0)" in err, err[-2000:]

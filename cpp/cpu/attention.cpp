@@ -1,6 +1,7 @@
-// cpu/attention.cpp: causal attention of a sequence's new rows over its f16 KV cache, one
-// (row, head) task at a time, threaded over tasks. Each task streams its keys in tiles with an
-// online softmax (flash-attention style), so no [n_keys] score buffer is ever allocated.
+// cpu/attention.cpp: causal attention of a sequence's new rows over its KV cache (f16 or q8_0
+// rows), one (row, head) task at a time, threaded over tasks. Each task streams its keys in
+// tiles with an online softmax (flash-attention style), so no [n_keys] score buffer is ever
+// allocated. Cached values are converted to f32 and everything accumulates in f32.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,13 +11,34 @@
 #include "cpu/ops.h"
 #include "cpu/parallel.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace ember::cpu {
 
-void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                           int64_t head_dim, float scale, float* out) {
+namespace {
+
+// The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): where a head's
+// values start in a row, and those values as f32.
+struct F16Rows {
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    const auto* h = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+  }
+};
+
+// Blocks of 32 values (first and n are multiples of 32): value i of a block is d * qs[i].
+struct Q8Rows {
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) { dequantize_row_q8_0(src, dst, n); }
+};
+
+template <typename Rows>
+void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset, int64_t head_dim,
+                    float scale, float* out) {
   constexpr int64_t kTile = 64;
   float acc[kMaxHeadDim];  // [head_dim] Σ p·v, relative to the running max
+  float row[kMaxHeadDim];  // [head_dim] the current key or value, as f32
   float score[kTile];      // [tile] scaled q·k of the current tile
   std::memset(acc, 0, sizeof(float) * head_dim);
   float running_max = -INFINITY, running_sum = 0.0f;
@@ -24,9 +46,9 @@ void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int
     const int64_t n = std::min(kTile, n_keys - t0);
     float tile_max = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
-      const uint16_t* k = kv.k_row(t0 + j) + kv_offset;
+      Rows::to_f32(Rows::at(kv.k_row(t0 + j), kv_offset), row, head_dim);
       float dot = 0.0f;
-      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * f16_to_f32(k[d]);
+      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * row[d];
       score[j] = dot * scale;
       tile_max = std::max(tile_max, score[j]);
     }
@@ -39,21 +61,16 @@ void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int
     for (int64_t j = 0; j < n; ++j) {
       const float p = std::exp(score[j] - running_max);
       running_sum += p;
-      const uint16_t* v = kv.v_row(t0 + j) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * f16_to_f32(v[d]);
+      Rows::to_f32(Rows::at(kv.v_row(t0 + j), kv_offset), row, head_dim);
+      for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * row[d];
     }
   }
   const float inv_sum = 1.0f / running_sum;  // n_keys >= 1, so the sum is >= 1
   for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_sum;
 }
 
-namespace {
-
 // attention_block's primitives in portable C++ (8 partial sums so compilers can vectorize).
 struct ScalarIsa {
-  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = ember::f16_to_f32(src[i]);
-  }
   static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
     float max = -INFINITY;
     for (int64_t j = 0; j < n_keys; ++j) {
@@ -88,8 +105,15 @@ struct ScalarIsa {
 
 }  // namespace
 
+void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                           int64_t head_dim, float scale, float* out) {
+  if (kv.type == DType::q8_0) return attention_head<Q8Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+  attention_head<F16Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+}
+
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv) {
-  attention_block<ScalarIsa>(block, kv);
+  if (kv.type == DType::q8_0) return attention_block<ScalarIsa, Q8Rows>(block, kv);
+  attention_block<ScalarIsa, F16Rows>(block, kv);
 }
 
 void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,

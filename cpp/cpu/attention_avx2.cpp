@@ -1,6 +1,7 @@
-// cpu/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels.
-// Compiled with ISA flags and called only behind OpsIsa::avx2_f16c. Shared helpers come from
-// math_avx2.h (internal linkage), so no AVX2 code can leak into callers on older CPUs.
+// cpu/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels,
+// over f16 or q8_0 cache rows. Compiled with ISA flags and called only behind
+// OpsIsa::avx2_f16c. Shared helpers come from math_avx2.h (internal linkage), so no AVX2 code can
+// leak into callers on older CPUs.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,8 @@
 #include "cpu/attention_block.h"
 #include "cpu/math_avx2.h"
 #include "cpu/op_kernels.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace ember::cpu {
 
@@ -21,6 +24,45 @@ inline int64_t slot_of(const KVView& kv, int64_t pos) {
                         : pos;
 }
 
+// The KV row formats (scalar twins in attention.cpp): where a head's values start in a row, and
+// the head's values as f32 — 8 at a time in a register, or n at a time into memory. A head's
+// vectors come in groups of kGroup that share one scale: vector g * kGroup + e (values 8 times
+// that, 8 of them) is load8(group(head, g), e, scale(group(head, g))), so the kernels fetch a
+// q8_0 block's scale once for its four vectors.
+struct F16Rows {
+  static constexpr int kGroup = 1;
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
+  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + 8 * g * int64_t{sizeof(uint16_t)}; }
+  static __m256 scale(const uint8_t*) { return _mm256_setzero_ps(); }  // unused
+  static __m256 load8(const uint8_t* group, int, __m256) { return load_f16x8(reinterpret_cast<const uint16_t*>(group)); }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / 8; ++i) _mm256_store_ps(dst + 8 * i, load8(group(src, i), 0, _mm256_setzero_ps()));
+  }
+};
+
+// Blocks of 32 values (head_dim and first are multiples of 32): d * qs[i], the same f32 product
+// as dequantize_row_q8_0 (exact: an 11-bit d times a 7-bit integer), formed in registers.
+struct Q8Rows {
+  static constexpr int kGroup = kQK / 8;
+  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
+  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + g * int64_t{sizeof(BlockQ8_0)}; }
+  static __m256 scale(const uint8_t* group) {
+    return _mm256_set1_ps(_cvtsh_ss(reinterpret_cast<const BlockQ8_0*>(group)->d));
+  }
+  static __m256 load8(const uint8_t* group, int e, __m256 d) {
+    const int8_t* qs = reinterpret_cast<const BlockQ8_0*>(group)->qs + 8 * e;
+    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+  }
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      const uint8_t* block = group(src, b);
+      const __m256 d = scale(block);
+      for (int e = 0; e < kGroup; ++e) _mm256_store_ps(dst + 8 * (b * kGroup + e), load8(block, e, d));
+    }
+  }
+};
+
 // Scores, softmax weights and the V accumulation of one head, for N = head_dim / 8 vectors.
 // N is a template parameter for the common head sizes, so the accumulator lives in registers.
 template <int N>
@@ -33,8 +75,16 @@ struct FixedHead {
   void rescale(__m256 r) {
     for (int i = 0; i < N; ++i) acc[i] = _mm256_mul_ps(acc[i], r);
   }
-  void add_weighted(__m256 p, const uint16_t* v) {
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_fmadd_ps(p, load_f16x8(v + 8 * i), acc[i]);
+  template <typename Rows>
+  void add_weighted(__m256 p, const uint8_t* v) {
+    for (int g = 0; g < N / Rows::kGroup; ++g) {
+      const uint8_t* vg = Rows::group(v, g);
+      const __m256 d = Rows::scale(vg);
+      for (int e = 0; e < Rows::kGroup; ++e) {
+        __m256& a = acc[g * Rows::kGroup + e];
+        a = _mm256_fmadd_ps(p, Rows::load8(vg, e, d), a);
+      }
+    }
   }
   void store(float* out, __m256 inv_sum) const {
     for (int i = 0; i < N; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv_sum));
@@ -51,9 +101,15 @@ struct AnyHead {
   void rescale(__m256 r) {
     for (int64_t i = 0; i < n; ++i) _mm256_store_ps(acc + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), r));
   }
-  void add_weighted(__m256 p, const uint16_t* v) {
-    for (int64_t i = 0; i < n; ++i) {
-      _mm256_store_ps(acc + 8 * i, _mm256_fmadd_ps(p, load_f16x8(v + 8 * i), _mm256_load_ps(acc + 8 * i)));
+  template <typename Rows>
+  void add_weighted(__m256 p, const uint8_t* v) {
+    for (int64_t g = 0; g < n / Rows::kGroup; ++g) {
+      const uint8_t* vg = Rows::group(v, g);
+      const __m256 d = Rows::scale(vg);
+      for (int e = 0; e < Rows::kGroup; ++e) {
+        float* a = acc + 8 * (g * Rows::kGroup + e);
+        _mm256_store_ps(a, _mm256_fmadd_ps(p, Rows::load8(vg, e, d), _mm256_load_ps(a)));
+      }
     }
   }
   void store(float* out, __m256 inv_sum) const {
@@ -62,7 +118,7 @@ struct AnyHead {
   static int64_t n_vec(int64_t head_dim) { return head_dim / 8; }
 };
 
-template <typename Head>
+template <typename Rows, typename Head>
 void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                     int64_t head_dim, float scale, float* out) {
   const int64_t n_vec = Head::n_vec(head_dim);
@@ -78,24 +134,35 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
     // Scores, four keys at a time for independent FMA chains.
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      const uint16_t* k0 = kv.k + slot_of(kv, t0 + j) * kv.row_stride + kv_offset;
-      const uint16_t* k1 = kv.k + slot_of(kv, t0 + j + 1) * kv.row_stride + kv_offset;
-      const uint16_t* k2 = kv.k + slot_of(kv, t0 + j + 2) * kv.row_stride + kv_offset;
-      const uint16_t* k3 = kv.k + slot_of(kv, t0 + j + 3) * kv.row_stride + kv_offset;
+      const uint8_t* k0 = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
+      const uint8_t* k1 = Rows::at(kv.k + slot_of(kv, t0 + j + 1) * kv.row_bytes, kv_offset);
+      const uint8_t* k2 = Rows::at(kv.k + slot_of(kv, t0 + j + 2) * kv.row_bytes, kv_offset);
+      const uint8_t* k3 = Rows::at(kv.k + slot_of(kv, t0 + j + 3) * kv.row_bytes, kv_offset);
       __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-      for (int64_t i = 0; i < n_vec; ++i) {
-        const __m256 qv = _mm256_load_ps(qs + 8 * i);
-        d0 = _mm256_fmadd_ps(qv, load_f16x8(k0 + 8 * i), d0);
-        d1 = _mm256_fmadd_ps(qv, load_f16x8(k1 + 8 * i), d1);
-        d2 = _mm256_fmadd_ps(qv, load_f16x8(k2 + 8 * i), d2);
-        d3 = _mm256_fmadd_ps(qv, load_f16x8(k3 + 8 * i), d3);
+      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
+        const uint8_t *g0 = Rows::group(k0, g), *g1 = Rows::group(k1, g);
+        const uint8_t *g2 = Rows::group(k2, g), *g3 = Rows::group(k3, g);
+        const __m256 s0 = Rows::scale(g0), s1 = Rows::scale(g1), s2 = Rows::scale(g2), s3 = Rows::scale(g3);
+        for (int e = 0; e < Rows::kGroup; ++e) {
+          const __m256 qv = _mm256_load_ps(qs + 8 * (g * Rows::kGroup + e));
+          d0 = _mm256_fmadd_ps(qv, Rows::load8(g0, e, s0), d0);
+          d1 = _mm256_fmadd_ps(qv, Rows::load8(g1, e, s1), d1);
+          d2 = _mm256_fmadd_ps(qv, Rows::load8(g2, e, s2), d2);
+          d3 = _mm256_fmadd_ps(qv, Rows::load8(g3, e, s3), d3);
+        }
       }
       _mm_storeu_ps(score + j, hsum4_avx2(d0, d1, d2, d3));
     }
     for (; j < n; ++j) {
-      const uint16_t* k = kv.k + slot_of(kv, t0 + j) * kv.row_stride + kv_offset;
+      const uint8_t* k = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
       __m256 d = _mm256_setzero_ps();
-      for (int64_t i = 0; i < n_vec; ++i) d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * i), load_f16x8(k + 8 * i), d);
+      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
+        const uint8_t* kg = Rows::group(k, g);
+        const __m256 s = Rows::scale(kg);
+        for (int e = 0; e < Rows::kGroup; ++e) {
+          d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * (g * Rows::kGroup + e)), Rows::load8(kg, e, s), d);
+        }
+      }
       score[j] = hsum_avx2(d);
     }
     const int64_t n_padded = (n + 7) / 8 * 8;
@@ -119,7 +186,8 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
     }
     running_sum += hsum_avx2(sum_v);
     for (j = 0; j < n; ++j) {
-      head.add_weighted(_mm256_set1_ps(score[j]), kv.v + slot_of(kv, t0 + j) * kv.row_stride + kv_offset);
+      head.template add_weighted<Rows>(_mm256_set1_ps(score[j]),
+                                       Rows::at(kv.v + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset));
     }
   }
   head.store(out, _mm256_set1_ps(1.0f / running_sum));  // n_keys >= 1, so the sum is >= 1
@@ -127,9 +195,6 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
 
 // attention_block's primitives; head_dim is a multiple of 8.
 struct Avx2Isa {
-  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load_f16x8(src + i));
-  }
   static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
     __m128 max4 = _mm_set1_ps(-INFINITY);
     int64_t j = 0;
@@ -195,26 +260,74 @@ struct Avx2Isa {
   }
 };
 
+template <typename Rows>
+void attention_head_rows(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                         int64_t head_dim, float scale, float* out) {
+  switch (head_dim) {
+    case 32: return attention_head<Rows, FixedHead<4>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 64: return attention_head<Rows, FixedHead<8>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 128: return attention_head<Rows, FixedHead<16>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    default: return attention_head<Rows, AnyHead>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+  }
+}
+
 }  // namespace
 
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
-  attention_block<Avx2Isa>(block, kv);
+  if (kv.type == DType::q8_0) return attention_block<Avx2Isa, Q8Rows>(block, kv);
+  attention_block<Avx2Isa, F16Rows>(block, kv);
 }
 
 void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out) {
-  switch (head_dim) {
-    case 32: return attention_head<FixedHead<4>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 64: return attention_head<FixedHead<8>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 128: return attention_head<FixedHead<16>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    default: return attention_head<AnyHead>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-  }
+  if (kv.type == DType::q8_0) return attention_head_rows<Q8Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+  attention_head_rows<F16Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
 }
 
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+}
+
+}  // namespace ember::cpu
+
+namespace ember::cpu {
+
+void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    __m256 x[4], amax = _mm256_setzero_ps(), non_finite = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      x[i] = _mm256_loadu_ps(src + 8 * i);
+      const __m256 a = _mm256_andnot_ps(sign_bit, x[i]);
+      amax = _mm256_max_ps(amax, a);
+      non_finite = _mm256_or_ps(non_finite, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
+    }
+    const float d = hmax_avx2(amax) / 127.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    // inf / NaN inputs, or a d so small that 1/d overflows: the reference's NaN and cast rules.
+    if (_mm256_movemask_ps(non_finite) != 0 || !(id < INFINITY)) {
+      quantize_row_q8_0(src, blocks + b, kQK);
+      continue;
+    }
+    blocks[b].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 id_v = _mm256_set1_ps(id), two = _mm256_set1_ps(2.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      // np_roundf: sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|)))), |v| <= 127.
+      const __m256 v = _mm256_mul_ps(x[i], id_v);
+      const __m256 a = _mm256_andnot_ps(sign_bit, v);
+      const __m256 floored = _mm256_floor_ps(a);
+      const __m256 rounded = _mm256_add_ps(floored, _mm256_floor_ps(_mm256_mul_ps(two, _mm256_sub_ps(a, floored))));
+      q[i] = _mm256_cvttps_epi32(_mm256_or_ps(rounded, _mm256_and_ps(v, sign_bit)));
+    }
+    // int32 x 32 -> int8 x 32 (no saturation happens: |q| <= 127); packs interleave 128-bit lanes.
+    const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    const __m256i q8 = _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), q8);
   }
 }
 

@@ -1,8 +1,9 @@
 // cpu/attention_block.h: causal attention of a block of query rows x the query heads that share
 // one kv head (prefill), written once as a template over an ISA's vector primitives and
-// instantiated in attention.cpp (scalar) and attention_avx2.cpp. Each tile of cached keys and
-// values is converted from f16 once and then serves every query of the block, instead of once
-// per query head and row. Everything here has internal linkage (see math_avx2.h for why).
+// instantiated in attention.cpp (scalar) and attention_avx2.cpp, for each KV row format (f16,
+// q8_0). Each tile of cached keys and values is converted to f32 once and then serves every
+// query of the block, instead of once per query head and row. Everything here has internal
+// linkage (see math_avx2.h for why).
 #pragma once
 
 #include <cmath>
@@ -23,12 +24,14 @@ inline int64_t block_slot(const KVView& kv, int64_t pos) {
                         : pos;
 }
 
-// Isa provides, for head_dim-long f32 vectors (head_dim a multiple of Isa::kWidth):
-//   f16_to_f32(src, dst, n)             dst[n] = src[n]
+// Isa provides, for head_dim-long f32 vectors (head_dim a multiple of the ISA's vector width):
 //   scores(q, keys, n_keys, hd, s)      s[j] = q · keys[j * hd ...], returns max_j s[j]
 //   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
 //   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
-template <typename Isa>
+// Rows provides, for the cache's row format (kv.type):
+//   at(row, first) -> bytes             where value `first` of a row starts (first of a head)
+//   to_f32(src, dst, n)                 dst[n] = the n values starting at src, as f32
+template <typename Isa, typename Rows>
 void attention_block(const AttentionBlock& b, const KVView& kv) {
   const int64_t hd = b.head_dim, n_queries = b.n_rows * b.n_heads;
   alignas(64) float keys[kBlockTile * kMaxHeadDim];    // [tile, hd] f32 keys of the tile
@@ -57,8 +60,8 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
     const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
     for (int64_t j = 0; j < n_tile; ++j) {
       const int64_t slot = block_slot(kv, t0 + j);
-      Isa::f16_to_f32(kv.k + slot * kv.row_stride + b.kv_offset, keys + j * hd, hd);
-      Isa::f16_to_f32(kv.v + slot * kv.row_stride + b.kv_offset, values + j * hd, hd);
+      Rows::to_f32(Rows::at(kv.k + slot * kv.row_bytes, b.kv_offset), keys + j * hd, hd);
+      Rows::to_f32(Rows::at(kv.v + slot * kv.row_bytes, b.kv_offset), values + j * hd, hd);
     }
     for (int64_t i = 0; i < n_queries; ++i) {
       if (n_keys[i] <= t0) continue;  // the tile is entirely in this query's future

@@ -31,6 +31,9 @@ bool CpuBackend::supports(Op op, DType dtype) const {
       return cpu::matmul_supports(dtype);
     case Op::get_rows:
       return type_traits(dtype).dequantize_row != nullptr;
+    case Op::store_kv:
+    case Op::attention:
+      return dtype == DType::f16 || dtype == DType::q8_0;  // the KV cache's type
     default:
       return dtype == DType::f32;
   }

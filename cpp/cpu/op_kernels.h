@@ -10,7 +10,8 @@
 namespace ember::cpu {
 
 // out[head_dim] = softmax(scale * q·K[0..n_keys)ᵀ) · V[0..n_keys) for one query head, reading
-// head_dim columns starting at kv_offset of each cached f16 row.
+// the head_dim values starting at value kv_offset (kv_head * head_dim) of each cached row, f16 or
+// q8_0 (kv.type; q8_0 needs head_dim and kv_offset multiples of 32). Accumulates in f32.
 void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                            int64_t head_dim, float scale, float* out);
 // Same, head_dim a multiple of 8.
@@ -28,13 +29,17 @@ struct AttentionBlock {
   int64_t n_rows = 0;
   int64_t head_begin = 0;
   int64_t n_heads = 0;
-  int64_t kv_offset = 0;     // the kv head's first column in a cache row: kv_head * head_dim
+  int64_t kv_offset = 0;     // the kv head's first value in a cache row: kv_head * head_dim
   int64_t head_dim = 0;
   float scale = 1.0f;
 };
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv);
+
+// dst = n / 32 q8_0 blocks of src[n], byte for byte as the reference quantize_row_q8_0 (which
+// handles the blocks with inf or NaN values, or too small to invert their scale).
+void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n);
 
 // dst[n] = f16 of src[n], rounding to nearest even. The avx2 variant needs n % 8 == 0.
 void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n);

@@ -39,7 +39,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* y, const Ops
 // x[n_rows, n_cols] = softmax over each row, in place.
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 
-// k, v [n_rows, n_kv_dim] f32 -> the f16 cache slots of positions[n_rows].
+// k, v [n_rows, n_kv_dim] f32 -> the cache slots of positions[n_rows], as kv.type (f16 or q8_0).
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
               const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool);
 

@@ -1,8 +1,10 @@
-// cpu/store_kv.cpp: writes new K/V rows into their cache slots as f16 (contiguous or paged).
+// cpu/store_kv.cpp: writes new K/V rows into their cache slots (contiguous or paged), as f16 or
+// as q8_0 blocks.
 #include "cpu/op_kernels.h"
 #include "cpu/ops.h"
 #include "cpu/parallel.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace ember::cpu {
 
@@ -12,12 +14,25 @@ void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n) {
 
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
               const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool) {
+  const int64_t grain = 16384 / n_kv_dim + 1;
+  if (kv.type == DType::q8_0) {
+    // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.
+    const auto quantize = isa.avx2_f16c ? quantize_row_q8_0_avx2 : quantize_row_q8_0;
+    parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t slot = kv.slot(positions[r]);
+        quantize(k + r * n_kv_dim, kv.k + slot * kv.row_bytes, n_kv_dim);
+        quantize(v + r * n_kv_dim, kv.v + slot * kv.row_bytes, n_kv_dim);
+      }
+    });
+    return;
+  }
   const auto convert = isa.avx2_f16c && n_kv_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
-  parallel_for(pool, n_rows, 16384 / n_kv_dim + 1, [&](int64_t begin, int64_t end) {
+  parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t slot = kv.slot(positions[r]);
-      convert(k + r * n_kv_dim, kv.k + slot * kv.row_stride, n_kv_dim);
-      convert(v + r * n_kv_dim, kv.v + slot * kv.row_stride, n_kv_dim);
+      convert(k + r * n_kv_dim, reinterpret_cast<uint16_t*>(kv.k + slot * kv.row_bytes), n_kv_dim);
+      convert(v + r * n_kv_dim, reinterpret_cast<uint16_t*>(kv.v + slot * kv.row_bytes), n_kv_dim);
     }
   });
 }

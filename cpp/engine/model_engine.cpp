@@ -9,18 +9,32 @@
 
 namespace ember {
 
+DType model_engine_kv_type(const Model& model, const std::string& name) {
+  DType type;
+  if (name == "f16") {
+    type = DType::f16;
+  } else if (name == "q8_0") {
+    type = DType::q8_0;
+  } else {
+    throw Unsupported(cat("[engine] KV cache type '", name, "' is not supported; use f16 (the default) or q8_0"));
+  }
+  if (!model.backend().supports(Op::store_kv, type) || !model.backend().supports(Op::attention, type)) {
+    throw Unsupported(cat("[engine] the ", model.backend().name(), " backend has no ", name, " KV cache"));
+  }
+  PagedKVCache::check_type(type, model.config().head_dim);
+  return type;
+}
+
 EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o) {
   const ModelConfig& c = model.config();
-  if (o.kv_type != "f16") {
-    throw Unsupported(cat("[engine] KV cache type '", o.kv_type, "' is not supported; only f16"));
-  }
+  const DType kv_type = model_engine_kv_type(model, o.kv_type);
   if (o.block_size < 1 || o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.kv_tokens < 0 || o.kv_bytes < 0) {
     throw InvalidArgument(cat("[engine] block_size (", o.block_size, "), parallel (", o.max_num_seqs,
                               ") and max_batch_tokens (", o.max_num_batched_tokens,
                               ") must be >= 1, KV budgets >= 0"));
   }
   const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
-  const int64_t bytes_per_token = PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
+  const int64_t bytes_per_token = PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), kv_type);
   int64_t n_blocks;
   if (o.kv_tokens > 0) {
     n_blocks = KVCacheConfig::blocks_for_tokens(o.kv_tokens, o.block_size);
@@ -52,6 +66,7 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
   runner.max_num_seqs = config.scheduler.max_num_seqs;
   runner.rows_independent = options.rows_independent;
+  runner.kv_type = model_engine_kv_type(*model, options.kv_type);
   return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner));
 }
 

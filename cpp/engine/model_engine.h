@@ -23,14 +23,21 @@ struct ModelEngineOptions {
   int64_t max_num_batched_tokens = 512;  // token budget of one step
   int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
   bool enable_prefix_caching = true;
-  std::string kv_type = "f16";           // only f16 today
+  std::string kv_type = "f16";           // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
+                                         // instead of 64: ~1.9x the tokens in a byte budget, slightly
+                                         // less exact; needs head_dim % 32 == 0)
   bool rows_independent = true;          // see ForwardRunnerConfig: output never depends on batching
 };
 
 inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;
 
+// The KV cache type `name` ("f16" or "q8_0") as the model's backend would store it. Throws
+// Unsupported, listing both, for another name; and for q8_0 when the backend lacks it or the
+// model's head_dim is not a multiple of 32.
+DType model_engine_kv_type(const Model& model, const std::string& name);
+
 // The engine's configuration for `model` and `options` (no memory allocated). Throws
-// InvalidArgument for bad sizes, Unsupported for a KV type other than f16.
+// InvalidArgument for bad sizes, Unsupported like model_engine_kv_type.
 EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& options);
 
 // Starts an engine with a ForwardRunner over `model`. Throws like model_engine_config.

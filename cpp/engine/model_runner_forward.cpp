@@ -24,8 +24,9 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   }
   const int64_t n_pad_blocks = (kGemmMinRows + config.block_size - 1) / config.block_size;
   for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
+  PagedKVCache::check_type(config.kv_type, c.head_dim);
   cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks + n_pad_blocks,
-                        config.block_size);
+                        config.block_size, config.kv_type);
   // Room for the largest step plus its throwaway rows.
   const int64_t n_batch = config.max_num_batched_tokens + kGemmMinRows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
@@ -110,7 +111,7 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
   fb.n_tokens = static_cast<int64_t>(tokens_.size());
   fb.seqs = rows_.data();
   fb.n_seqs = static_cast<int64_t>(rows_.size());
-  fb.kv_layer_stride = cache_.n_slots() * cache_.n_kv_dim;
+  fb.kv_layer_stride = cache_.layer_bytes();
   fb.output_rows = output_rows_.data();
   fb.n_outputs = static_cast<int64_t>(output_rows_.size());
   validate_batch(*model_, scratch_, fb);

@@ -24,6 +24,7 @@ struct ForwardRunnerConfig {
   int block_size = 16;                   // tokens per block: likewise
   int64_t max_num_batched_tokens = 512;  // rows of the largest batch (the scratch's n_batch)
   int max_num_seqs = 16;                 // sequences of a batch at most (logit rows)
+  DType kv_type = DType::f16;            // the cache's rows: f16, or q8_0 (head_dim % 32 == 0)
   // Every row's result depends only on its token, its position and its sequence's cache, never
   // on the rest of the batch, so batching, chunking, prefix hits and preemption cannot change a
   // request's output. The CPU kernels give a row different rounding depending on the call's
@@ -39,8 +40,9 @@ inline constexpr int64_t kGemmMinRows = 4;
 
 class ForwardRunner : public ModelRunner {
  public:
-  // Allocates the cache [n_layer, n_blocks * block_size, n_kv_dim] (f16 K and V) and the
-  // scratch. Throws InvalidArgument for non-positive sizes.
+  // Allocates the cache [n_layer, n_blocks * block_size, n_kv_dim] (K and V of kv_type) and the
+  // scratch. Throws InvalidArgument for non-positive sizes, Unsupported for a kv_type the
+  // model's heads cannot use (PagedKVCache::check_type).
   ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config);
 
   std::vector<int32_t> execute(const Batch& batch) override;

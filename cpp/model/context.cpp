@@ -73,7 +73,7 @@ void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* outpu
     batch.n_tokens = n;
     batch.seqs = &seq;
     batch.n_seqs = 1;
-    batch.kv_layer_stride = kv_.layer_stride();
+    batch.kv_layer_stride = kv_.layer_bytes();
     batch.output_rows = chunk_outputs;
     batch.n_outputs = n_chunk_outputs;
     forward(*model_, scratch_, batch, logits + next_output * c.n_vocab);

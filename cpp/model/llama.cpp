@@ -8,10 +8,11 @@ namespace ember {
 
 namespace {
 
-KVView layer_view(const SequenceRows& seq, int64_t il, int64_t layer_stride) {
+// Layer il of a sequence's cache: its rows start il * layer_bytes after layer 0's.
+KVView layer_view(const SequenceRows& seq, int64_t il, int64_t layer_bytes) {
   KVView view = seq.kv;
-  view.k += il * layer_stride;
-  view.v += il * layer_stride;
+  view.k += il * layer_bytes;
+  view.v += il * layer_bytes;
   return view;
 }
 

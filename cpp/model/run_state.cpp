@@ -5,7 +5,7 @@ namespace ember {
 
 KVCache::KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx_)
     : n_ctx(n_ctx_), n_kv_dim(config.n_kv_dim()) {
-  const size_t n_bytes = sizeof(uint16_t) * config.n_layer * n_ctx * n_kv_dim;
+  const size_t n_bytes = static_cast<size_t>(config.n_layer * layer_bytes());
   k = backend.alloc(n_bytes);
   v = backend.alloc(n_bytes);
 }

@@ -11,7 +11,8 @@
 namespace ember {
 
 // One sequence's cache: contiguous f16 [n_layer][n_ctx][n_kv_dim] for K and the same for V.
-// Pages are committed as positions are first written.
+// Pages are committed as positions are first written. (Always f16: only the paged engine cache
+// offers q8_0.)
 struct KVCache {
   Buffer k;  // f16 [n_layer, n_ctx, n_kv_dim]
   Buffer v;  // f16 [n_layer, n_ctx, n_kv_dim]
@@ -21,12 +22,14 @@ struct KVCache {
   KVCache() = default;
   KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx);
 
-  int64_t layer_stride() const { return n_ctx * n_kv_dim; }  // f16 values per layer
+  int64_t row_bytes() const { return n_kv_dim * int64_t{sizeof(uint16_t)}; }
+  int64_t layer_bytes() const { return n_ctx * row_bytes(); }  // from one layer's K (or V) to the next
   KVView layer(int64_t il) const {
     KVView view;
-    view.k = k.as<uint16_t>() + il * layer_stride();
-    view.v = v.as<uint16_t>() + il * layer_stride();
-    view.row_stride = n_kv_dim;
+    view.type = DType::f16;
+    view.k = k.as<uint8_t>() + il * layer_bytes();
+    view.v = v.as<uint8_t>() + il * layer_bytes();
+    view.row_bytes = row_bytes();
     return view;
   }
 };
@@ -56,7 +59,7 @@ struct SequenceRows {
   int64_t row_begin = 0;
   int64_t n_rows = 0;
   KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
-              // values further (true of KVCache and of kv/PagedKVCache)
+              // bytes further (true of KVCache and of kv/PagedKVCache)
 };
 
 // One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,
@@ -67,7 +70,7 @@ struct ForwardBatch {
   int64_t n_tokens = 0;                  // 1 .. scratch n_batch
   const SequenceRows* seqs = nullptr;    // [n_seqs], covering the rows in order
   int64_t n_seqs = 0;
-  int64_t kv_layer_stride = 0;           // f16 values from one layer's K (or V) to the next
+  int64_t kv_layer_stride = 0;           // bytes from one layer's K (or V) rows to the next
   const int32_t* output_rows = nullptr;  // [n_outputs] ascending rows whose logits are wanted
   int64_t n_outputs = 0;
 };

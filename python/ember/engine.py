@@ -167,6 +167,11 @@ class Engine:
         return self.core.n_ctx
 
     @property
+    def kv_type(self) -> str:
+        """The KV cache's element type: "f16" or "q8_0"."""
+        return self.core.kv_type
+
+    @property
     def n_vocab(self) -> int:
         return self.core.n_vocab
 

@@ -91,6 +91,7 @@ struct PyEngine {
   std::shared_ptr<ember::Model> model;
   std::unique_ptr<ember::Engine> engine;
   ember::EngineConfig config;
+  ember::DType kv_type = ember::DType::f16;
 };
 
 std::optional<std::string> finish_reason(const TokenEvent& e) {
@@ -164,6 +165,7 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   model_options.n_threads = n_threads.value_or(0);
   self->model = ember::Model::load(path, model_options);
   self->config = ember::model_engine_config(*self->model, o);  // checks before any allocation
+  self->kv_type = ember::model_engine_kv_type(*self->model, o.kv_type);
   self->engine = ember::make_model_engine(self->model, o);
   return self.release();
 }
@@ -266,7 +268,10 @@ void init_engine(nb::module_& m) {
            "min(context_length, 4096)); parallel: requests running at once; kv_size / kv_bytes: the KV "
            "cache budget in tokens or bytes (default n_ctx * parallel tokens, at most 1 GiB); "
            "max_batch_tokens: tokens per step (prompts are chunked to fit); max_queue: waiting "
-           "requests at most (0: no limit; past it submit raises EngineBusy); batch_invariant: a request's "
+           "requests at most (0: no limit; past it submit raises EngineBusy); kv_type: 'f16' or 'q8_0' (K/V "
+           "rows quantized to 8 bits in blocks of 32: 34 bytes per 32 values instead of 64, so a byte "
+           "budget holds ~1.9x the tokens, at slightly less exact attention; needs head_dim % 32 == 0); "
+           "batch_invariant: a request's "
            "output never depends on what else runs (small batches are padded, attention runs one row "
            "at a time; False is a little faster but lets kernel rounding differ with the batch).")
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::kw_only(), nb::arg("max_tokens") = 256,
@@ -301,11 +306,12 @@ void init_engine(nb::module_& m) {
       }, "Tokens the KV cache holds.")
       .def_prop_ro("kv_bytes_per_token", [](const PyEngine& self) {
         const ember::ModelConfig& c = self.model->config();
-        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim());
-      }, "Bytes one token's K and V take over all layers (f16).")
+        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), self.kv_type);
+      }, "Bytes one token's K and V take over all layers (in kv_type).")
       .def_prop_ro("max_batch_tokens", [](const PyEngine& self) {
         return self.config.scheduler.max_num_batched_tokens;
       })
       .def_prop_ro("n_threads", [](const PyEngine& self) { return self.model->backend().n_threads(); })
-      .def_prop_ro("kv_type", [](const PyEngine&) { return std::string("f16"); });
+      .def_prop_ro("kv_type", [](const PyEngine& self) { return std::string(ember::dtype_name(self.kv_type)); },
+                   "The KV cache's element type: 'f16' or 'q8_0'.");
 }

@@ -794,68 +794,73 @@ TEST(scheduler_random_stress_against_reference) {
 // ---- paged KV memory with the CPU ops -----------------------------------------------------------
 
 // Two sequences whose blocks interleave in the pool: the CPU backend's store_kv/attention over a
-// PagedKVCache with the manager's block tables give exactly the results of a contiguous cache.
+// PagedKVCache with the manager's block tables give exactly the results of a contiguous cache,
+// for f16 and q8_0 rows.
 TEST(paged_kv_cache_matches_a_contiguous_cache) {
   CpuBackend backend(1);
-  const int64_t n_head = 4, n_head_kv = 2, head_dim = 64, n_kv = n_head_kv * head_dim, bs = 4;
-  KVCacheManager kv(kv_config(16, static_cast<int>(bs)));
-  PagedKVCache paged(backend, /*n_layer=*/2, n_kv, kv.n_blocks(), bs);
-  CHECK_EQ(PagedKVCache::bytes_per_token(30, 192), 2 * 30 * 192 * 2);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const auto randoms = [&](int64_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-  };
-  const int64_t n_pos = 22;
-  std::vector<std::vector<float>> ks, vs;
-  std::vector<Buffer> contiguous_k, contiguous_v;
-  const std::vector<int32_t> tokens_a = iota_tokens(n_pos, 1), tokens_b = iota_tokens(n_pos, 500);
-  // Grow both sequences 3 tokens at a time, alternately, so their blocks interleave.
-  for (int64_t start = 0; start < n_pos; start += 3) {
-    for (SequenceId id : {1, 2}) {
-      const auto& tokens = id == 1 ? tokens_a : tokens_b;
-      const int64_t n = std::min<int64_t>(3, n_pos - start);
-      CHECK(kv.allocate_slots(SequenceState{id, tokens, start}, n).has_value());
+  CHECK_EQ(PagedKVCache::bytes_per_token(30, 192, DType::f16), 2 * 30 * 192 * 2);
+  CHECK_EQ(PagedKVCache::bytes_per_token(30, 192, DType::q8_0), 2 * 30 * (192 / 32) * 34);
+  for (DType type : {DType::f16, DType::q8_0}) {
+    const int64_t n_head = 4, n_head_kv = 2, head_dim = 64, n_kv = n_head_kv * head_dim, bs = 4;
+    KVCacheManager kv(kv_config(16, static_cast<int>(bs)));
+    PagedKVCache paged(backend, /*n_layer=*/2, n_kv, kv.n_blocks(), bs, type);
+    CHECK_EQ(paged.row_bytes, row_bytes(type, n_kv));
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const auto randoms = [&](int64_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = dist(rng);
+      return v;
+    };
+    const int64_t n_pos = 22;
+    std::vector<std::vector<float>> ks, vs;
+    std::vector<Buffer> contiguous_k, contiguous_v;
+    const std::vector<int32_t> tokens_a = iota_tokens(n_pos, 1), tokens_b = iota_tokens(n_pos, 500);
+    // Grow both sequences 3 tokens at a time, alternately, so their blocks interleave.
+    for (int64_t start = 0; start < n_pos; start += 3) {
+      for (SequenceId id : {1, 2}) {
+        const auto& tokens = id == 1 ? tokens_a : tokens_b;
+        const int64_t n = std::min<int64_t>(3, n_pos - start);
+        CHECK(kv.allocate_slots(SequenceState{id, tokens, start}, n).has_value());
+      }
     }
-  }
-  const auto ta = kv.block_table(1), tb = kv.block_table(2);
-  CHECK(ta[1] != ta[0] + 1);  // interleaved, not contiguous
-  for (SequenceId id : {1, 2}) {
-    const auto table = kv.block_table(id);
-    ks.push_back(randoms(n_pos * n_kv));
-    vs.push_back(randoms(n_pos * n_kv));
-    Buffer ck = backend.alloc(sizeof(uint16_t) * n_pos * n_kv), cv = backend.alloc(sizeof(uint16_t) * n_pos * n_kv);
-    KVView contiguous;
-    contiguous.k = ck.as<uint16_t>();
-    contiguous.v = cv.as<uint16_t>();
-    contiguous.row_stride = n_kv;
-    std::vector<int32_t> positions(n_pos);
-    std::iota(positions.begin(), positions.end(), 0);
-    backend.store_kv(contiguous, positions.data(), n_pos, n_kv, ks.back().data(), vs.back().data());
-    backend.store_kv(paged.layer(1, table.data()), positions.data(), n_pos, n_kv, ks.back().data(), vs.back().data());
-    contiguous_k.push_back(std::move(ck));
-    contiguous_v.push_back(std::move(cv));
-  }
-  // Attention of the last 5 rows of each sequence, paged vs contiguous, after both were stored.
-  AttentionParams params;
-  params.n_head = n_head;
-  params.n_head_kv = n_head_kv;
-  params.head_dim = head_dim;
-  params.scale = 0.125f;
-  for (int s = 0; s < 2; ++s) {
-    const auto table = kv.block_table(s + 1);
-    const auto q = randoms(5 * n_head * head_dim);
-    const std::vector<int32_t> positions{17, 18, 19, 20, 21};
-    std::vector<float> out_paged(q.size()), out_contiguous(q.size());
-    KVView contiguous;
-    contiguous.k = contiguous_k[s].as<uint16_t>();
-    contiguous.v = contiguous_v[s].as<uint16_t>();
-    contiguous.row_stride = n_kv;
-    backend.attention(q.data(), positions.data(), 5, paged.layer(1, table.data()), params, out_paged.data());
-    backend.attention(q.data(), positions.data(), 5, contiguous, params, out_contiguous.data());
-    CHECK(out_paged == out_contiguous);
+    const auto ta = kv.block_table(1), tb = kv.block_table(2);
+    CHECK(ta[1] != ta[0] + 1);  // interleaved, not contiguous
+    const auto contiguous_view = [&](int s) {
+      KVView view;
+      view.type = type;
+      view.k = contiguous_k[s].as<uint8_t>();
+      view.v = contiguous_v[s].as<uint8_t>();
+      view.row_bytes = paged.row_bytes;
+      return view;
+    };
+    for (SequenceId id : {1, 2}) {
+      const auto table = kv.block_table(id);
+      ks.push_back(randoms(n_pos * n_kv));
+      vs.push_back(randoms(n_pos * n_kv));
+      contiguous_k.push_back(backend.alloc(n_pos * paged.row_bytes));
+      contiguous_v.push_back(backend.alloc(n_pos * paged.row_bytes));
+      std::vector<int32_t> positions(n_pos);
+      std::iota(positions.begin(), positions.end(), 0);
+      backend.store_kv(contiguous_view(static_cast<int>(id) - 1), positions.data(), n_pos, n_kv, ks.back().data(),
+                       vs.back().data());
+      backend.store_kv(paged.layer(1, table.data()), positions.data(), n_pos, n_kv, ks.back().data(), vs.back().data());
+    }
+    // Attention of the last 5 rows of each sequence, paged vs contiguous, after both were stored.
+    AttentionParams params;
+    params.n_head = n_head;
+    params.n_head_kv = n_head_kv;
+    params.head_dim = head_dim;
+    params.scale = 0.125f;
+    for (int s = 0; s < 2; ++s) {
+      const auto table = kv.block_table(s + 1);
+      const auto q = randoms(5 * n_head * head_dim);
+      const std::vector<int32_t> positions{17, 18, 19, 20, 21};
+      std::vector<float> out_paged(q.size()), out_contiguous(q.size());
+      backend.attention(q.data(), positions.data(), 5, paged.layer(1, table.data()), params, out_paged.data());
+      backend.attention(q.data(), positions.data(), 5, contiguous_view(s), params, out_contiguous.data());
+      CHECK(out_paged == out_contiguous);
+    }
   }
 }
 

@@ -95,7 +95,7 @@ void batched_sequences_match_separate_contexts(const std::string& path) {
     batch.n_tokens = static_cast<int64_t>(tokens.size());
     batch.seqs = seqs.data();
     batch.n_seqs = static_cast<int64_t>(seqs.size());
-    batch.kv_layer_stride = cache.n_slots() * cache.n_kv_dim;
+    batch.kv_layer_stride = cache.layer_bytes();
     batch.output_rows = output_rows.data();
     batch.n_outputs = static_cast<int64_t>(output_rows.size());
     validate_batch(*model, scratch, batch);

@@ -326,13 +326,17 @@ def create_app(config: ServerConfig, backend: GenerationBackend | None = None) -
     slot)."""
     if backend is None:
         if config.backend == "llm":
-            from ember.server.llm_backend import LLMBackend as backend_class
-        else:
-            from ember.server.engine_backend import EngineBackend as backend_class  # type: ignore[assignment]
+            from ember.server.llm_backend import LLMBackend
 
-        backend = backend_class(config.model, parallel=config.parallel, ctx_size=config.ctx_size,
-                                kv_size=config.kv_size, threads=config.threads,
-                                max_queue=config.max_queue)
+            backend = LLMBackend(config.model, parallel=config.parallel, ctx_size=config.ctx_size,
+                                 kv_size=config.kv_size, threads=config.threads,
+                                 max_queue=config.max_queue)
+        else:
+            from ember.server.engine_backend import EngineBackend
+
+            backend = EngineBackend(config.model, parallel=config.parallel, ctx_size=config.ctx_size,
+                                    kv_size=config.kv_size, threads=config.threads,
+                                    max_queue=config.max_queue, kv_type=config.kv_type)
     ctx = AppContext(config, backend)
 
     @asynccontextmanager

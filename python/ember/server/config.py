@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+KV_TYPES = ("f16", "q8_0")  # what the engine's paged KV cache can store
+
 
 @dataclass
 class ServerConfig:
@@ -13,6 +15,7 @@ class ServerConfig:
     parallel: int = 1                 # slots: sequences generated at the same time
     ctx_size: int | None = None       # tokens per sequence (prompt + completion)
     kv_size: int | None = None        # KV cache tokens shared by all slots
+    kv_type: str = "f16"              # KV cache rows: "f16" or "q8_0" (half the memory; engine only)
     threads: int | None = None        # CPU threads per slot
     api_key: str | None = None        # required as "Authorization: Bearer KEY" when set
     cors_origins: list[str] = field(default_factory=list)  # "*" allows any origin
@@ -36,6 +39,11 @@ class ServerConfig:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if self.backend not in ("engine", "llm"):
             raise ValueError(f"backend must be 'engine' or 'llm', got {self.backend!r}")
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
+        if self.kv_type != "f16" and self.backend != "engine":
+            raise ValueError(f"kv_type {self.kv_type} needs the engine backend (--backend llm keeps "
+                             "an f16 cache per slot)")
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
         if self.api_key is not None and not self.api_key:

@@ -63,7 +63,7 @@ class EngineBackend(BackendBase):
 
     def __init__(self, model: str | os.PathLike[str] | None, *, parallel: int = 1,
                  ctx_size: int | None = None, kv_size: int | None = None,
-                 threads: int | None = None, max_queue: int = 128) -> None:
+                 threads: int | None = None, max_queue: int = 128, kv_type: str = "f16") -> None:
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         if max_queue < 0:
@@ -75,6 +75,7 @@ class EngineBackend(BackendBase):
         self._parallel = parallel
         self._ctx_size = ctx_size
         self._kv_size = kv_size
+        self._kv_type = kv_type
         self._threads = threads
         self._max_queue = max_queue
         self._health = Health("loading", "the model is loading")
@@ -100,7 +101,8 @@ class EngineBackend(BackendBase):
         try:
             path = resolve_model(self._model_arg)
             engine = Engine(path, n_threads=self._threads, n_ctx=self._ctx_size,
-                            parallel=self._parallel, kv_size=self._kv_size, max_queue=0)
+                            parallel=self._parallel, kv_size=self._kv_size, max_queue=0,
+                            kv_type=self._kv_type)
             self._template = ChatTemplate.from_gguf(path)
         except BaseException as err:
             self._health = Health("error", f"loading the model failed: {err}")
@@ -110,8 +112,8 @@ class EngineBackend(BackendBase):
         self._n_ctx = engine.n_ctx
         self._n_vocab = engine.n_vocab
         log.info("loaded %s on the batching engine: %d sequence(s) at once, %d tokens each, "
-                 "KV cache of %d tokens", self._path.name, self._parallel, self._n_ctx,
-                 engine.core.kv_size)
+                 "KV cache of %d tokens (%s)", self._path.name, self._parallel, self._n_ctx,
+                 engine.core.kv_size, engine.core.kv_type)
         loop.call_soon_threadsafe(self._set_ready)
 
     def _require_tokenizer(self) -> _core.Tokenizer:
