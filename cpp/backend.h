@@ -112,6 +112,9 @@ class Backend {
   // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only); for
   // store_kv and attention, `dtype` is the KV cache's element type (KVView::type).
   virtual bool supports(Op op, DType dtype) const = 0;
+  // True if each row of matmul() with `wtype` weights gives the same bits whatever n_rows is,
+  // so a row's result never depends on the rows batched with it.
+  virtual bool matmul_rows_exact(DType wtype) const { return false; }
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
 

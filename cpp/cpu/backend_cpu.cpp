@@ -62,6 +62,8 @@ void CpuBackend::download(const Buffer& src, size_t offset, void* dst, size_t n_
 
 void CpuBackend::free_buffer(void* data, size_t) { std::free(data); }
 
+bool CpuBackend::matmul_rows_exact(DType wtype) const { return cpu::matmul_rows_exact(wtype); }
+
 void CpuBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
                         int64_t n_rows, float* y) {
   cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_);

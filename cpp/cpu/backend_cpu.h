@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   bool supports(Op op, DType dtype) const override;
+  bool matmul_rows_exact(DType wtype) const override;
   void synchronize() override {}
   int n_threads() const override { return pool_.n_threads(); }
   ThreadPool& pool() { return pool_; }

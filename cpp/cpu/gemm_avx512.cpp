@@ -182,10 +182,128 @@ constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
     tile_quant<5, kSub16>, tile_quant<6, kSub16>, tile_quant<7, kSub16>, tile_quant<8, kSub16>,
     tile_quant<9, kSub16>, tile_quant<10, kSub16>, tile_quant<11, kSub16>, tile_quant<12, kSub16>};
 
+// --- few rows (decode) --------------------------------------------------------------------
+// Below kGemmSmallRows rows, packing panels costs more than the rows' arithmetic. gemv_panel
+// computes tile_quant's outputs without packing: each column's block dot is one vpdpbusd on the
+// block as stored (8 int32 lanes, lanes 0-3 = elements 0..15) and a tree of hadds sums eight
+// columns' lanes at once. The int32 sums are exact, so they equal the GEMM's; the scales are
+// the same floats (a scale is an f16 value or one product of two; kBias is 0 or a power of two,
+// so min - kBias * scale rounds once however it is compiled); and the float steps are
+// tile_quant's, in its order. Every output is bit-identical to the GEMM's: a row's result does
+// not depend on how many rows came with it.
+constexpr int64_t kGemmSmallRows = 4;
+
+// Sums of elements 0..15 (lo) and 16..31 (hi) of eight columns' block dots v[0..7].
+inline void sum_columns8(const __m256i v[8], __m256i* lo, __m256i* hi) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i g0 = _mm256_hadd_epi32(h01, h23);  // [c0..c3 lo | c0..c3 hi]
+  const __m256i g1 = _mm256_hadd_epi32(h45, h67);  // [c4..c7 lo | c4..c7 hi]
+  *lo = _mm256_permute2x128_si256(g0, g1, 0x20);
+  *hi = _mm256_permute2x128_si256(g0, g1, 0x31);
+}
+
+inline __m512i join(__m256i low, __m256i high) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i x = _mm512_mask_inserti64x4(zero, 0xff, zero, low, 0);
+  return _mm512_mask_inserti64x4(x, 0xff, x, high, 1);
+}
+
+// The scales of block b of 16 columns, as pack_panel16 stores them in a Panel (scale[0] and
+// coef_s; one-block formats have no per-16 scales).
+struct ColumnScales {
+  __m512 scale, coef_s;
+};
+
+template <typename F>
+concept HasMin = requires(const typename F::Block& x) { x.m; };
+
+// The scales of block b of 16 columns of a one-block format: d (and m for q4_1 / q5_1) start
+// every block, so one gather fetches both f16 values of all 16 columns.
+template <typename F>
+ColumnScales column_scales(const uint8_t* w, __m512i offsets, int64_t b) {
+  // (Masked forms throughout: GCC 12 warns about the plain ones' undefined pass-through.)
+  const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, offsets,
+                                                 w + b * int64_t(sizeof(typename F::Block)), 1);
+  ColumnScales s;
+  s.scale = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, dm));
+  __m512 min = _mm512_setzero_ps();
+  if constexpr (HasMin<F>) {
+    min = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, dm, 16)));
+  }
+  s.coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), s.scale));
+  return s;
+}
+
+template <typename F, int R>
+void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
+  static_assert(F::kBlocksPer == 1 && !F::kSub16);
+  const int64_t n_blocks = g.n_in / 32;
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  const uint8_t* cols[kCols];  // weight rows of the panel's columns (missing ones repeat the last)
+  alignas(64) int32_t offsets[kCols];
+  for (int c = 0; c < kCols; ++c) {
+    cols[c] = g.w + (c0 + std::min(c, nc - 1)) * g.w_row_bytes;
+    offsets[c] = static_cast<int32_t>((cols[c] - cols[0]));
+  }
+  const __m512i column_offsets = _mm512_load_si512(offsets);
+  const BlockQ8A* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(g.act + r * g.act_row_bytes);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  constexpr int64_t kBlockBytes = sizeof(typename F::Block);
+
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    // Each column is a stream of its own: ask for its block 32 blocks ahead (a block is at most
+    // 34 bytes, so every line of the stream is asked for).
+    for (int c = 0; c < nc; ++c) _mm_prefetch(reinterpret_cast<const char*>(cols[c]) + (b + 32) * kBlockBytes, _MM_HINT_T0);
+    __m256i lo8[2][R], hi8[2][R];  // [columns 0..7, 8..15][row]
+    for (int half = 0; half < 2; ++half) {
+      __m256i v[R][8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256i u = quants_x86(F{}, cols[8 * half + j], b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r][b].qs));
+          v[r][j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) sum_columns8(v[r], &lo8[half][r], &hi8[half][r]);
+    }
+    const ColumnScales s = column_scales<F>(cols[0], column_offsets, b);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {  // tile_quant's float steps
+      const BlockQ8A& a = rows[r][b];
+      const __m512i lo = join(lo8[0][r], lo8[1][r]), hi = join(hi8[0][r], hi8[1][r]);
+      const __m512 dot = to_float(_mm512_add_epi32(lo, hi));
+      acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s.scale, _mm512_set1_ps(a.d)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
+}
+
+template <typename F>
+void gemv_quant(const GemmArgs& g) {
+  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    switch (g.n_rows) {
+      case 1: gemv_panel<F, 1>(g, c0, nc); break;
+      case 2: gemv_panel<F, 2>(g, c0, nc); break;
+      default: gemv_panel<F, 3>(g, c0, nc); break;
+    }
+  }
+}
+
 // Packing and computing alternate chunk by chunk, so the packed chunk is still in L1 when the
 // row tiles read it (and the pack's stores never leave L1).
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
+  if constexpr (F::kBlocksPer == 1) {
+    if (g.n_rows < kGemmSmallRows) return gemv_quant<F>(g);
+  }
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
@@ -272,6 +390,20 @@ GemmFn gemm_kernel_avx512(DType type) {
     if (e.type == type) return e.fn;
   }
   return nullptr;
+}
+
+bool gemm_any_rows_avx512(DType type) {
+  // The one-block formats: their scales come in one gather per block, and 1..3 rows run at least
+  // as fast as vec_dot (kernel_bench 2048 x 5632, 1 thread: q4_0 12.5 vs 10.0 GB/s, q8_0 27.6 vs
+  // 19.1). K-quants decode super-block scales per column in scalar code and stay on vec_dot
+  // (TinyLlama q4_k_m tg 13.1 vs 15.5 t/s).
+  switch (type) {
+    case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
+    case DType::iq4_nl:
+      return true;
+    default:
+      return false;
+  }
 }
 
 int64_t panel_bytes_avx512(int64_t n_in) {

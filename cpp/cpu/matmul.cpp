@@ -42,6 +42,12 @@ bool matmul_supports(DType wtype) {
   return isa_kernels_scalar().of(wtype).act != ActFormat::none;
 }
 
+bool matmul_rows_exact(DType wtype) {
+  const IsaKernels* kernels = isa_kernels(active_isa_level());
+  const TypeKernels& k = (kernels ? *kernels : isa_kernels_scalar()).of(wtype);
+  return k.gemm != nullptr && k.gemm_any_rows;
+}
+
 void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
             int64_t n_rows, float* y, ThreadPool& pool) {
   const IsaKernels* kernels = isa_kernels(active_isa_level());
@@ -87,7 +93,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
     act = q;
   }
 
-  if (k.gemm != nullptr && n_rows >= kGemmMinRows) {
+  if (k.gemm != nullptr && (n_rows >= kGemmMinRows || k.gemm_any_rows)) {
     const int64_t panel_bytes = round_up(kernels.panel_bytes(n_in), 64);
     ScratchBuffer panels(panel_bytes * pool.n_threads());
     const int64_t n_panels = (n_out + k.gemm_cols - 1) / k.gemm_cols;

@@ -18,4 +18,8 @@ void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
 // True if matmul() accepts weights of this dtype.
 bool matmul_supports(DType wtype);
 
+// True if each row's result of matmul() with weights of this dtype is bit-identical whatever
+// n_rows is (the active level's GEMM takes every row count; see TypeKernels::gemm_any_rows).
+bool matmul_rows_exact(DType wtype);
+
 }  // namespace ember::cpu

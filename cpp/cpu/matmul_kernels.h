@@ -44,6 +44,9 @@ struct TypeKernels {
   VecDotFn vec_dot = nullptr;
   GemmFn gemm = nullptr;            // nullptr: matmul loops over vec_dot
   int64_t gemm_cols = 1;            // columns per panel; thread shares are multiples of it
+  // The GEMM also takes 1..3 rows, and each row's result is then bit-identical whatever the
+  // row count (see matmul_rows_exact).
+  bool gemm_any_rows = false;
 };
 
 inline constexpr int kNumDTypeIds = 36;  // DType raw ids are < 36

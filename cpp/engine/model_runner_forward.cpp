@@ -9,6 +9,22 @@
 #include "model/forward.h"
 
 namespace ember {
+namespace {
+
+// True if every matmul of the model's forward pass gives each row the same bits at any row count.
+bool matmuls_rows_exact(const Model& model) {
+  const Backend& be = model.backend();
+  const ModelWeights& w = model.weights();
+  if (!be.matmul_rows_exact(w.output.type)) return false;
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      if (!be.matmul_rows_exact(t->type)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config)
     : model_(std::move(model)), config_(config) {
@@ -22,6 +38,7 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
     throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ", config.n_blocks,
                               " and ", config.block_size));
   }
+  pad_rows_ = config.rows_independent && !matmuls_rows_exact(*model_);
   const int64_t n_pad_blocks = (kGemmMinRows + config.block_size - 1) / config.block_size;
   for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
   PagedKVCache::check_type(config.kv_type, c.head_dim);
@@ -94,7 +111,7 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
   // Throwaway rows (token 0 at positions 0, 1, ... of the padding blocks) lift the batch, and its
   // outputs when it has any, to the GEMM's row count; their logits are ignored.
   int64_t n_pad = 0;
-  if (config_.rows_independent) {
+  if (pad_rows_) {
     n_pad = std::max<int64_t>(0, kGemmMinRows - n_rows);
     if (n_outputs > 0) n_pad = std::max(n_pad, kGemmMinRows - n_outputs);
   }

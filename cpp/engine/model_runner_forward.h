@@ -29,8 +29,10 @@ struct ForwardRunnerConfig {
   // on the rest of the batch, so batching, chunking, prefix hits and preemption cannot change a
   // request's output. The CPU kernels give a row different rounding depending on the call's
   // shape (matmul: vec_dot below kGemmMinRows rows, a GEMM from there on; attention: a per-head
-  // kernel for one row, a blocked one for several), so the runner pads every batch to at least
-  // kGemmMinRows rows and outputs with throwaway rows, and runs attention one row at a time.
+  // kernel for one row, a blocked one for several), so the runner runs attention one row at a
+  // time and, unless the backend's matmul is row-exact for every weight type of the model
+  // (Backend::matmul_rows_exact), pads every batch to at least kGemmMinRows rows and outputs with
+  // throwaway rows.
   bool rows_independent = true;
 };
 
@@ -73,6 +75,7 @@ class ForwardRunner : public ModelRunner {
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
   std::vector<int32_t> pad_table_;                       // [ceil(kGemmMinRows / block_size)]
+  bool pad_rows_ = false;  // rows_independent and some weight type's matmul is not row-exact
   // Reused every step (no allocation once they reached the largest batch).
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
   std::vector<SequenceRows> rows_;                       // [n_seqs], or [n_rows] one row each
