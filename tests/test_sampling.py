@@ -45,6 +45,25 @@ def test_greedy_is_argmax_with_lowest_id_on_ties() -> None:
     assert [sampler.sample(HALVES) for _ in range(5)] == [0] * 5
 
 
+def test_greedy_sample_agrees_with_the_full_path() -> None:
+    """sample() at temperature 0 without penalties skips building candidates: it must pick what
+    distribution() picks, ties (lowest id) and logit bias (applied in order) included."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(1, 300))
+        logits = rng.integers(-3, 4, size=n).astype(np.float32)  # many ties
+        bias = {int(i): float(rng.integers(-2, 3)) for i in rng.integers(0, n, size=3)}
+        if trial % 3 == 0:
+            bias = {}
+        sampler = _core.Sampler(n, temperature=0.0, seed=1, logit_bias=bias)
+        ids, _ = sampler.distribution(logits)
+        assert sampler.sample(logits) == ids[0], (logits, bias)
+        biased = logits.copy()
+        for i, d in bias.items():
+            biased[i] += d
+        assert sampler.sample(logits) == int(np.argmax(biased))
+
+
 def test_temperature_divides_logits() -> None:
     # T = 0.5 squares the probabilities: [1/4, 1/16, 1/64, 1/64] / (22/64).
     assert_dist(dist(HALVES, temperature=0.5), {0: 16 / 22, 1: 4 / 22, 2: 1 / 22, 3: 1 / 22})

@@ -116,7 +116,23 @@ const Candidates& Sampler::distribution(const float* logits) {
   return candidates_;
 }
 
+int32_t Sampler::greedy(const float* logits) {
+  const float* values = logits;
+  if (!params_.logit_bias.empty()) {
+    biased_.assign(logits, logits + n_vocab_);
+    for (const auto& [id, delta] : params_.logit_bias) biased_[static_cast<size_t>(id)] += delta;
+    values = biased_.data();
+  }
+  // argmax(): the first id of the largest value (later equal values never replace it).
+  int32_t best = 0;
+  for (int32_t i = 1; i < n_vocab_; ++i) {
+    if (values[i] > values[best]) best = i;
+  }
+  return best;
+}
+
 int32_t Sampler::sample(const float* logits) {
+  if (params_.temperature <= 0.0f && counts_.empty()) return greedy(logits);
   narrow(logits);
   const std::vector<TokenCandidate>& items = candidates_.items;
   if (items.size() == 1) return items.front().id;

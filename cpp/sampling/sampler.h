@@ -38,11 +38,15 @@ class Sampler {
  private:
   void narrow(const float* logits);  // fills candidates_ with the final distribution
   bool penalties_on() const;
+  // Greedy sampling without penalties: argmax of the biased logits, as narrow() would pick it,
+  // without building n_vocab candidates (a copy of the logits instead).
+  int32_t greedy(const float* logits);
 
   SamplingParams params_;
   int32_t n_vocab_;
   Rng rng_;
   Candidates candidates_;        // reused every step
+  std::vector<float> biased_;    // [n_vocab] greedy(): the logits plus the logit bias
   std::vector<int32_t> window_;  // ring of the last repeat_last_n tokens (all of them for -1)
   size_t window_head_ = 0;       // next slot to overwrite once the ring is full
   std::vector<int32_t> counts_;  // [n_vocab]: occurrences in the window; empty when no penalties
