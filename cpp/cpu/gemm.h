@@ -15,6 +15,7 @@ inline constexpr int64_t kGemmColsAvx512 = 16;
 // nullptr where the ISA has no GEMM for the type.
 GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
+GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512's panels)
 
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);
