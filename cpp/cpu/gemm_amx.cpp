@@ -23,9 +23,11 @@ namespace {
 
 constexpr int kCols = 16;      // columns per panel = int32 lanes of one C tile row
 constexpr int kTileRows = 16;  // activation rows per A / C tile
-// As gemm_avx512.cpp: 16 blocks of a panel (12 KB) stay in L1 while every row tile passes over
-// them; partial sums go through y between chunks (exact, so the chunk size never changes y).
-constexpr int64_t kChunkBlocks = 16;
+// Blocks per K chunk: 32 blocks of a panel (24 KB) and of one row tile's activations (22 KB) fit
+// the 48 KB L1 together. Partial sums go through y between chunks (exact, so the chunk size
+// never changes y); 32 measured 5-10% faster than avx512's 16 (fewer per-tile starts, fewer y
+// round trips), 64 no better where n_in > 2048.
+constexpr int64_t kChunkBlocks = 32;
 // Below this many rows the avx512 GEMM is faster: a row tile costs the same tile work for 1 or
 // 16 rows, and the panel packing (shared by both) dominates.
 constexpr int64_t kMinRows = 32;
