@@ -28,8 +28,9 @@ constexpr int kTileRows = 16;  // activation rows per A / C tile
 // never changes y); 32 measured 5-10% faster than avx512's 16 (fewer per-tile starts, fewer y
 // round trips), 64 no better where n_in > 2048.
 constexpr int64_t kChunkBlocks = 32;
-// Below this many rows the avx512 GEMM is faster: a row tile costs the same tile work for 1 or
-// 16 rows, and the panel packing (shared by both) dominates.
+// Below this many rows the avx512 GEMM is as fast (types with per-16 scales: faster): a row
+// tile costs the same tile work for 1 or 16 rows, and the panel packing (shared by both)
+// dominates. From 32 rows on amx leads, by ~25% at 64 rows (q4_0, q4_k; q6_k ~5%).
 constexpr int64_t kMinRows = 32;
 
 // LDTILECFG's 64-byte operand; palette 1 has 8 tiles of at most 16 rows x 64 bytes.
