@@ -33,7 +33,7 @@ def run_test_matmul(exe: Path, isa: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=900)
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "neon"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "amx", "neon"])
 def test_matmul_kernels(test_matmul_exe: Path, isa: str) -> None:
     result = run_test_matmul(test_matmul_exe, isa)
     out = result.stdout + result.stderr
@@ -47,6 +47,9 @@ def test_matmul_kernels(test_matmul_exe: Path, isa: str) -> None:
     assert int(level.group(1)) > 1000 and int(level.group(2)) == 0, out[-4000:]
     total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.MULTILINE)
     assert total and int(total.group(2)) == 0, out[-4000:]
+    if isa == "amx":
+        same = re.search(r"^amx == avx512 bit for bit: (\d+) passed, (\d+) failed$", out, re.MULTILINE)
+        assert same and int(same.group(1)) > 0 and int(same.group(2)) == 0, out[-4000:]
 
 
 def test_isa_cap_is_respected(test_matmul_exe: Path) -> None:
@@ -54,6 +57,15 @@ def test_isa_cap_is_respected(test_matmul_exe: Path) -> None:
     out = run_test_matmul(test_matmul_exe, "scalar").stdout
     assert "active isa scalar" in out
     assert re.findall(r"^isa (\w+):", out, re.MULTILINE) == ["scalar"]
+
+
+def test_avx512_cap_excludes_amx(test_matmul_exe: Path) -> None:
+    """EMBER_CPU_ISA=avx512 must keep the AMX GEMMs out of the run, even on a CPU with AMX."""
+    out = run_test_matmul(test_matmul_exe, "avx512").stdout
+    if "active isa avx512" not in out:
+        pytest.skip("this CPU cannot run avx512 kernels")
+    assert "amx" not in re.findall(r"^isa (\w+):", out, re.MULTILINE)
+    assert "bit for bit" not in out
 
 
 def test_neon_kernels_under_qemu() -> None:

@@ -99,7 +99,7 @@ np.save(sys.argv[2], m.eval(list(range(0, 256, 5))))
 """
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "amx"])
 def test_isa_variants_agree(isa: str, tmp_path: Path) -> None:
     """The scalar and SIMD kernels (chosen at start-up, capped by EMBER_CPU_ISA) agree."""
     import os

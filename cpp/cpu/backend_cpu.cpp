@@ -16,7 +16,7 @@ cpu::OpsIsa detect_ops_isa() {
   // Follows the level the matmul kernels run at (EMBER_CPU_ISA caps it for tests).
   const cpu::IsaLevel level = cpu::active_isa_level();
   cpu::OpsIsa isa;
-  isa.avx2_f16c = level == cpu::IsaLevel::avx2 || level == cpu::IsaLevel::avx512;
+  isa.avx2_f16c = level != cpu::IsaLevel::scalar && cpu::isa_within(cpu::IsaLevel::avx2, level);
   return isa;
 }
 

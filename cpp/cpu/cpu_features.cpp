@@ -4,10 +4,13 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 
 #if EMBER_HAS_X86
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 #if EMBER_HAS_ARM && defined(__linux__)
 #include <sys/auxv.h>
@@ -37,6 +40,20 @@ unsigned long long read_xcr0() {
 
 bool bit(unsigned reg, int n) { return (reg >> n) & 1u; }
 
+// Linux enables AMX tile data (XSTATE component 18) in XCR0 but traps its first use unless the
+// process asked for it: the state is 8 KB, so the kernel allocates it (and checks sigaltstack
+// sizes) only on request. The permission is process-wide, covers threads started before it, and
+// is asked for once, here. Elsewhere: no AMX (no other OS is known to allow it).
+bool request_amx_permission() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM (asm/prctl.h)
+  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   const unsigned max_leaf = cpuid(0, 0).eax;
@@ -46,6 +63,7 @@ CpuFeatures detect() {
   const unsigned long long xcr0 = read_xcr0();
   const bool os_avx = (xcr0 & 0x6) == 0x6;             // XMM and YMM state
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG, XTILEDATA
   if (!os_avx) return f;
   f.fma = bit(l1.ecx, 12);
   f.f16c = bit(l1.ecx, 29);
@@ -61,6 +79,10 @@ CpuFeatures detect() {
     f.avx512vl = bit(l7.ebx, 31);
     f.avx512_vnni = bit(l7.ecx, 11);
     f.avx512_bf16 = bit(l7s1.eax, 5);
+  }
+  if (os_amx && bit(l7.edx, 24) && bit(l7.edx, 25) && request_amx_permission()) {
+    f.amx_tile = true;  // AMX-TILE: cpuid 7.0 edx bit 24
+    f.amx_int8 = true;  // AMX-INT8: bit 25
   }
   return f;
 }
@@ -86,6 +108,8 @@ IsaLevel detect_best_level() {
   if (f.neon && f.dotprod) return IsaLevel::neon;
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_vnni) {
+    // amx only where this build compiled its kernels (the compiler may lack -mamx-*).
+    if (EMBER_HAS_AMX && f.amx_tile && f.amx_int8) return IsaLevel::amx;
     return IsaLevel::avx512;
   }
   if (avx2) return IsaLevel::avx2;
@@ -96,7 +120,7 @@ IsaLevel detect_active_level() {
   const IsaLevel best = best_isa_level();
   const char* cap = std::getenv("EMBER_CPU_ISA");
   if (cap == nullptr || *cap == '\0') return best;
-  for (IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::neon}) {
+  for (IsaLevel level : kIsaLevels) {
     if (std::strcmp(cap, isa_name(level)) == 0) {
       // A cap only lowers the level; asking for an ISA the CPU lacks keeps the best one.
       return isa_supported(level) ? level : best;
@@ -122,22 +146,32 @@ IsaLevel active_isa_level() {
   return level;
 }
 
-bool isa_supported(IsaLevel level) {
-  const IsaLevel best = best_isa_level();
-  switch (level) {
-    case IsaLevel::scalar: return true;
-    case IsaLevel::neon: return best == IsaLevel::neon;
-    case IsaLevel::avx2: return best == IsaLevel::avx2 || best == IsaLevel::avx512;
-    case IsaLevel::avx512: return best == IsaLevel::avx512;
-  }
-  return false;
+bool isa_within(IsaLevel level, IsaLevel cap) {
+  // Position on the level's own chain; scalar heads both.
+  auto rank = [](IsaLevel l) {
+    switch (l) {
+      case IsaLevel::scalar: return 0;
+      case IsaLevel::avx2: return 1;
+      case IsaLevel::avx512: return 2;
+      case IsaLevel::amx: return 3;
+      case IsaLevel::neon: return 1;
+    }
+    return 0;
+  };
+  auto is_arm = [](IsaLevel l) { return l == IsaLevel::neon; };
+  if (level == IsaLevel::scalar) return true;
+  if (cap == IsaLevel::scalar || is_arm(level) != is_arm(cap)) return false;
+  return rank(level) <= rank(cap);
 }
+
+bool isa_supported(IsaLevel level) { return isa_within(level, best_isa_level()); }
 
 const char* isa_name(IsaLevel level) {
   switch (level) {
     case IsaLevel::scalar: return "scalar";
     case IsaLevel::avx2: return "avx2";
     case IsaLevel::avx512: return "avx512";
+    case IsaLevel::amx: return "amx";
     case IsaLevel::neon: return "neon";
   }
   return "?";

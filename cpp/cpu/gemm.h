@@ -15,6 +15,7 @@ inline constexpr int64_t kGemmColsAvx512 = 16;
 // nullptr where the ISA has no GEMM for the type.
 GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
+GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512's panels)
 
 // True where the avx512 GEMM also takes 1..3 rows (TypeKernels::gemm_any_rows).
 bool gemm_any_rows_avx512(DType type);

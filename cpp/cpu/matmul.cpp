@@ -69,6 +69,13 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   const auto* w_bytes = static_cast<const uint8_t*>(w);
   const int64_t w_row_bytes = row_bytes(wtype, n_in);
 
+  const bool use_gemm = k.gemm != nullptr && (n_rows >= kGemmMinRows || k.gemm_any_rows);
+  // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
+  const ActTiling& tiling = kernels.act_tiling;
+  const bool tiled = use_gemm && k.act == ActFormat::q8a && tiling.tile_rows > 0 &&
+                     n_rows >= tiling.min_rows;
+  ScratchBuffer act_tiles(tiled ? tiling.bytes(n_rows, n_in) : 0);
+
   // Activations in the kernels' format: [n_rows][act_row_bytes].
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   int64_t act_row_bytes = n_in * static_cast<int64_t>(sizeof(float));
@@ -76,24 +83,29 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   if (k.act == ActFormat::q8a) {
     act_row_bytes = (n_in / 32) * static_cast<int64_t>(sizeof(BlockQ8A));
     auto* q = act_buffer.data();
-    auto quantize_rows = [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
+    // Rows are handed out in whole tiles, so each thread packs the tiles of the rows it just
+    // quantized (still in its cache).
+    const int64_t unit = tiled ? tiling.tile_rows : 1;
+    const int64_t n_units = (n_rows + unit - 1) / unit;
+    auto quantize_units = [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
         kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in);
       }
+      if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles.data());
     };
     if (n_rows < 2 * pool.n_threads()) {
-      quantize_rows(0, n_rows);  // a few rows: not worth waking the workers twice
+      quantize_units(0, n_units);  // a few rows: not worth waking the workers twice
     } else {
       pool.run([&](int ith, int nth) {
         int64_t begin, end;
-        split_range(n_rows, ith, nth, &begin, &end);
-        quantize_rows(begin, end);
+        split_range(n_units, ith, nth, &begin, &end);
+        quantize_units(begin, end);
       });
     }
     act = q;
   }
 
-  if (k.gemm != nullptr && (n_rows >= kGemmMinRows || k.gemm_any_rows)) {
+  if (use_gemm) {
     const int64_t panel_bytes = round_up(kernels.panel_bytes(n_in), 64);
     ScratchBuffer panels(panel_bytes * pool.n_threads());
     const int64_t n_panels = (n_out + k.gemm_cols - 1) / k.gemm_cols;
@@ -103,7 +115,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
       if (begin == end) return;
       GemmArgs args{w_bytes, w_row_bytes, n_in, begin * k.gemm_cols,
                     std::min(end * k.gemm_cols, n_out), act, act_row_bytes, n_rows,
-                    y, n_out, panels.data() + ith * panel_bytes};
+                    y, n_out, panels.data() + ith * panel_bytes, tiled ? act_tiles.data() : nullptr};
       k.gemm(args);
     });
     return;

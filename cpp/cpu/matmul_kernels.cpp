@@ -10,6 +10,9 @@ const IsaKernels* isa_kernels(IsaLevel level) {
     case IsaLevel::avx2: return &isa_kernels_avx2();
     case IsaLevel::avx512: return &isa_kernels_avx512();
 #endif
+#if EMBER_HAS_AMX
+    case IsaLevel::amx: return &isa_kernels_amx();
+#endif
 #if EMBER_HAS_ARM
     case IsaLevel::neon: return &isa_kernels_neon();
 #endif

@@ -1,5 +1,5 @@
 // cpu/matmul_kernels.h: the per-ISA kernel tables behind cpu::matmul, indexed by weight DType.
-// Each ISA file (vec_dot_scalar.cpp, *_avx2.cpp, *_avx512.cpp, *_neon.cpp) fills one table;
+// Each ISA file (vec_dot_scalar.cpp, *_avx2.cpp, *_avx512.cpp, gemm_amx.cpp, *_neon.cpp) fills one table;
 // matmul.cpp picks the table of the active ISA level. Tests reach every table directly.
 #pragma once
 
@@ -33,8 +33,23 @@ struct GemmArgs {
   float* y;                 // [n_rows][ldy]
   int64_t ldy;
   void* panel;              // per-thread scratch
+  const uint8_t* act_tiles; // act in the table's ActTiling layout (q8a types); nullptr if none
 };
 using GemmFn = void (*)(const GemmArgs& args);
+
+// A GEMM layout of the quantized activations in tiles of `tile_rows` rows, made once per
+// matmul (shared by every thread) when a table's GEMMs want one: AMX loads 16 rows of one block's
+// quants as one tile, which is slow from BlockQ8A rows 44 bytes apart per block.
+struct ActTiling {
+  int64_t tile_rows = 0;  // 0: the GEMMs read the BlockQ8A rows directly
+  int64_t min_rows = 0;   // smaller matmuls leave act_tiles null (the GEMMs then read the rows)
+  // Bytes of the whole layout for n_rows rows of n_in elements.
+  int64_t (*bytes)(int64_t n_rows, int64_t n_in) = nullptr;
+  // Writes tiles [tile_begin, tile_end) of `act` ([n_rows][act_row_bytes] BlockQ8A rows) into
+  // `out` (64-byte aligned); rows past n_rows in the last tile are zero.
+  void (*pack)(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
+               int64_t tile_begin, int64_t tile_end, uint8_t* out) = nullptr;
+};
 
 // act[n / 32 blocks] = x[n] quantized (bit-identical to quantize_act_row_ref).
 using QuantizeActFn = void (*)(const float* x, BlockQ8A* act, int64_t n);
@@ -55,6 +70,7 @@ struct IsaKernels {
   IsaLevel level = IsaLevel::scalar;
   QuantizeActFn quantize_act = nullptr;
   int64_t (*panel_bytes)(int64_t n_in) = nullptr;  // GEMM scratch per thread
+  ActTiling act_tiling;                            // for the q8a GEMMs
   TypeKernels types[kNumDTypeIds];
 
   const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }
@@ -68,6 +84,7 @@ const IsaKernels* isa_kernels(IsaLevel level);
 const IsaKernels& isa_kernels_scalar();
 const IsaKernels& isa_kernels_avx2();
 const IsaKernels& isa_kernels_avx512();
+const IsaKernels& isa_kernels_amx();  // avx512's, with AMX GEMMs for quantized weights
 const IsaKernels& isa_kernels_neon();
 
 }  // namespace ember::cpu

@@ -10,6 +10,7 @@ void init_tokenizer(nb::module_& m);
 void init_model(nb::module_& m);
 void init_sampling(nb::module_& m);
 void init_engine(nb::module_& m);
+void init_cpu(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ember's C++ core: GGUF files, quantization, tokenizers, models";
@@ -20,4 +21,5 @@ NB_MODULE(_core, m) {
   init_model(m);
   init_sampling(m);
   init_engine(m);
+  init_cpu(m);
 }

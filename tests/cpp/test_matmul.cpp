@@ -3,7 +3,9 @@
 //   (a) the scalar int8 reference kernels: same integer math, so only float summation order may
 //       differ (tight bound), and
 //   (b) dequantize_row + a double-precision dot of the unquantized activations: adds the int8
-//       activation rounding error (looser, but still a proven bound).
+//       activation rounding error (looser, but still a proven bound),
+// and the amx GEMMs against the avx512 ones bit for bit (the engine relies on a row's result not
+// depending on which GEMM path or batch size computed it).
 // Prints one line per failure and "N passed, M failed"; exits 1 on any failure.
 // EMBER_TEST_SEED=<n> replays a run.
 #include <cmath>
@@ -189,11 +191,11 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
 }
 
 // Where a level's GEMM takes any row count (gemm_any_rows), a row's output must be the same
-// bits whether it came alone, with one or two others, or in a batch of 20 (the engine relies on
-// it instead of padding small batches).
+// bits whether it came alone, with one or two others, or in a batch of 40 (the engine relies on
+// it instead of padding small batches; 40 rows take amx's tile path where amx is active).
 void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_64& rng,
                       const std::vector<DType>& types) {
-  const int64_t kRows = 20;
+  const int64_t kRows = 40;
   for (DType type : types) {
     if (!kernels.of(type).gemm_any_rows) continue;
     for (int64_t n_in : {256, 768}) {
@@ -217,6 +219,52 @@ void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_
   }
 }
 
+// amx and avx512 GEMMs must agree exactly: same int32 dots, same float operations in the same
+// order. Row counts cover one partial tile, exact tiles, and partial last tiles.
+// Small matmuls run the amx table's GEMMs on avx512's code path (below act_tiling.min_rows), so
+// a copy of the table with that threshold removed puts every row count through the tile code.
+void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
+  IsaKernels amx = *isa_kernels(IsaLevel::amx);
+  amx.act_tiling.min_rows = 0;
+  const IsaKernels& avx512 = *isa_kernels(IsaLevel::avx512);
+  const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
+  const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  // n_in: one block, a partial K chunk, more than one chunk (16 blocks); n_out: one panel, a
+  // partial panel, panels split unevenly over the threads.
+  const Shape small_shapes[] = {{32, 16}, {96, 37}, {544, 50}, {1056, 16}};
+  const Shape k_shapes[] = {{256, 16}, {768, 37}, {512, 50}};
+  std::vector<Case> cases;
+  for (int64_t n_rows : {4, 5, 15, 16, 17, 33, 100}) {
+    for (DType t : small_types) {
+      for (Shape s : small_shapes) cases.push_back({t, s.n_in, s.n_out, n_rows});
+    }
+    for (DType t : k_types) {
+      for (Shape s : k_shapes) cases.push_back({t, s.n_in, s.n_out, n_rows});
+    }
+  }
+  int failed = 0;
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> w = random_weights(c.type, c.n_in, c.n_out, rng);
+    const std::vector<float> x = random_acts(c.n_rows, c.n_in, rng);
+    std::vector<float> y_amx(c.n_rows * c.n_out, NAN), y_avx512(c.n_rows * c.n_out, NAN);
+    matmul_with(amx, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_amx.data(), pool);
+    matmul_with(avx512, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_avx512.data(), pool);
+    int64_t n_diff = 0;
+    for (size_t i = 0; i < y_amx.size(); ++i) {
+      n_diff += std::memcmp(&y_amx[i], &y_avx512[i], sizeof(float)) != 0;
+    }
+    failed += n_diff != 0;
+    check(n_diff == 0, std::string("amx ") + dtype_name(c.type) + " n_in=" + std::to_string(c.n_in) +
+                           " n_out=" + std::to_string(c.n_out) + " n_rows=" + std::to_string(c.n_rows) +
+                           ": " + std::to_string(n_diff) + " outputs differ from avx512's bits");
+  }
+  std::printf("amx == avx512 bit for bit: %d passed, %d failed\n", static_cast<int>(cases.size()) - failed,
+              failed);
+}
+
 }  // namespace
 
 int main() {
@@ -224,10 +272,10 @@ int main() {
   if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
   std::mt19937_64 rng(seed);
   const CpuFeatures& f = cpu_features();
-  std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d neon=%d dotprod=%d; active isa %s\n",
+  std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d amx_tile=%d amx_int8=%d neon=%d dotprod=%d; active isa %s\n",
               static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw,
-              f.avx512vl, f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.neon, f.dotprod,
-              isa_name(active_isa_level()));
+              f.avx512vl, f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.amx_tile, f.amx_int8,
+              f.neon, f.dotprod, isa_name(active_isa_level()));
 
   const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
   const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
@@ -257,15 +305,17 @@ int main() {
 
   ThreadPool pool(2);  // odd n_out and panel counts give uneven splits
   const IsaLevel active = active_isa_level();
-  for (IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::neon}) {
+  for (IsaLevel level : kIsaLevels) {
+    // Check the CPU before isa_kernels(): building a table runs code compiled for its ISA.
+    if (!isa_supported(level) || !isa_within(level, active)) continue;
     const IsaKernels* kernels = isa_kernels(level);
-    if (!kernels || !isa_supported(level)) continue;
-    if (level != IsaLevel::scalar && static_cast<int>(level) > static_cast<int>(active)) continue;
+    if (!kernels) continue;
     const int failed_before = g_failed, passed_before = g_passed;
     for (const Case& c : cases) run_case(c, *kernels, pool, rng);
     std::vector<DType> quant_types(std::begin(small_types), std::end(small_types));
     quant_types.insert(quant_types.end(), std::begin(k_types), std::end(k_types));
     check_rows_exact(*kernels, pool, rng, quant_types);
+    if (level == IsaLevel::amx) check_amx_bit_identical(pool, rng);
     std::printf("isa %s: %d passed, %d failed\n", isa_name(level), g_passed - passed_before,
                 g_failed - failed_before);
   }

@@ -35,7 +35,7 @@ def time_generation(model, n_gen: int, rng: np.random.Generator) -> float:
 def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[int],
               repetitions: int) -> list[dict]:
     """One result row per test (pp<n>, tg<n>): tokens/s of each repetition after one warm-up."""
-    from ember._core import Model
+    from ember._core import Model, cpu_isa
     from ember.commands.info import describe
 
     facts = describe(model_path)
@@ -54,6 +54,7 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
             "file_type": facts["file_type"],
             "size_bytes": facts["file_bytes"],
             "n_params": facts["n_params"],
+            "backend": f"CPU {cpu_isa()}",
             "threads": model.n_threads,
             "test": f"{kind}{n}",
             "tokens_per_second": statistics.fmean(speeds),
@@ -78,9 +79,9 @@ def bench(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    header = ("model", "size", "params", "threads", "test", "t/s")
+    header = ("model", "size", "params", "backend", "threads", "test", "t/s")
     table = [(f"{r['model']} {r['file_type']}", human_bytes(r["size_bytes"]), human_count(r["n_params"]),
-              str(r["threads"]), r["test"], f"{r['tokens_per_second']:.2f} ± {r['stddev']:.2f}")
+              r["backend"], str(r["threads"]), r["test"], f"{r['tokens_per_second']:.2f} ± {r['stddev']:.2f}")
              for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) if i < 1 else c.rjust(w)  # noqa: E731
