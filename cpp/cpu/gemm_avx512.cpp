@@ -121,32 +121,6 @@ inline __m512i join(__m256i low, __m256i high) {
   return _mm512_mask_inserti64x4(x, 0xff, x, high, 1);
 }
 
-// The scales of block b of 16 columns, as pack_panel16 stores them in a Panel (scale[0] and
-// coef_s; one-block formats have no per-16 scales).
-struct ColumnScales {
-  __m512 scale, coef_s;
-};
-
-template <typename F>
-concept HasMin = requires(const typename F::Block& x) { x.m; };
-
-// The scales of block b of 16 columns of a one-block format: d (and m for q4_1 / q5_1) start
-// every block, so one gather fetches both f16 values of all 16 columns.
-template <typename F>
-ColumnScales column_scales(const uint8_t* w, __m512i offsets, int64_t b) {
-  // (Masked forms throughout: GCC 12 warns about the plain ones' undefined pass-through.)
-  const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, offsets,
-                                                 w + b * int64_t(sizeof(typename F::Block)), 1);
-  ColumnScales s;
-  s.scale = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, dm));
-  __m512 min = _mm512_setzero_ps();
-  if constexpr (HasMin<F>) {
-    min = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, dm, 16)));
-  }
-  s.coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), s.scale));
-  return s;
-}
-
 template <typename F, int R>
 void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
   static_assert(F::kBlocksPer == 1 && !F::kSub16);

@@ -5,6 +5,8 @@
 // Included only by *_avx512.cpp / *_amx.cpp; internal linkage (see block_formats.h).
 #pragma once
 
+#include <algorithm>
+
 #include "cpu/gemm_pack_x86.h"
 
 namespace ember::cpu {
@@ -42,6 +44,32 @@ constexpr TransposeTable kTranspose = make_transpose_table();
 
 inline __m512i transpose_index(int i) { return _mm512_load_si512(kTranspose.v[i]); }
 
+// The scales of block b of 16 columns, as pack_panel16 stores them in a Panel (scale[0] and
+// coef_s; one-block formats have no per-16 scales).
+struct ColumnScales {
+  __m512 scale, coef_s;
+};
+
+template <typename F>
+concept HasMin = requires(const typename F::Block& x) { x.m; };
+
+// The scales of block b of 16 columns of a one-block format: d (and m for q4_1 / q5_1) start
+// every block, so one gather fetches both f16 values of all 16 columns.
+template <typename F>
+ColumnScales column_scales(const uint8_t* w, __m512i offsets, int64_t b) {
+  // (Masked forms throughout: GCC 12 warns about the plain ones' undefined pass-through.)
+  const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, offsets,
+                                                 w + b * int64_t(sizeof(typename F::Block)), 1);
+  ColumnScales s;
+  s.scale = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, dm));
+  __m512 min = _mm512_setzero_ps();
+  if constexpr (HasMin<F>) {
+    min = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, dm, 16)));
+  }
+  s.coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), s.scale));
+  return s;
+}
+
 // pack_quant_panel for 16 columns and one K chunk. Pass 1 reads each weight row's chunk in
 // order and stores each block's 32 quants column-major into the block's u area (storing 4-byte
 // groups straight into the interleaved layout took 8 scattered stores per block); pass 2
@@ -53,7 +81,28 @@ template <typename F>
 void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
                   int64_t n_blocks, Panel16* panel) {
   if (nc < 16) std::memset(static_cast<void*>(panel), 0, sizeof(Panel16) * n_blocks);
-  for (int c = 0; c < nc; ++c) {
+  if constexpr (F::kBlocksPer == 1) {
+    // One-block formats: the quants column by column, the scales of all columns per block in
+    // one gather (the same floats the per-column code below would store).
+    alignas(64) int32_t offsets[16];
+    for (int c = 0; c < 16; ++c) offsets[c] = static_cast<int32_t>(std::min(c, nc - 1) * w_row_bytes);
+    const uint8_t* w0 = w + c0 * w_row_bytes;
+    for (int c = 0; c < nc; ++c) {
+      const uint8_t* row = w + (c0 + c) * w_row_bytes;
+      for (int64_t i = 0; i < n_blocks; ++i) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c), quants_x86(F{}, row, b0 + i));
+      }
+    }
+    const __m512i column_offsets = _mm512_load_si512(offsets);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+      const ColumnScales s = column_scales<F>(w0, column_offsets, b0 + i);
+      _mm512_store_ps(panel[i].scale[0], s.scale);
+      _mm512_store_ps(panel[i].scale[1], s.scale);
+      _mm512_store_ps(panel[i].coef_s, s.coef_s);
+      _mm512_store_ps(panel[i].coef_s_lo, _mm512_setzero_ps());
+    }
+  }
+  for (int c = 0; c < (F::kBlocksPer == 1 ? 0 : nc); ++c) {
     const uint8_t* row = w + (c0 + c) * w_row_bytes;
     BlockScales scales[F::kBlocksPer];
     for (int64_t i = 0; i < n_blocks; ++i) {
