@@ -126,8 +126,12 @@ def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
     with httpx.stream("POST", server.base_url + "/chat/completions", json=body,
                       timeout=30) as response:
         assert response.status_code == 200
+        # Keep the line iterator referenced: a for loop's temporary iterator is closed at
+        # `break`, and closing it makes httpcore drop the connection at once, which would be
+        # the disconnect this test wants to cause only when the `with` block ends.
+        lines = response.iter_lines()
         n_data = 0
-        for line in response.iter_lines():
+        for line in lines:
             n_data += line.startswith("data: ")
             if n_data == 4:
                 break
