@@ -123,7 +123,7 @@ inline __m512i join(__m256i low, __m256i high) {
 
 template <typename F, int R>
 void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
-  static_assert(F::kBlocksPer == 1 && !F::kSub16);
+  static_assert(kColumnScales<F>);
   const int64_t n_blocks = g.n_in / 32;
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
   const uint8_t* cols[kCols];  // weight rows of the panel's columns (missing ones repeat the last)
@@ -132,7 +132,7 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
     cols[c] = g.w + (c0 + std::min(c, nc - 1)) * g.w_row_bytes;
     offsets[c] = static_cast<int32_t>((cols[c] - cols[0]));
   }
-  const __m512i column_offsets = _mm512_load_si512(offsets);
+  ColumnScaleReader<F> scales{cols[0], _mm512_load_si512(offsets), {}};
   const BlockQ8A* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(g.act + r * g.act_row_bytes);
   __m512 acc[R];
@@ -140,9 +140,10 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
   constexpr int64_t kBlockBytes = sizeof(typename F::Block);
 
   for (int64_t b = 0; b < n_blocks; ++b) {
-    // Each column is a stream of its own: ask for its block 32 blocks ahead (a block is at most
-    // 34 bytes, so every line of the stream is asked for).
-    for (int c = 0; c < nc; ++c) _mm_prefetch(reinterpret_cast<const char*>(cols[c]) + (b + 32) * kBlockBytes, _MM_HINT_T0);
+    // Each column is a stream of its own: ask for the byte ~1 KiB ahead of this block (a 32-element
+    // block is at most 34 bytes, so every line of the stream is asked for).
+    const int64_t ahead = b * kBlockBytes / F::kBlocksPer + 1024;
+    for (int c = 0; c < nc; ++c) _mm_prefetch(reinterpret_cast<const char*>(cols[c]) + ahead, _MM_HINT_T0);
     __m256i lo8[2][R], hi8[2][R];  // [columns 0..7, 8..15][row]
     for (int half = 0; half < 2; ++half) {
       __m256i v[R][8];
@@ -158,14 +159,22 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) sum_columns8(v[r], &lo8[half][r], &hi8[half][r]);
     }
-    const ColumnScales s = column_scales<F>(cols[0], column_offsets, b);
+    const ColumnScales& s = scales.at(b);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {  // tile_quant's float steps
       const BlockQ8A& a = rows[r][b];
       const __m512i lo = join(lo8[0][r], lo8[1][r]), hi = join(hi8[0][r], hi8[1][r]);
-      const __m512 dot = to_float(_mm512_add_epi32(lo, hi));
-      acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s.scale, _mm512_set1_ps(a.d)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
+      if constexpr (F::kSub16) {
+        __m512 t = _mm512_mul_ps(to_float(lo), s.scale0);
+        t = _mm512_fmadd_ps(to_float(hi), s.scale1, t);
+        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), acc[r]);
+        acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
+        acc[r] = _mm512_fmadd_ps(s.coef_s_lo, _mm512_set1_ps(a.s_lo), acc[r]);
+      } else {
+        const __m512 dot = to_float(_mm512_add_epi32(lo, hi));
+        acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s.scale0, _mm512_set1_ps(a.d)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
+      }
     }
   }
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
@@ -187,7 +196,7 @@ void gemv_quant(const GemmArgs& g) {
 // row tiles read it (and the pack's stores never leave L1).
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
-  if constexpr (F::kBlocksPer == 1) {
+  if constexpr (kColumnScales<F>) {
     if (g.n_rows < kGemmSmallRows) return gemv_quant<F>(g);
   }
   const int64_t n_blocks = g.n_in / 32;
@@ -279,13 +288,11 @@ GemmFn gemm_kernel_avx512(DType type) {
 }
 
 bool gemm_any_rows_avx512(DType type) {
-  // The one-block formats: their scales come in one gather per block, and 1..3 rows run at least
-  // as fast as vec_dot (kernel_bench 2048 x 5632, 1 thread: q4_0 12.5 vs 10.0 GB/s, q8_0 27.6 vs
-  // 19.1). K-quants decode super-block scales per column in scalar code and stay on vec_dot
-  // (TinyLlama q4_k_m tg 13.1 vs 15.5 t/s).
+  // The formats whose scales ColumnScaleReader gathers for 16 columns at once (kColumnScales):
+  // there 1..3 rows without packing run at least as fast as vec_dot. q2_k / q3_k stay on vec_dot.
   switch (type) {
     case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
-    case DType::iq4_nl:
+    case DType::iq4_nl: case DType::q4_k: case DType::q5_k: case DType::q6_k:
       return true;
     default:
       return false;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 
 #include "cpu/gemm_pack_x86.h"
 
@@ -44,31 +46,108 @@ constexpr TransposeTable kTranspose = make_transpose_table();
 
 inline __m512i transpose_index(int i) { return _mm512_load_si512(kTranspose.v[i]); }
 
-// The scales of block b of 16 columns, as pack_panel16 stores them in a Panel (scale[0] and
-// coef_s; one-block formats have no per-16 scales).
+// The scale fields of block b of 16 columns, as the per-column code in pack_panel16 stores them
+// in a Panel, computed for all 16 columns at once from a few gathers. Each value is one IEEE
+// operation on the same inputs as there (a scale is an f16 value or one product; kBias is 0 or a
+// power of two, so min - kBias * scale rounds once however it is compiled): the same bits.
 struct ColumnScales {
-  __m512 scale, coef_s;
+  __m512 scale0, scale1, coef_s, coef_s_lo;
 };
 
 template <typename F>
 concept HasMin = requires(const typename F::Block& x) { x.m; };
 
-// The scales of block b of 16 columns of a one-block format: d (and m for q4_1 / q5_1) start
-// every block, so one gather fetches both f16 values of all 16 columns.
+// Formats whose scales ColumnScaleReader decodes: the one-block formats, q4_k, q5_k and q6_k.
 template <typename F>
-ColumnScales column_scales(const uint8_t* w, __m512i offsets, int64_t b) {
-  // (Masked forms throughout: GCC 12 warns about the plain ones' undefined pass-through.)
-  const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, offsets,
-                                                 w + b * int64_t(sizeof(typename F::Block)), 1);
-  ColumnScales s;
-  s.scale = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, dm));
-  __m512 min = _mm512_setzero_ps();
-  if constexpr (HasMin<F>) {
-    min = _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, dm, 16)));
-  }
-  s.coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), s.scale));
-  return s;
+constexpr bool kColumnScales = F::kBlocksPer == 1 || std::is_same_v<F, FormatQ4_K> ||
+                               std::is_same_v<F, FormatQ5_K> || std::is_same_v<F, FormatQ6_K>;
+
+// (Masked intrinsics throughout: GCC 12 warns about the plain ones' undefined pass-through.)
+inline __m512i gather32(const uint8_t* base, __m512i offsets) {
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, offsets, base, 1);
 }
+inline __m512 half_lo(__m512i v) {  // the f16 in bits 0..15 of each lane
+  return _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, v));
+}
+inline __m512 half_hi(__m512i v) {  // the f16 in bits 16..31
+  return half_lo(_mm512_maskz_srli_epi32(0xffff, v, 16));
+}
+inline __m512i byte_of(const __m512i* words, int k) {  // byte k of the bytes the words hold
+  return _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, words[k / 4], 8 * (k % 4)),
+                                _mm512_set1_epi32(0xff));
+}
+inline __m512 to_float_lanes(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+
+template <typename F>
+struct ColumnScaleReader {
+  static_assert(kColumnScales<F>);
+  const uint8_t* w;   // column 0's weight row
+  __m512i offsets;    // bytes from column 0's row to each column's row
+  ColumnScales k[F::kBlocksPer];  // K-quants: the scales of the current super-block's blocks
+
+  // The scales of block b; K-quants decode a super-block when b enters it (b in order).
+  const ColumnScales& at(int64_t b) {
+    constexpr int64_t kBytes = sizeof(typename F::Block);
+    const uint8_t* block = w + b / F::kBlocksPer * kBytes;
+    if constexpr (F::kBlocksPer == 1) {
+      const __m512i dm = gather32(block, offsets);  // d, and m for q4_1 / q5_1
+      k[0].scale0 = k[0].scale1 = half_lo(dm);
+      const __m512 min = HasMin<F> ? half_hi(dm) : _mm512_setzero_ps();
+      k[0].coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), k[0].scale0));
+      k[0].coef_s_lo = _mm512_setzero_ps();
+      return k[0];
+    } else {
+      const int j = static_cast<int>(b % F::kBlocksPer);
+      if (j == 0) decode(block);
+      return k[j];
+    }
+  }
+
+  void decode(const uint8_t* block) {
+    if constexpr (std::is_same_v<F, FormatQ6_K>) {
+      // d is the last 2 bytes: the gather at 206 reads scales[14..15] and d.
+      const __m512 d = half_hi(gather32(block + offsetof(BlockQ6_K, d) - 2, offsets));
+      __m512i sc[4];
+      for (int q = 0; q < 4; ++q) sc[q] = gather32(block + offsetof(BlockQ6_K, scales) + 4 * q, offsets);
+      for (int j = 0; j < 8; ++j) {
+        __m512 scale[2];
+        for (int h = 0; h < 2; ++h) {  // int8 scales[2j + h], sign-extended
+          const __m512i u8 = byte_of(sc, 2 * j + h);
+          const __m512i s8 = _mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, u8, 24), 24);
+          scale[h] = _mm512_mul_ps(d, to_float_lanes(s8));
+        }
+        const __m512 bias = _mm512_set1_ps(float(F::kBias)), zero = _mm512_setzero_ps();
+        const __m512 corr0 = _mm512_sub_ps(zero, _mm512_mul_ps(bias, scale[0]));
+        const __m512 corr1 = _mm512_sub_ps(zero, _mm512_mul_ps(bias, scale[1]));
+        k[j] = {scale[0], scale[1], corr1, _mm512_sub_ps(corr0, corr1)};
+      }
+    } else {  // q4_k, q5_k: d, dmin, then the 6-bit scale / min table
+      const __m512i ddmin = gather32(block, offsets);
+      const __m512 d = half_lo(ddmin), dmin = half_hi(ddmin);
+      __m512i t[3];
+      for (int q = 0; q < 3; ++q) t[q] = gather32(block + 4 + 4 * q, offsets);
+      const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15), m48 = _mm512_set1_epi32(0x30);
+      for (int j = 0; j < 8; ++j) {
+        __m512i sc, m;
+        if (j < 4) {
+          sc = _mm512_maskz_and_epi32(0xffff, byte_of(t, j), m63);
+          m = _mm512_maskz_and_epi32(0xffff, byte_of(t, j + 4), m63);
+        } else {
+          const __m512i hi4 = byte_of(t, j + 4);
+          sc = _mm512_maskz_or_epi32(0xffff, _mm512_maskz_and_epi32(0xffff, hi4, m15),
+                                     _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j - 4), 2), m48));
+          m = _mm512_maskz_or_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, hi4, 4),
+                                    _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j), 2), m48));
+        }
+        const __m512 scale = _mm512_mul_ps(d, to_float_lanes(sc));
+        // -(dmin * m): a sign flip, as the scalar negation.
+        const __m512 min = _mm512_xor_ps(_mm512_mul_ps(dmin, to_float_lanes(m)), _mm512_set1_ps(-0.0f));
+        const __m512 corr0 = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), scale));
+        k[j] = {scale, scale, corr0, _mm512_setzero_ps()};
+      }
+    }
+  }
+};
 
 // pack_quant_panel for 16 columns and one K chunk. Pass 1 reads each weight row's chunk in
 // order and stores each block's 32 quants column-major into the block's u area (storing 4-byte
@@ -81,28 +160,27 @@ template <typename F>
 void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
                   int64_t n_blocks, Panel16* panel) {
   if (nc < 16) std::memset(static_cast<void*>(panel), 0, sizeof(Panel16) * n_blocks);
-  if constexpr (F::kBlocksPer == 1) {
-    // One-block formats: the quants column by column, the scales of all columns per block in
-    // one gather (the same floats the per-column code below would store).
+  if constexpr (kColumnScales<F>) {
+    // The quants column by column; the scales of all 16 columns per block from a few gathers
+    // (the same floats the per-column code below stores for the other formats).
     alignas(64) int32_t offsets[16];
     for (int c = 0; c < 16; ++c) offsets[c] = static_cast<int32_t>(std::min(c, nc - 1) * w_row_bytes);
-    const uint8_t* w0 = w + c0 * w_row_bytes;
     for (int c = 0; c < nc; ++c) {
       const uint8_t* row = w + (c0 + c) * w_row_bytes;
       for (int64_t i = 0; i < n_blocks; ++i) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c), quants_x86(F{}, row, b0 + i));
       }
     }
-    const __m512i column_offsets = _mm512_load_si512(offsets);
+    ColumnScaleReader<F> scales{w + c0 * w_row_bytes, _mm512_load_si512(offsets), {}};
     for (int64_t i = 0; i < n_blocks; ++i) {
-      const ColumnScales s = column_scales<F>(w0, column_offsets, b0 + i);
-      _mm512_store_ps(panel[i].scale[0], s.scale);
-      _mm512_store_ps(panel[i].scale[1], s.scale);
+      const ColumnScales& s = scales.at(b0 + i);
+      _mm512_store_ps(panel[i].scale[0], s.scale0);
+      _mm512_store_ps(panel[i].scale[1], s.scale1);
       _mm512_store_ps(panel[i].coef_s, s.coef_s);
-      _mm512_store_ps(panel[i].coef_s_lo, _mm512_setzero_ps());
+      _mm512_store_ps(panel[i].coef_s_lo, s.coef_s_lo);
     }
   }
-  for (int c = 0; c < (F::kBlocksPer == 1 ? 0 : nc); ++c) {
+  for (int c = 0; c < (kColumnScales<F> ? 0 : nc); ++c) {
     const uint8_t* row = w + (c0 + c) * w_row_bytes;
     BlockScales scales[F::kBlocksPer];
     for (int64_t i = 0; i < n_blocks; ++i) {
