@@ -98,11 +98,11 @@ constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
 // Below kGemmSmallRows rows, packing panels costs more than the rows' arithmetic. gemv_panel
 // computes tile_quant's outputs without packing: each column's block dot is one vpdpbusd on the
 // block as stored (8 int32 lanes, lanes 0-3 = elements 0..15) and a tree of hadds sums eight
-// columns' lanes at once. The int32 sums are exact, so they equal the GEMM's; the scales are
-// the same floats (a scale is an f16 value or one product of two; kBias is 0 or a power of two,
-// so min - kBias * scale rounds once however it is compiled); and the float steps are
+// columns' lanes at once. The int32 sums are exact, so they equal the GEMM's; the scales come
+// from the ColumnScaleReader that pack_panel16 stores in the panels; and the float steps are
 // tile_quant's, in its order. Every output is bit-identical to the GEMM's: a row's result does
-// not depend on how many rows came with it.
+// not depend on how many rows came with it. (Formats without a ColumnScaleReader, q2_k and
+// q3_k, keep vec_dot for few rows: see gemm_any_rows_avx512.)
 constexpr int64_t kGemmSmallRows = 4;
 
 // Sums of elements 0..15 (lo) and 16..31 (hi) of eight columns' block dots v[0..7].
