@@ -11,7 +11,6 @@ test gets one warm-up run, then `-r` timed runs; the table shows mean t/s and em
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import time

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from ember.server.config import ServerConfig
-
 from test_server_support import RunningServer, start_server
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -29,7 +28,7 @@ def server(stories_path: Path) -> Iterator[RunningServer]:
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=180,
+    result = subprocess.run(args, check=False, capture_output=True, text=True, timeout=180,
                             env=dict(os.environ, **(env or {})))
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -50,7 +49,7 @@ def test_curl_script(server: RunningServer) -> None:
 
 
 def test_curl_script_without_the_key_is_refused(server: RunningServer) -> None:
-    result = subprocess.run(["bash", str(EXAMPLES / "curl.sh")], capture_output=True, text=True,
+    result = subprocess.run(["bash", str(EXAMPLES / "curl.sh")], check=False, capture_output=True, text=True,
                             timeout=60, env=dict(os.environ, EMBER_URL=server.url, EMBER_API_KEY=""))
     assert '"code":"invalid_api_key"' in result.stdout.replace(" ", "")
 
