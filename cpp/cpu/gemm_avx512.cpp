@@ -101,8 +101,7 @@ constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
 // columns' lanes at once. The int32 sums are exact, so they equal the GEMM's; the scales come
 // from the ColumnScaleReader that pack_panel16 stores in the panels; and the float steps are
 // tile_quant's, in its order. Every output is bit-identical to the GEMM's: a row's result does
-// not depend on how many rows came with it. (Formats without a ColumnScaleReader, q2_k and
-// q3_k, keep vec_dot for few rows: see gemm_any_rows_avx512.)
+// not depend on how many rows came with it.
 constexpr int64_t kGemmSmallRows = 4;
 
 // Sums of elements 0..15 (lo) and 16..31 (hi) of eight columns' block dots v[0..7].
@@ -288,11 +287,12 @@ GemmFn gemm_kernel_avx512(DType type) {
 }
 
 bool gemm_any_rows_avx512(DType type) {
-  // The formats whose scales ColumnScaleReader gathers for 16 columns at once (kColumnScales):
-  // there 1..3 rows without packing run at least as fast as vec_dot. q2_k / q3_k stay on vec_dot.
+  // Every quantized format: ColumnScaleReader gathers their scales for 16 columns at once, and
+  // 1..3 rows without packing run at least as fast as vec_dot.
   switch (type) {
     case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
-    case DType::iq4_nl: case DType::q4_k: case DType::q5_k: case DType::q6_k:
+    case DType::iq4_nl: case DType::q2_k: case DType::q3_k: case DType::q4_k: case DType::q5_k:
+    case DType::q6_k:
       return true;
     default:
       return false;

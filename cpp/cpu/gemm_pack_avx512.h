@@ -46,10 +46,12 @@ constexpr TransposeTable kTranspose = make_transpose_table();
 
 inline __m512i transpose_index(int i) { return _mm512_load_si512(kTranspose.v[i]); }
 
-// The scale fields of block b of 16 columns, as the per-column code in pack_panel16 stores them
-// in a Panel, computed for all 16 columns at once from a few gathers. Each value is one IEEE
-// operation on the same inputs as there (a scale is an f16 value or one product; kBias is 0 or a
-// power of two, so min - kBias * scale rounds once however it is compiled): the same bits.
+// The scale fields of block b of 16 columns as a Panel holds them (see pack_quant_panel in
+// gemm_pack_x86.h): scale[h] per 16-element half, and with corr_h = min_h - kBias * scale_h,
+// coef_s = corr1 (kSub16) or corr0, coef_s_lo = corr0 - corr1 (kSub16) or 0. Computed for all 16
+// columns at once from a few gathers per (super-)block, with each value one IEEE operation on
+// the block's fields (kBias is 0 or a power of two, so min - kBias * scale rounds once however
+// it is compiled). The GEMMs' panels and the small-row kernel both take their scales from here.
 struct ColumnScales {
   __m512 scale0, scale1, coef_s, coef_s_lo;
 };
@@ -57,9 +59,10 @@ struct ColumnScales {
 template <typename F>
 concept HasMin = requires(const typename F::Block& x) { x.m; };
 
-// Formats whose scales ColumnScaleReader decodes: the one-block formats, q4_k, q5_k and q6_k.
+// Formats whose scales ColumnScaleReader decodes: all the quantized weight formats.
 template <typename F>
-constexpr bool kColumnScales = F::kBlocksPer == 1 || std::is_same_v<F, FormatQ4_K> ||
+constexpr bool kColumnScales = F::kBlocksPer == 1 || std::is_same_v<F, FormatQ2_K> ||
+                               std::is_same_v<F, FormatQ3_K> || std::is_same_v<F, FormatQ4_K> ||
                                std::is_same_v<F, FormatQ5_K> || std::is_same_v<F, FormatQ6_K>;
 
 // (Masked intrinsics throughout: GCC 12 warns about the plain ones' undefined pass-through.)
@@ -103,8 +106,55 @@ struct ColumnScaleReader {
     }
   }
 
+  // Per-16 scales of both halves of each block into k[], with min_h as given; the corrections
+  // as pack_panel16's per-column code computes them.
+  void set_sub16(int j, const __m512 scale[2], const __m512 min[2]) {
+    const __m512 bias = _mm512_set1_ps(float(F::kBias));
+    const __m512 corr0 = _mm512_sub_ps(min[0], _mm512_mul_ps(bias, scale[0]));
+    const __m512 corr1 = _mm512_sub_ps(min[1], _mm512_mul_ps(bias, scale[1]));
+    k[j] = {scale[0], scale[1], corr1, _mm512_sub_ps(corr0, corr1)};
+  }
+
   void decode(const uint8_t* block) {
-    if constexpr (std::is_same_v<F, FormatQ6_K>) {
+    const __m512 zero = _mm512_setzero_ps();
+    if constexpr (std::is_same_v<F, FormatQ2_K>) {  // scales[16]: low nibble scale, high min
+      const __m512i ddmin = gather32(block + offsetof(BlockQ2_K, d), offsets);
+      const __m512 d = half_lo(ddmin), dmin = half_hi(ddmin);
+      __m512i sc[4];
+      for (int q = 0; q < 4; ++q) sc[q] = gather32(block + offsetof(BlockQ2_K, scales) + 4 * q, offsets);
+      for (int j = 0; j < 8; ++j) {
+        __m512 scale[2], min[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m512i b = byte_of(sc, 2 * j + h);
+          scale[h] = _mm512_mul_ps(d, to_float_lanes(_mm512_maskz_and_epi32(0xffff, b, _mm512_set1_epi32(15))));
+          min[h] = _mm512_xor_ps(_mm512_mul_ps(dmin, to_float_lanes(_mm512_maskz_srli_epi32(0xffff, b, 4))),
+                                 _mm512_set1_ps(-0.0f));  // -(dmin * m)
+        }
+        set_sub16(j, scale, min);
+      }
+    } else if constexpr (std::is_same_v<F, FormatQ3_K>) {  // 16 packed 6-bit scales, minus 32
+      // d is the last 2 bytes: the gather 2 bytes before it reads scales[10..11] and d.
+      const __m512 d = half_hi(gather32(block + offsetof(BlockQ3_K, d) - 2, offsets));
+      __m512i sc[3];
+      for (int q = 0; q < 3; ++q) sc[q] = gather32(block + offsetof(BlockQ3_K, scales) + 4 * q, offsets);
+      const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+      for (int j = 0; j < 8; ++j) {
+        __m512 scale[2];
+        const __m512 min[2] = {zero, zero};
+        for (int h = 0; h < 2; ++h) {
+          const int i = 2 * j + h;
+          const __m512i low = i < 8 ? _mm512_maskz_and_epi32(0xffff, byte_of(sc, i), m15)
+                                    : _mm512_maskz_srli_epi32(0xffff, byte_of(sc, i - 8), 4);
+          const __m512i high = _mm512_maskz_and_epi32(
+              0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(sc, 8 + i % 4), 2 * (i / 4)), m3);
+          const __m512i value = _mm512_maskz_sub_epi32(
+              0xffff, _mm512_maskz_or_epi32(0xffff, low, _mm512_maskz_slli_epi32(0xffff, high, 4)),
+              _mm512_set1_epi32(32));
+          scale[h] = _mm512_mul_ps(d, to_float_lanes(value));
+        }
+        set_sub16(j, scale, min);
+      }
+    } else if constexpr (std::is_same_v<F, FormatQ6_K>) {
       // d is the last 2 bytes: the gather at 206 reads scales[14..15] and d.
       const __m512 d = half_hi(gather32(block + offsetof(BlockQ6_K, d) - 2, offsets));
       __m512i sc[4];
@@ -116,10 +166,8 @@ struct ColumnScaleReader {
           const __m512i s8 = _mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, u8, 24), 24);
           scale[h] = _mm512_mul_ps(d, to_float_lanes(s8));
         }
-        const __m512 bias = _mm512_set1_ps(float(F::kBias)), zero = _mm512_setzero_ps();
-        const __m512 corr0 = _mm512_sub_ps(zero, _mm512_mul_ps(bias, scale[0]));
-        const __m512 corr1 = _mm512_sub_ps(zero, _mm512_mul_ps(bias, scale[1]));
-        k[j] = {scale[0], scale[1], corr1, _mm512_sub_ps(corr0, corr1)};
+        const __m512 min[2] = {zero, zero};
+        set_sub16(j, scale, min);
       }
     } else {  // q4_k, q5_k: d, dmin, then the 6-bit scale / min table
       const __m512i ddmin = gather32(block, offsets);
@@ -160,42 +208,23 @@ template <typename F>
 void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
                   int64_t n_blocks, Panel16* panel) {
   if (nc < 16) std::memset(static_cast<void*>(panel), 0, sizeof(Panel16) * n_blocks);
-  if constexpr (kColumnScales<F>) {
-    // The quants column by column; the scales of all 16 columns per block from a few gathers
-    // (the same floats the per-column code below stores for the other formats).
-    alignas(64) int32_t offsets[16];
-    for (int c = 0; c < 16; ++c) offsets[c] = static_cast<int32_t>(std::min(c, nc - 1) * w_row_bytes);
-    for (int c = 0; c < nc; ++c) {
-      const uint8_t* row = w + (c0 + c) * w_row_bytes;
-      for (int64_t i = 0; i < n_blocks; ++i) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c), quants_x86(F{}, row, b0 + i));
-      }
-    }
-    ColumnScaleReader<F> scales{w + c0 * w_row_bytes, _mm512_load_si512(offsets), {}};
+  static_assert(kColumnScales<F>);
+  // The quants column by column, then the scales of all 16 columns per block.
+  alignas(64) int32_t offsets[16];
+  for (int c = 0; c < 16; ++c) offsets[c] = static_cast<int32_t>(std::min(c, nc - 1) * w_row_bytes);
+  for (int c = 0; c < nc; ++c) {
+    const uint8_t* row = w + (c0 + c) * w_row_bytes;
     for (int64_t i = 0; i < n_blocks; ++i) {
-      const ColumnScales& s = scales.at(b0 + i);
-      _mm512_store_ps(panel[i].scale[0], s.scale0);
-      _mm512_store_ps(panel[i].scale[1], s.scale1);
-      _mm512_store_ps(panel[i].coef_s, s.coef_s);
-      _mm512_store_ps(panel[i].coef_s_lo, s.coef_s_lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c), quants_x86(F{}, row, b0 + i));
     }
   }
-  for (int c = 0; c < (kColumnScales<F> ? 0 : nc); ++c) {
-    const uint8_t* row = w + (c0 + c) * w_row_bytes;
-    BlockScales scales[F::kBlocksPer];
-    for (int64_t i = 0; i < n_blocks; ++i) {
-      Panel16& p = panel[i];
-      const int64_t b = b0 + i;
-      if (b % F::kBlocksPer == 0) F::scales_all(row, b / F::kBlocksPer, scales);
-      const BlockScales& s = scales[b % F::kBlocksPer];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&p.u[0][0][0] + 32 * c), quants_x86(F{}, row, b));
-      const float corr0 = s.min[0] - F::kBias * s.scale[0], corr1 = s.min[1] - F::kBias * s.scale[1];
-      p.scale[0][c] = s.scale[0];
-      p.scale[1][c] = s.scale[1];
-      // As pack_quant_panel: corr0 * s_lo + corr1 * (s - s_lo) = corr1 * s + (corr0 - corr1) * s_lo.
-      p.coef_s[c] = F::kSub16 ? corr1 : corr0;
-      p.coef_s_lo[c] = F::kSub16 ? corr0 - corr1 : 0.0f;
-    }
+  ColumnScaleReader<F> scales{w + c0 * w_row_bytes, _mm512_load_si512(offsets), {}};
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const ColumnScales& s = scales.at(b0 + i);
+    _mm512_store_ps(panel[i].scale[0], s.scale0);
+    _mm512_store_ps(panel[i].scale[1], s.scale1);
+    _mm512_store_ps(panel[i].coef_s, s.coef_s);
+    _mm512_store_ps(panel[i].coef_s_lo, s.coef_s_lo);
   }
   const __m512i s1_index[2] = {transpose_index(0), transpose_index(1)};
   const __m512i s2_index[2] = {transpose_index(2), transpose_index(3)};
