@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 from ember.server.config import ServerConfig
-from test_server_support import RunningServer, start_server
+from test_server_support import RunningServer, sample, start_server
 
 # Greedy stories260K from "Once upon a time" (see shared/README.md).
 STORY = ", there was a little girl named Lily. She loved to play outside in the park."
@@ -32,14 +32,6 @@ def server(stories_path: Path) -> Iterator[RunningServer]:
 @pytest.fixture(scope="module")
 def client(server: RunningServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-
-
-def metric(url: str, name: str) -> float:
-    """An unlabelled sample's value from /metrics (0 when absent)."""
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.split(" ")[0] == name:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_chat_completion(client: openai.OpenAI) -> None:
@@ -274,7 +266,7 @@ def test_prefix_cache_reports_cached_tokens(client: openai.OpenAI,
     text = "Once upon a time, a small dog ran to the park. It saw a big red ball and a cat. "
     tokens = httpx.post(server.url + "/tokenize", json={"content": text * 2}).json()["tokens"]
     assert len(tokens) >= 40
-    hits_before = metric(server.url, "ember_prefix_cache_hits_total")
+    hits_before = sample(server.url, "ember_prefix_cache_hits_total")
     cold = client.completions.create(model="stories", prompt=tokens, max_tokens=1,
                                      temperature=0)
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
@@ -283,7 +275,7 @@ def test_prefix_cache_reports_cached_tokens(client: openai.OpenAI,
     assert warm.usage.prompt_tokens == len(tokens) + 2
     cached = warm.usage.prompt_tokens_details.cached_tokens
     assert len(tokens) - 16 < cached <= len(tokens)
-    assert metric(server.url, "ember_prefix_cache_hits_total") - hits_before == cached
+    assert sample(server.url, "ember_prefix_cache_hits_total") - hits_before == cached
 
 
 def test_models(client: openai.OpenAI, server: RunningServer) -> None:
@@ -327,15 +319,15 @@ def test_slots(server: RunningServer, client: openai.OpenAI) -> None:
 
 
 def test_metrics(server: RunningServer, client: openai.OpenAI) -> None:
-    before = metric(server.url, "ember_generation_tokens_total")
-    prompt_before = metric(server.url, "ember_prompt_tokens_total")
-    ttft_before = metric(server.url, "ember_time_to_first_token_seconds_count")
+    before = sample(server.url, "ember_generation_tokens_total")
+    prompt_before = sample(server.url, "ember_prompt_tokens_total")
+    ttft_before = sample(server.url, "ember_time_to_first_token_seconds_count")
     out = client.completions.create(model="stories", prompt="Once upon a time", max_tokens=9,
                                     logit_bias=NO_EOS)
     assert out.usage.completion_tokens == 9
-    assert metric(server.url, "ember_generation_tokens_total") - before == 9
-    assert metric(server.url, "ember_prompt_tokens_total") - prompt_before == 5
-    assert metric(server.url, "ember_time_to_first_token_seconds_count") - ttft_before == 1
+    assert sample(server.url, "ember_generation_tokens_total") - before == 9
+    assert sample(server.url, "ember_prompt_tokens_total") - prompt_before == 5
+    assert sample(server.url, "ember_time_to_first_token_seconds_count") - ttft_before == 1
     text = httpx.get(server.url + "/metrics").text
     for name in ("ember_requests_running", "ember_requests_waiting",
                  "ember_kv_cache_usage_ratio", "ember_prefix_cache_hits_total",
@@ -346,8 +338,8 @@ def test_metrics(server: RunningServer, client: openai.OpenAI) -> None:
         assert f"\n{name}" in text, name
     # Nothing runs now: the batching engine holds no KV blocks for a finished request (its
     # prefix-cache blocks are reusable, not in use).
-    assert 0 <= metric(server.url, "ember_kv_cache_usage_ratio") <= 1
-    assert metric(server.url, "ember_requests_running") == 0
+    assert 0 <= sample(server.url, "ember_kv_cache_usage_ratio") <= 1
+    assert sample(server.url, "ember_requests_running") == 0
 
 
 def test_health(server: RunningServer) -> None:

@@ -10,32 +10,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 from ember.server.config import ServerConfig
 from ember.server.engine_backend import EngineBackend
-from test_server_support import RunningServer, start_server
+from test_server_support import RunningServer, sample, start_server, wait_until
 
 NO_EOS = {"2": -100, "0": -100}  # SmolLM2's end-of-generation tokens
-
-
-def sample(url: str, name: str, labels: str = "") -> float:
-    key = f"{name}{{{labels}}}" if labels else name
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.split(" ")[0] == key:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

@@ -21,25 +21,16 @@ import httpx
 import openai
 import pytest
 from ember.server.config import ServerConfig
-from test_server_support import RunningServer, free_socket, start_server, wait_healthy
+from test_server_support import (
+    RunningServer,
+    free_socket,
+    sample,
+    start_server,
+    wait_healthy,
+    wait_until,
+)
 
 EOS = 2  # stories260K
-
-
-def sample(url: str, name: str, labels: str = "") -> float:
-    key = f"{name}{{{labels}}}" if labels else name
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.split(" ")[0] == key:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,24 @@ def wait_healthy(url: str, timeout: float = 120.0) -> None:
     raise TimeoutError(f"{url}/health did not answer 200 within {timeout} s")
 
 
+def sample(url: str, name: str, labels: str = "") -> float:
+    """The value of one Prometheus sample at url/metrics (0 when absent)."""
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.split(" ")[0] == key:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    """Polls condition() until it holds; AssertionError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
 def start_server(config: ServerConfig, backend: Any = None, wait_ready: bool = True
                  ) -> RunningServer:
     """Runs the app under uvicorn in a thread, listening on 127.0.0.1 at a free port."""
