@@ -16,71 +16,30 @@ import sys
 import time
 
 import numpy as np
+from llamacpp_driver import LlamaCppContext
 
 
-class LlamaCpp:
+class LlamaCpp(LlamaCppContext):
     """The smallest llama.cpp driver that times decode: one context, one sequence."""
 
     def __init__(self, path: str, n_threads: int, n_ctx: int, n_batch: int) -> None:
-        import llama_cpp as lc
+        super().__init__(path, n_threads, n_ctx, n_batch, n_batch)
 
-        self.lc = lc
-        lc.llama_backend_init()
-        mparams = lc.llama_model_default_params()
-        # llama.cpp's extra buffer types (AMX / repacked weights) crash in ggml_backend_amx_mul_mat
-        # on a 512-token decode with the llama-cpp-python 0.3.36 build here; its plain CPU
-        # kernels are what we compare against.
-        if hasattr(mparams, "use_extra_bufts"):
-            mparams.use_extra_bufts = False
-        load = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
-        self.model = load(path.encode(), mparams)
-        if not self.model:
-            raise RuntimeError(f"llama.cpp could not load {path}")
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
-        new_ctx = getattr(lc, "llama_init_from_model", None) or lc.llama_new_context_with_model
-        self.ctx = new_ctx(self.model, cparams)
-        vocab = lc.llama_model_get_vocab(self.model) if hasattr(lc, "llama_model_get_vocab") else None
-        self.n_vocab = lc.llama_vocab_n_tokens(vocab) if vocab is not None else lc.llama_n_vocab(self.model)
-        self.batch = lc.llama_batch_init(n_batch, 0, 1)
-
-    def clear(self) -> None:
-        lc = self.lc
-        if hasattr(lc, "llama_memory_clear"):
-            lc.llama_memory_clear(lc.llama_get_memory(self.ctx), True)
-        elif hasattr(lc, "llama_kv_self_clear"):
-            lc.llama_kv_self_clear(self.ctx)
-        else:
-            lc.llama_kv_cache_clear(self.ctx)
-
-    def decode(self, tokens: list[int], start: int) -> None:
-        b = self.batch
-        b.n_tokens = len(tokens)
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = start + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = i == len(tokens) - 1
-        if self.lc.llama_decode(self.ctx, b) != 0:
-            raise RuntimeError("llama_decode failed")
+    def decode_tokens(self, tokens: list[int], start: int) -> None:
+        self.decode([(tok, start + i, 0, i == len(tokens) - 1) for i, tok in enumerate(tokens)])
         self.lc.llama_get_logits_ith(self.ctx, -1)  # the logits are ready once this returns
 
     def time_prompt(self, tokens: list[int]) -> float:
         self.clear()
         start = time.perf_counter()
-        self.decode(tokens, 0)
+        self.decode_tokens(tokens, 0)
         return time.perf_counter() - start
 
     def time_generation(self, tokens: list[int]) -> float:
         self.clear()
         start = time.perf_counter()
         for pos, tok in enumerate(tokens):
-            self.decode([tok], pos)
+            self.decode_tokens([tok], pos)
         return time.perf_counter() - start
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from ember import _core
+from llamacpp_driver import LlamaCppContext
 
 TINYLLAMA = Path("/work/bench/tinyllama-1.1b-q4_0.gguf")
 
@@ -81,61 +82,15 @@ def ember_ttft(engine: _core.Engine, prompt: list[int]) -> float:
 
 # --- llama.cpp -----------------------------------------------------------------------------
 
-class LlamaCppBatched:
+class LlamaCppBatched(LlamaCppContext):
     """llama.cpp's batched decoding through llama-cpp-python's low-level API."""
 
     def __init__(self, path: str, n_threads: int, n_seq_max: int, n_ctx_per_seq: int) -> None:
-        import llama_cpp as lc
-
-        self.lc = lc
-        self._quiet = lc.llama_log_callback(lambda level, text, user_data: None)  # kept alive
-        lc.llama_log_set(self._quiet, None)
-        lc.llama_backend_init()
-        mparams = lc.llama_model_default_params()
-        if hasattr(mparams, "use_extra_bufts"):  # AMX repacking crashes in 0.3.36 here
-            mparams.use_extra_bufts = False
-        load = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
-        self.model = load(path.encode(), mparams)
-        if not self.model:
-            raise RuntimeError(f"llama.cpp could not load {path}")
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_seq_max * n_ctx_per_seq
-        cparams.n_batch = 1024
-        cparams.n_ubatch = 512
-        cparams.n_seq_max = n_seq_max
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
-        new_ctx = getattr(lc, "llama_init_from_model", None) or lc.llama_new_context_with_model
-        self.ctx = new_ctx(self.model, cparams)
-        vocab = lc.llama_model_get_vocab(self.model) if hasattr(lc, "llama_model_get_vocab") else None
-        self.n_vocab = lc.llama_vocab_n_tokens(vocab) if vocab is not None else lc.llama_n_vocab(self.model)
-        self.batch = lc.llama_batch_init(1024, 0, n_seq_max)
-
-    def clear(self) -> None:
-        lc = self.lc
-        if hasattr(lc, "llama_memory_clear"):
-            lc.llama_memory_clear(lc.llama_get_memory(self.ctx), True)
-        elif hasattr(lc, "llama_kv_self_clear"):
-            lc.llama_kv_self_clear(self.ctx)
-        else:
-            lc.llama_kv_cache_clear(self.ctx)
-
-    def decode(self, rows: list[tuple[int, int, int, bool]]) -> None:
-        """rows: (token, position, sequence, wants logits)."""
-        b = self.batch
-        b.n_tokens = len(rows)
-        for i, (tok, pos, seq, out) in enumerate(rows):
-            b.token[i] = tok
-            b.pos[i] = pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = out
-        if self.lc.llama_decode(self.ctx, b) != 0:
-            raise RuntimeError("llama_decode failed")
+        super().__init__(path, n_threads, n_seq_max * n_ctx_per_seq, n_batch=1024, n_ubatch=512,
+                         n_seq_max=n_seq_max, quiet=True)
 
     def argmax(self, i: int) -> int:
-        ptr = self.lc.llama_get_logits_ith(self.ctx, i)
-        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))))
+        return int(np.argmax(self.logits(i)))
 
     def throughput(self, prompts: list[list[int]], n_gen: int) -> float:
         self.clear()
