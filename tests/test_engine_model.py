@@ -205,7 +205,13 @@ def test_requests_that_can_never_run_are_refused(stories_path: Path) -> None:
         engine.submit([1, 2], max_tokens=0)
     with pytest.raises(NotImplementedError, match="'q4_0' is not supported; use f16 .* or q8_0"):
         _core.Engine(str(stories_path), kv_type="q4_0")
-    # max_queue: one running, two waiting, the next is refused.
+
+
+def test_a_full_queue_refuses_the_next_request(smollm2_path: Path) -> None:
+    # max_queue: one running, two waiting, the next is refused. SmolLM2, so that the running
+    # request (50 tokens, ~0.3 s on one thread) cannot finish while the loop submits; on
+    # stories260K it sometimes did, and the queue drained before it filled.
+    engine = _core.Engine(str(smollm2_path), n_threads=1, parallel=1, n_ctx=64, kv_size=256, max_queue=2)
     handles = []
     with pytest.raises(_core.EngineBusy, match="queue"):
         for _ in range(10):

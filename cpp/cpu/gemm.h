@@ -17,9 +17,6 @@ GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
 GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512's panels)
 
-// True where the avx512 GEMM also takes 1..3 rows (TypeKernels::gemm_any_rows).
-bool gemm_any_rows_avx512(DType type);
-
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);
 int64_t panel_bytes_avx512(int64_t n_in);

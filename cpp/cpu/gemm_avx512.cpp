@@ -143,6 +143,8 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
     // block is at most 34 bytes, so every line of the stream is asked for).
     const int64_t ahead = b * kBlockBytes / F::kBlocksPer + 1024;
     for (int c = 0; c < nc; ++c) _mm_prefetch(reinterpret_cast<const char*>(cols[c]) + ahead, _MM_HINT_T0);
+    __m256i qa[R];  // the rows' activation quants of block b
+    for (int r = 0; r < R; ++r) qa[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r][b].qs));
     __m256i lo8[2][R], hi8[2][R];  // [columns 0..7, 8..15][row]
     for (int half = 0; half < 2; ++half) {
       __m256i v[R][8];
@@ -150,10 +152,7 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
       for (int j = 0; j < 8; ++j) {
         const __m256i u = quants_x86(F{}, cols[8 * half + j], b);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r][b].qs));
-          v[r][j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a);
-        }
+        for (int r = 0; r < R; ++r) v[r][j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, qa[r]);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) sum_columns8(v[r], &lo8[half][r], &hi8[half][r]);
@@ -195,9 +194,7 @@ void gemv_quant(const GemmArgs& g) {
 // row tiles read it (and the pack's stores never leave L1).
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
-  if constexpr (kColumnScales<F>) {
-    if (g.n_rows < kGemmSmallRows) return gemv_quant<F>(g);
-  }
+  if (g.n_rows < kGemmSmallRows) return gemv_quant<F>(g);
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
@@ -284,19 +281,6 @@ GemmFn gemm_kernel_avx512(DType type) {
     if (e.type == type) return e.fn;
   }
   return nullptr;
-}
-
-bool gemm_any_rows_avx512(DType type) {
-  // Every quantized format: ColumnScaleReader gathers their scales for 16 columns at once, and
-  // 1..3 rows without packing run at least as fast as vec_dot.
-  switch (type) {
-    case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
-    case DType::iq4_nl: case DType::q2_k: case DType::q3_k: case DType::q4_k: case DType::q5_k:
-    case DType::q6_k:
-      return true;
-    default:
-      return false;
-  }
 }
 
 int64_t panel_bytes_avx512(int64_t n_in) {

@@ -45,7 +45,8 @@ IsaKernels make_table() {
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx512(static_cast<DType>(i));
-    t.types[i].gemm_any_rows = gemm_any_rows_avx512(static_cast<DType>(i));
+    // The quantized GEMMs take 1..3 rows without packing (gemm_avx512.cpp: gemv_quant).
+    t.types[i].gemm_any_rows = t.types[i].act == ActFormat::q8a;
   }
   return t;
 }
