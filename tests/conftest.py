@@ -46,7 +46,8 @@ def build_cpp_test(target: str) -> Path:
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         configure = subprocess.run(
             ["cmake", "-S", str(ROOT), "-B", str(CPP_BUILD), *generator,
-             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON"],
+             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON",
+             "-DEMBER_BUILD_PYTHON=OFF"],
             capture_output=True, text=True, timeout=600)
         assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
     jobs = os.environ.get("EMBER_BUILD_JOBS", "2")
