@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ember import _core
-from ember.engine import AsyncEngine, Engine, generate_batch
+from ember.engine import Engine
 from ember.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
@@ -38,9 +38,15 @@ def prompts_of(n_vocab: int, lengths: list[int], seed: int = 0) -> list[list[int
     return [[1, *rng.integers(3, n_vocab, size=n - 1).tolist()] for n in lengths]
 
 
+def submit(engine: _core.Engine, prompt: list[int], *, max_tokens: int = 256, logprobs: int = -1,
+           **sampling: object) -> _core.EngineRequest:
+    """ember._core.Engine.submit with the sampling fields as keywords."""
+    return engine.submit(prompt, _core.SamplingParams(**sampling), max_tokens=max_tokens, logprobs=logprobs)
+
+
 def run_all(engine: _core.Engine, prompts: list[list[int]], max_tokens: int, **kw) -> list[list]:
     """Submits every prompt at once; every request's events, in order."""
-    handles = [engine.submit(p, max_tokens=max_tokens, temperature=0.0, **kw) for p in prompts]
+    handles = [submit(engine, p, max_tokens=max_tokens, temperature=0.0, **kw) for p in prompts]
     events = []
     for h in handles:
         got = []
@@ -129,7 +135,7 @@ def test_preemption_never_changes_output(stories_path: Path, stories_model: _cor
 def test_cancellation_frees_blocks(stories_path: Path, stories_model: _core.Model) -> None:
     engine = _core.Engine(str(stories_path), n_threads=2, parallel=4, kv_size=1024)
     prompt = prompts_of(stories_model.n_vocab, [60], seed=6)[0]
-    handle = engine.submit(prompt, max_tokens=400, temperature=0.0)
+    handle = submit(engine, prompt, max_tokens=400, temperature=0.0)
     events = []
     while len(events) < 3:
         events += handle.next_events(30.0)
@@ -151,7 +157,7 @@ def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path, stori
           "repeat_penalty": 1.1}
 
     def run(engine: _core.Engine, ps: list[list[int]]) -> list[list[int]]:
-        handles = [engine.submit(p, **kw) for p in ps]
+        handles = [submit(engine, p, **kw) for p in ps]
         out = []
         for h in handles:
             evs = []
@@ -166,8 +172,8 @@ def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path, stori
     assert run(together, prompts) == singles
     # The same seeded request through the single-sequence Sampler on the model's logits.
     p = prompts[1]
-    sampler = _core.Sampler(stories_model.n_vocab, temperature=0.9, top_k=40, top_p=0.95, seed=1234,
-                            repeat_penalty=1.1)
+    sampler = _core.Sampler(_core.SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234,
+                                                 repeat_penalty=1.1), stories_model.n_vocab)
     sampler.accept_many(p)
     logits = stories_model.eval_last(p, reset=True)
     expected = []
@@ -194,15 +200,15 @@ def test_logprobs_match_the_model_logits(stories_path: Path, stories_model: _cor
 def test_requests_that_can_never_run_are_refused(stories_path: Path) -> None:
     engine = _core.Engine(str(stories_path), n_threads=1, parallel=1, n_ctx=64, kv_size=256, max_queue=2)
     with pytest.raises(ValueError, match="empty"):
-        engine.submit([])
+        submit(engine, [])
     with pytest.raises(ValueError, match="vocabulary"):
-        engine.submit([1, 999999])
+        submit(engine, [1, 999999])
     with pytest.raises(ValueError, match="context"):
-        engine.submit([1] * 65)
+        submit(engine, [1] * 65)
     with pytest.raises(ValueError, match="top_p"):
-        engine.submit([1, 2], top_p=1.5)
+        submit(engine, [1, 2], top_p=1.5)
     with pytest.raises(ValueError):
-        engine.submit([1, 2], max_tokens=0)
+        submit(engine, [1, 2], max_tokens=0)
     with pytest.raises(NotImplementedError, match="'q4_0' is not supported; use f16 .* or q8_0"):
         _core.Engine(str(stories_path), kv_type="q4_0")
 
@@ -215,7 +221,7 @@ def test_a_full_queue_refuses_the_next_request(smollm2_path: Path) -> None:
     handles = []
     with pytest.raises(_core.EngineBusy, match="queue"):
         for _ in range(10):
-            handles.append(engine.submit([1, 2, 3], max_tokens=50, temperature=0.0))
+            handles.append(submit(engine, [1, 2, 3], max_tokens=50, temperature=0.0))
     assert 2 <= len(handles) <= 3
     for h in handles:
         engine.cancel(h.id)
@@ -245,14 +251,14 @@ def test_submit_from_many_threads(stories_path: Path, stories_model: _core.Model
 def test_generate_batch_text_stop_strings_and_usage(stories_path: Path) -> None:
     engine = Engine(stories_path, n_threads=2, parallel=4, kv_size=4096)
     prompts = ["Once upon a time", "The cat sat", "Once upon a time"]
-    plain = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=40))
+    plain = engine.generate_batch(prompts, SamplingParams(temperature=0.0, max_tokens=40))
     assert plain[0].text == plain[2].text and plain[0].text
     assert all(r.finish_reason in ("length", "stop") for r in plain)
     assert plain[0].usage.prompt_tokens == len(engine.tokenizer.encode(prompts[0], True, False))
     # A stop string taken from the middle of the greedy text ends the text right before it.
     text = plain[1].text
     stop = text[len(text) // 2: len(text) // 2 + 4]
-    [stopped] = generate_batch(engine, [prompts[1]], SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
+    [stopped] = engine.generate_batch([prompts[1]], SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
     assert stopped.finish_reason == "stop" and stopped.stop_string == stop
     assert stopped.text == text[: text.index(stop)]
     # the stop string cancelled the request: nothing keeps running or holds blocks
@@ -267,19 +273,19 @@ def test_generate_batch_text_stop_strings_and_usage(stories_path: Path) -> None:
 
 
 def test_async_engine_streams_concurrently(stories_path: Path) -> None:
-    engine = AsyncEngine(stories_path, n_threads=2, parallel=8, kv_size=4096)
+    engine = Engine(stories_path, n_threads=2, parallel=8, kv_size=4096)
     prompts = [f"Once upon a time there was a {w}" for w in ("cat", "dog", "bird", "girl", "boy", "tree")]
     params = SamplingParams(temperature=0.0, max_tokens=24)
-    expected = [r.text for r in generate_batch(engine, prompts, params)]
+    expected = [r.text for r in engine.generate_batch(prompts, params)]
 
     async def one(p: str) -> str:
         parts = []
-        async for delta in engine.generate(p, params):
+        async for delta in engine.submit(engine.tokenize(p), params):
             parts.append(delta.text)
         return "".join(parts)
 
     async def cancel_early() -> None:
-        async for _ in engine.generate(prompts[0], SamplingParams(temperature=0.0, max_tokens=200)):
+        async for _ in engine.submit(engine.tokenize(prompts[0]), SamplingParams(temperature=0.0, max_tokens=200)):
             break  # leaving the stream cancels the request
 
     async def main() -> list[str]:
@@ -331,7 +337,7 @@ def test_known_greedy_texts_among_other_requests(stories_path: Path, smollm2_pat
              "One day, she saw a big, red ball.")
     stories = Engine(stories_path, n_threads=2, parallel=8, kv_size=4096)
     others = ["The dog", "Lily and Ben", "A big red", "Tom was sad"]
-    results = generate_batch(stories, ["Once upon a time", *others],
+    results = stories.generate_batch(["Once upon a time", *others],
                              SamplingParams(temperature=0.0, max_tokens=40))
     assert results[0].text == story
     chat = LLM(smollm2_path, n_threads=2, n_ctx=512)
@@ -340,7 +346,7 @@ def test_known_greedy_texts_among_other_requests(stories_path: Path, smollm2_pat
     prompt = chat.tokenize_chat(messages)
     del chat
     smollm2 = Engine(smollm2_path, n_threads=2, parallel=8, kv_size=4096)
-    results = generate_batch(smollm2, [prompt, "The weather today is", "def add(a, b):"],
+    results = smollm2.generate_batch([prompt, "The weather today is", "def add(a, b):"],
                              SamplingParams(temperature=0.0, max_tokens=32))
     assert results[0].text == "The capital of France is Paris."
     assert results[0].finish_reason == "stop" and len(results[0].tokens) == 7
@@ -412,8 +418,8 @@ def test_q8_0_kv_stays_close_to_f16(smollm2_path: Path) -> None:
     for kv_type in ("f16", "q8_0"):
         engine = Engine(smollm2_path, n_threads=2, parallel=3, kv_size=1024, kv_type=kv_type)
         assert engine.kv_type == kv_type
-        results[kv_type] = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=24))
-        first = run_all(engine.core, prompts, 1, logprobs=5)
+        results[kv_type] = engine.generate_batch(prompts, SamplingParams(temperature=0.0, max_tokens=24))
+        first = run_all(engine._core, prompts, 1, logprobs=5)
         first_logprobs[kv_type] = [dict(ev[0].logprobs[1]) for ev in first]
         del engine
     f16, q8 = results["f16"], results["q8_0"]

@@ -17,8 +17,15 @@ HALVES = np.log(np.array([0.5, 0.25, 0.125, 0.125], dtype=np.float32))
 PLAIN = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0}
 
 
+def make_sampler(n_vocab: int, **fields: object) -> _core.Sampler:
+    """A C++ sampler with the C++ defaults, but for `fields` (logit_bias as a dict)."""
+    if isinstance(fields.get("logit_bias"), dict):
+        fields["logit_bias"] = list(fields["logit_bias"].items())
+    return _core.Sampler(_core.SamplingParams(**fields), n_vocab)
+
+
 def dist(logits: np.ndarray, **params: object) -> dict[int, float]:
-    ids, probs = _core.Sampler(len(logits), **{**PLAIN, **params}).distribution(logits)
+    ids, probs = make_sampler(len(logits), **{**PLAIN, **params}).distribution(logits)
     return {int(i): float(p) for i, p in zip(ids, probs)}
 
 
@@ -41,7 +48,7 @@ def test_plain_softmax() -> None:
 
 def test_greedy_is_argmax_with_lowest_id_on_ties() -> None:
     assert dist(np.array([1.0, 3.0, 3.0, 2.0], dtype=np.float32), temperature=0.0) == {1: 1.0}
-    sampler = _core.Sampler(4, temperature=0.0, seed=123)
+    sampler = make_sampler(4, temperature=0.0, seed=123)
     assert [sampler.sample(HALVES) for _ in range(5)] == [0] * 5
 
 
@@ -55,7 +62,7 @@ def test_greedy_sample_agrees_with_the_full_path() -> None:
         bias = {int(i): float(rng.integers(-2, 3)) for i in rng.integers(0, n, size=3)}
         if trial % 3 == 0:
             bias = {}
-        sampler = _core.Sampler(n, temperature=0.0, seed=1, logit_bias=bias)
+        sampler = make_sampler(n, temperature=0.0, seed=1, logit_bias=bias)
         ids, _ = sampler.distribution(logits)
         assert sampler.sample(logits) == ids[0], (logits, bias)
         biased = logits.copy()
@@ -142,7 +149,7 @@ LOGITS = np.array([2.0, -1.0, 0.5, 1.0], dtype=np.float32)
 
 
 def penalized(history: list[int], **params: object) -> dict[int, float]:
-    sampler = _core.Sampler(4, **{**PLAIN, **params})
+    sampler = make_sampler(4, **{**PLAIN, **params})
     sampler.accept_many(history)
     ids, probs = sampler.distribution(LOGITS)
     return {int(i): float(p) for i, p in zip(ids, probs)}
@@ -175,14 +182,14 @@ def test_penalty_window_holds_the_last_n_tokens() -> None:
 
 
 def test_penalty_window_wraps_many_times() -> None:
-    sampler = _core.Sampler(4, **PLAIN, repeat_last_n=3, presence_penalty=1.0)
+    sampler = make_sampler(4, **PLAIN, repeat_last_n=3, presence_penalty=1.0)
     sampler.accept_many([0, 1, 2, 3] * 50 + [1, 1, 1])  # window: [1, 1, 1]
     _, probs = sampler.distribution(LOGITS)
     np.testing.assert_allclose(probs, softmax([2.0, -2.0, 0.5, 1.0]), rtol=1e-6)
 
 
 def test_reset_empties_the_window() -> None:
-    sampler = _core.Sampler(4, **PLAIN, frequency_penalty=1.0)
+    sampler = make_sampler(4, **PLAIN, frequency_penalty=1.0)
     sampler.accept_many([0, 0, 0])
     sampler.reset()
     _, probs = sampler.distribution(LOGITS)
@@ -206,19 +213,19 @@ def test_same_seed_same_tokens_different_seed_different_tokens() -> None:
     logits = np.zeros(1000, dtype=np.float32)
 
     def draws(seed: int) -> list[int]:
-        sampler = _core.Sampler(1000, **PLAIN, seed=seed)
+        sampler = make_sampler(1000, **PLAIN, seed=seed)
         return [sampler.sample(logits) for _ in range(50)]
 
     assert draws(7) == draws(7)
     assert draws(7) != draws(8)
-    sampler = _core.Sampler(1000, **PLAIN, seed=7)
+    sampler = make_sampler(1000, **PLAIN, seed=7)
     first = [sampler.sample(logits) for _ in range(50)]
     sampler.reset()
     assert [sampler.sample(logits) for _ in range(50)] == first
 
 
 def test_draw_frequencies_follow_the_distribution() -> None:
-    sampler = _core.Sampler(4, **PLAIN, seed=1)
+    sampler = make_sampler(4, **PLAIN, seed=1)
     n = 40_000
     counts = np.bincount([sampler.sample(HALVES) for _ in range(n)], minlength=4) / n
     np.testing.assert_allclose(counts, [0.5, 0.25, 0.125, 0.125], atol=0.01)
@@ -290,10 +297,10 @@ def test_earliest_stop_string_wins() -> None:
 ])
 def test_bad_parameters_raise_value_error(params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=r"\[sampling\] " + re.escape(message)):
-        _core.Sampler(4, **params)
+        make_sampler(4, **params)
 
 
 def test_wrong_logits_length_raises() -> None:
-    sampler = _core.Sampler(5)
+    sampler = make_sampler(5)
     with pytest.raises(ValueError, match="expected 5 values"):
         sampler.sample(HALVES)

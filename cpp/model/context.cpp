@@ -24,9 +24,12 @@ Context::Context(std::shared_ptr<const Model> model, const ContextOptions& optio
   if (options.n_batch <= 0) {
     throw InvalidArgument(cat("[model] n_batch must be > 0, got ", options.n_batch));
   }
-  const int64_t n_ctx = choose_n_ctx(c, options.n_ctx);
-  kv_ = KVCache(model_->backend(), c, n_ctx);
-  scratch_ = Scratch(model_->backend(), c, std::min(options.n_batch, n_ctx));
+  n_ctx_ = choose_n_ctx(c, options.n_ctx);
+  const int64_t n_blocks = (n_ctx_ + kBlockSize - 1) / kBlockSize;
+  kv_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), n_blocks, kBlockSize, DType::f16);
+  block_table_.resize(n_blocks);
+  std::iota(block_table_.begin(), block_table_.end(), 0);
+  scratch_ = Scratch(model_->backend(), c, std::min(options.n_batch, n_ctx_));
   all_rows_.resize(scratch_.n_batch);
   std::iota(all_rows_.begin(), all_rows_.end(), 0);
 }
@@ -66,7 +69,7 @@ void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* outpu
     }
     SequenceRows seq;
     seq.n_rows = n;
-    seq.kv = kv_.layer(0);
+    seq.kv = kv_.layer(0, block_table_.data());
     ForwardBatch batch;
     batch.tokens = tokens + begin;
     batch.positions = positions;

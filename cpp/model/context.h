@@ -1,6 +1,7 @@
-// model/context.h: the run state of one sequence on a loaded model — KV cache, scratch and the
-// count of cached tokens. Evaluation splits long inputs into micro-batches of n_batch rows.
-// Not thread-safe: one evaluation at a time (concurrent calls wait for each other).
+// model/context.h: one sequence evaluated for its logits (ember.Model.eval) — the same forward
+// pass and the same paged KV cache as the engine, with the sequence owning every block in order.
+// Generation never runs here: it runs on the engine (engine/). Evaluation splits long inputs into
+// micro-batches of n_batch rows. One evaluation at a time (concurrent calls wait for each other).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kv/paged_kv_cache.h"
 #include "model/model.h"
 #include "model/run_state.h"
 
@@ -25,7 +27,7 @@ class Context {
   Context(std::shared_ptr<const Model> model, const ContextOptions& options = {});
 
   const Model& model() const { return *model_; }
-  int64_t n_ctx() const { return kv_.n_ctx; }
+  int64_t n_ctx() const { return n_ctx_; }
   int64_t n_batch() const { return scratch_.n_batch; }
   int64_t n_past() const { return n_past_; }  // tokens in the cache
 
@@ -43,8 +45,12 @@ class Context {
   void eval_last(const int32_t* tokens, int64_t n_tokens, float* logits);
 
  private:
+  static constexpr int64_t kBlockSize = 16;
+
   std::shared_ptr<const Model> model_;
-  KVCache kv_;
+  int64_t n_ctx_ = 0;
+  PagedKVCache kv_;                    // f16, ceil(n_ctx / kBlockSize) blocks
+  std::vector<int32_t> block_table_;   // [n_blocks] 0, 1, 2, ...: the sequence owns them all
   Scratch scratch_;
   int64_t n_past_ = 0;
   std::vector<int32_t> all_rows_;  // [n_batch] 0, 1, 2, ... for eval_all

@@ -1,6 +1,5 @@
 // model/model.h: a loaded model — its file mapping, hyper-parameters, weights and the backend
-// they are bound to. Immutable after load and shareable by several contexts (which hold the
-// run state: KV cache and scratch, see model/context.h).
+// they are bound to. Immutable after load and shared by the engine's runner and by Contexts.
 #pragma once
 
 #include <memory>

@@ -1,14 +1,7 @@
-// model/run_state.cpp: sizing of the KV cache and the scratch buffers.
+// model/run_state.cpp: sizing of the scratch buffers.
 #include "model/run_state.h"
 
 namespace ember {
-
-KVCache::KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx_)
-    : n_ctx(n_ctx_), n_kv_dim(config.n_kv_dim()) {
-  const size_t n_bytes = static_cast<size_t>(config.n_layer * layer_bytes());
-  k = backend.alloc(n_bytes);
-  v = backend.alloc(n_bytes);
-}
 
 Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_batch(n_batch_) {
   auto floats = [&](int64_t n_cols) { return backend.alloc(sizeof(float) * n_batch * n_cols); };

@@ -1,6 +1,6 @@
-// model/run_state.h: the mutable state of one sequence's evaluation — its KV cache and the
-// activation scratch of one micro-batch — allocated once per context, never per token.
-// (A paged cache shared by many sequences replaces KVCache in cpp/kv/; ops see both as KVView.)
+// model/run_state.h: the mutable state of a forward pass — the activation scratch of one
+// micro-batch, allocated once, never per token — and the batch it runs (the KV cache itself is
+// kv/PagedKVCache).
 #pragma once
 
 #include <cstdint>
@@ -9,30 +9,6 @@
 #include "model/config.h"
 
 namespace ember {
-
-// One sequence's cache: contiguous f16 [n_layer][n_ctx][n_kv_dim] for K and the same for V.
-// Pages are committed as positions are first written. (Always f16: only the paged engine cache
-// offers q8_0.)
-struct KVCache {
-  Buffer k;  // f16 [n_layer, n_ctx, n_kv_dim]
-  Buffer v;  // f16 [n_layer, n_ctx, n_kv_dim]
-  int64_t n_ctx = 0;
-  int64_t n_kv_dim = 0;
-
-  KVCache() = default;
-  KVCache(Backend& backend, const ModelConfig& config, int64_t n_ctx);
-
-  int64_t row_bytes() const { return n_kv_dim * int64_t{sizeof(uint16_t)}; }
-  int64_t layer_bytes() const { return n_ctx * row_bytes(); }  // from one layer's K (or V) to the next
-  KVView layer(int64_t il) const {
-    KVView view;
-    view.type = DType::f16;
-    view.k = k.as<uint8_t>() + il * layer_bytes();
-    view.v = v.as<uint8_t>() + il * layer_bytes();
-    view.row_bytes = row_bytes();
-    return view;
-  }
-};
 
 // Activations of a micro-batch of up to n_batch rows.
 struct Scratch {
@@ -59,7 +35,7 @@ struct SequenceRows {
   int64_t row_begin = 0;
   int64_t n_rows = 0;
   KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
-              // bytes further (true of KVCache and of kv/PagedKVCache)
+              // bytes further (as in kv/PagedKVCache)
 };
 
 // One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,

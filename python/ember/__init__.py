@@ -22,8 +22,9 @@ from ember._core import (
     UnsupportedError,
 )
 from ember.chat import ChatTemplate, ChatTemplateError
-from ember.generate import Delta, GenerationResult, Timings, TokenLogprob, Usage
+from ember.engine import Engine, EngineBusy, EngineError, Request
 from ember.llm import LLM
+from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
 __version__ = "0.1.0"
@@ -33,6 +34,9 @@ __all__ = [
     "ChatTemplate",
     "ChatTemplateError",
     "Delta",
+    "Engine",
+    "EngineBusy",
+    "EngineError",
     "GenerationResult",
     "SamplingParams",
     "Timings",
@@ -43,6 +47,7 @@ __all__ = [
     "GGUFFile",
     "InvalidArgument",
     "Model",
+    "Request",
     "StreamDecoder",
     "TensorInfo",
     "Tokenizer",

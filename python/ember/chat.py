@@ -149,3 +149,11 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template: {err}") from None
         except (TypeError, KeyError, AttributeError, IndexError) as err:
             raise ChatTemplateError(f"chat template failed on these messages: {err}") from None
+
+    def encode(self, tokenizer: Any, messages: Sequence[Message], **variables: Any) -> list[int]:
+        """The prompt tokens for `messages` (the one chat-encode path of ember.LLM, the CLI and
+        the server): rendered, then tokenized with control-token texts as those tokens. BOS is
+        added as the vocabulary asks, unless the template wrote it itself (Llama 3, Mistral)."""
+        text = self.render(messages, add_generation_prompt=True, **variables)
+        add_special = not (self.bos_token and text.startswith(self.bos_token))
+        return list(tokenizer.encode(text, add_special, True))

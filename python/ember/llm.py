@@ -1,21 +1,20 @@
-"""ember.LLM: a loaded model with its tokenizer and chat template — generate, stream, chat, and
-OpenAI-shaped completions.
+"""ember.LLM: a model on the continuous-batching engine, with its tokenizer and chat template —
+generate, stream, chat, batches, and OpenAI-shaped completions.
 
     llm = ember.LLM("model.gguf")
     llm.generate("Once upon a time", max_tokens=32, temperature=0).text
     for piece in llm.stream("Once upon a time"): print(piece, end="")
     llm.create_chat_completion([{"role": "user", "content": "Hi!"}])["choices"][0]["message"]
 
-One LLM runs one generation at a time (starting a new one supersedes an unfinished stream).
-Consecutive requests whose prompt extends the previous prompt plus its output (chat turns)
-only evaluate the new tokens. A KeyboardInterrupt stops a generation and leaves the LLM usable.
+A thin layer over ember.engine.Engine, the same path the CLI and the server run: requests from
+any number of threads are batched together, and the prefix cache serves every request, so a
+second prompt sharing a long system prompt, or the next turn of a chat, only evaluates what is
+new. A KeyboardInterrupt stops a generation (its request is cancelled) and leaves the LLM usable.
 """
 
 from __future__ import annotations
 
 import os
-import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,9 +22,10 @@ from typing import Any, Union
 
 from ember import _core
 from ember.chat import ChatTemplate, Message
-from ember.generate import Delta, GenerationResult, TokenLogprob, generate
-from ember.generate import Sequence as KVSequence
+from ember.engine import Engine
 from ember.hub import resolve_model
+from ember.openai_format import Formatter
+from ember.results import Delta, GenerationResult
 from ember.sampling import SamplingParams
 
 Prompt = Union[str, Sequence[int]]
@@ -33,75 +33,66 @@ Prompt = Union[str, Sequence[int]]
 
 class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
-                 n_ctx: int | None = None) -> None:
+                 n_ctx: int | None = None, *, parallel: int = 16, kv_size: int | None = None,
+                 kv_type: str = "f16") -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), or None for the
-        default demo model. n_threads defaults to the physical cores, n_ctx to the model's
-        training context capped at 4096."""
+        default demo model. n_threads defaults to the physical cores, n_ctx (tokens one request
+        may reach) to the model's training context capped at 4096; parallel requests run at
+        once over a KV cache of kv_size tokens (see ember.engine.Engine)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
-        self._model = _core.Model(str(self.path), n_threads=n_threads, n_ctx=n_ctx)
-        self._tokenizer = _core.Tokenizer(str(self.path))
-        self._sequence = KVSequence(self._model)
-        self._chat_template: ChatTemplate | None = None
-        self._n_threads = n_threads
-        self._engine: Any = None  # ember.engine.Engine, started by the first generate_batch
+        self.engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
+                             kv_size=kv_size, kv_type=kv_type)
+        self._metadata: dict[str, Any] | None = None
 
     # --- the model ---------------------------------------------------------------------------
 
     @property
-    def model(self) -> _core.Model:
-        return self._model
-
-    @property
     def tokenizer(self) -> _core.Tokenizer:
-        return self._tokenizer
+        return self.engine.tokenizer
 
     @property
     def n_ctx(self) -> int:
-        return self._model.n_ctx
+        return self.engine.n_ctx
 
     @property
     def n_vocab(self) -> int:
-        return self._model.n_vocab
+        return self.engine.n_vocab
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return self._model.metadata
+        """GGUF metadata: scalars and strings (arrays such as the vocabulary left out)."""
+        if self._metadata is None:
+            md = _core.GGUFFile(str(self.path)).metadata
+            self._metadata = {k: v for k, v in md.items() if not isinstance(v, list)}
+        return self._metadata
 
     @property
     def chat_template(self) -> ChatTemplate:
         """The model's template (ChatML when the GGUF has none), read on first use."""
-        if self._chat_template is None:
-            self._chat_template = ChatTemplate.from_gguf(self.path)
-        return self._chat_template
+        return self.engine.chat_template
 
     # --- text <-> tokens ---------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of `text`; add_special adds BOS/EOS as the vocabulary asks, parse_special
         turns control-token texts such as "<|im_start|>" into those tokens."""
-        return list(self._tokenizer.encode(text, add_special=add_special, parse_special=parse_special))
+        return self.engine.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int], skip_special: bool = True) -> str:
-        return self._tokenizer.decode(list(tokens), skip_special=skip_special)
+        return self.tokenizer.decode(list(tokens), skip_special=skip_special)
 
     def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True,
                             **variables: Any) -> str:
         return self.chat_template.render(messages, add_generation_prompt, **variables)
 
-    def _prompt_tokens(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            # Like llama.cpp, control tokens spelled out in a raw prompt are those tokens.
-            return self.tokenize(prompt, add_special=True, parse_special=True)
-        return [int(t) for t in prompt]
-
     def tokenize_chat(self, messages: Sequence[Message], **variables: Any) -> list[int]:
         """The prompt tokens for `messages` in the model's chat template."""
-        text = self.apply_chat_template(messages, **variables)
-        bos = self.chat_template.bos_token
-        # Templates that write BOS themselves (Llama 3, Mistral) must not get a second one.
-        add_special = not (bos and text.startswith(bos))
-        return self.tokenize(text, add_special=add_special, parse_special=True)
+        return self.chat_template.encode(self.tokenizer, messages, **variables)
+
+    def _prompt_tokens(self, prompt: Prompt) -> list[int]:
+        # Like llama.cpp, control tokens spelled out in a raw prompt are those tokens.
+        return self.engine.tokenize(prompt, add_special=True, parse_special=True)
 
     # --- generation ----------------------------------------------------------------------------
 
@@ -109,26 +100,20 @@ class LLM:
                       **sampling: Any) -> Iterator[Delta]:
         """The generation as it happens: Delta(text, tokens, logprobs), the last one with
         finish_reason and the full GenerationResult. Sampling keywords are SamplingParams
-        fields and override `params`."""
-        params = replace(params, **sampling) if params else SamplingParams(**sampling)
-        return generate(self._sequence, self._tokenizer, self._prompt_tokens(prompt), params)
+        fields and override `params`. A bad prompt or parameter raises ValueError here."""
+        return iter(self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling)))
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None,
                  **sampling: Any) -> GenerationResult:
         """Generates a completion of `prompt` (text, or token ids used as they are)."""
-        return _last(self.stream_deltas(prompt, params, **sampling))
+        return self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling)).result()
 
     def generate_batch(self, prompts: Sequence[Prompt], params: SamplingParams | None = None,
                        **sampling: Any) -> list[GenerationResult]:
-        """Generates completions of many prompts at once on the continuous-batching engine
-        (started on first use over the same file mapping; up to 16 sequences per step, prefix
-        caching across calls). Results come back in the order of `prompts`."""
-        from ember.engine import Engine, generate_batch
-
-        params = replace(params, **sampling) if params else SamplingParams(**sampling)
-        if self._engine is None:
-            self._engine = Engine(str(self.path), n_threads=self._n_threads, n_ctx=self.n_ctx)
-        return generate_batch(self._engine, prompts, params)
+        """Generates completions of many prompts at once (batched in the engine's steps).
+        Results come back in the order of `prompts`."""
+        params = _params(params, sampling)
+        return self.engine.generate_batch([self._prompt_tokens(p) for p in prompts], params)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                **sampling: Any) -> Iterator[str]:
@@ -149,9 +134,9 @@ class LLM:
                     **sampling: Any) -> Iterator[str]:
         return _texts(self.chat_deltas(messages, params, **sampling))
 
-    def reset(self) -> None:
-        """Empties the KV cache (the next prompt is evaluated from scratch)."""
-        self._sequence.reset()
+    def close(self) -> None:
+        """Stops the engine thread (also done when the LLM is garbage-collected)."""
+        self.engine.close()
 
     # --- OpenAI-shaped results -----------------------------------------------------------------
 
@@ -163,27 +148,9 @@ class LLM:
         max_tokens defaults to 16."""
         params = _openai_params(sampling, max_tokens=max_tokens,
                                 logprobs=logprobs is not None, top_logprobs=logprobs or 0)
-        deltas = self.stream_deltas(prompt, params)
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": self.model_name}
-        if stream:
-            return self._completion_chunks(deltas, head)
-        result = _last(deltas)
-        return {**head, "choices": [{
-            "text": result.text, "index": 0,
-            "logprobs": _completion_logprobs(result.logprobs or []) if params.logprobs else None,
-            "finish_reason": result.finish_reason,
-        }], "usage": result.usage.to_dict()}
-
-    def _completion_chunks(self, deltas: Iterator[Delta], head: dict[str, Any],
-                           ) -> Iterator[dict[str, Any]]:
-        offset = 0
-        for delta in deltas:
-            if delta.text or delta.finish_reason:
-                logprobs = _completion_logprobs(delta.logprobs, offset) if delta.logprobs else None
-                offset += len(delta.text)
-                yield {**head, "choices": [{"text": delta.text, "index": 0, "logprobs": logprobs,
-                                            "finish_reason": delta.finish_reason}]}
+        fmt = Formatter(chat=False, model=self.model_name, n_choices=1,
+                        logprobs=params.logprobs)
+        return _shaped(fmt, self.stream_deltas(prompt, params), stream, include_usage=False)
 
     def create_chat_completion(self, messages: Sequence[Message], *, stream: bool = False,
                                logprobs: bool = False, top_logprobs: int | None = None,
@@ -196,39 +163,31 @@ class LLM:
         with stream_options={"include_usage": True}, one more with the usage)."""
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0)
-        deltas = self.chat_deltas(messages, params)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                "created": int(time.time()), "model": self.model_name}
-        if stream:
-            include_usage = bool(stream_options and stream_options.get("include_usage"))
-            return self._chat_chunks(deltas, {**head, "object": "chat.completion.chunk"},
-                                     include_usage)
-        result = _last(deltas)
-        return {**head, "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": result.text},
-            "logprobs": {"content": _chat_logprobs(result.logprobs or [])} if logprobs else None,
-            "finish_reason": result.finish_reason,
-        }], "usage": result.usage.to_dict()}
+        fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs)
+        include_usage = bool(stream_options and stream_options.get("include_usage"))
+        return _shaped(fmt, self.chat_deltas(messages, params), stream, include_usage)
 
-    def _chat_chunks(self, deltas: Iterator[Delta], head: dict[str, Any],
-                     include_usage: bool) -> Iterator[dict[str, Any]]:
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None,
-                  logprobs: list[TokenLogprob] | None = None) -> dict[str, Any]:
-            return {**head, "choices": [{
-                "index": 0, "delta": delta,
-                "logprobs": {"content": _chat_logprobs(logprobs)} if logprobs else None,
-                "finish_reason": finish_reason,
-            }]}
 
-        yield chunk({"role": "assistant", "content": ""})
-        for delta in deltas:
-            if delta.text:
-                yield chunk({"content": delta.text}, logprobs=delta.logprobs)
-            if delta.finish_reason:
-                yield chunk({}, delta.finish_reason)
-                if include_usage and delta.result:
-                    yield {**head, "choices": [], "usage": delta.result.usage.to_dict()}
+def _shaped(fmt: Formatter, deltas: Iterator[Delta], stream: bool,
+            include_usage: bool) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    if stream:
+        return _chunks(fmt, deltas, include_usage)
+    for delta in deltas:
+        fmt.add(0, delta)
+    return fmt.response()
+
+
+def _chunks(fmt: Formatter, deltas: Iterator[Delta], include_usage: bool
+            ) -> Iterator[dict[str, Any]]:
+    yield from fmt.first_chunks()
+    for delta in deltas:
+        yield from fmt.chunks(0, delta)
+    if include_usage:
+        yield fmt.usage_chunk()
+
+
+def _params(params: SamplingParams | None, sampling: Mapping[str, Any]) -> SamplingParams:
+    return replace(params, **sampling) if params else SamplingParams(**sampling)
 
 
 def _texts(deltas: Iterator[Delta]) -> Iterator[str]:
@@ -239,7 +198,7 @@ def _last(deltas: Iterator[Delta]) -> GenerationResult:
     for delta in deltas:
         if delta.result is not None:
             return delta.result
-    raise RuntimeError("generation ended without a result")  # generate() always ends with one
+    raise RuntimeError("generation ended without a result")  # a request always ends with one
 
 
 # OpenAI's names for fields that SamplingParams calls differently.
@@ -256,24 +215,3 @@ def _openai_params(sampling: Mapping[str, Any], **fixed: Any) -> SamplingParams:
         if value is not None:  # OpenAI clients send null for "default"
             values[name] = value
     return SamplingParams(**values, **fixed)
-
-
-def _chat_logprobs(entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-    return [{
-        "token": e.text, "logprob": e.logprob, "bytes": list(e.bytes),
-        "top_logprobs": [{"token": t.text, "logprob": t.logprob, "bytes": list(t.bytes)}
-                         for t in e.top],
-    } for e in entries]
-
-
-def _completion_logprobs(entries: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:
-    offsets = []
-    for e in entries:
-        offsets.append(offset)
-        offset += len(e.text)
-    return {
-        "tokens": [e.text for e in entries],
-        "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{t.text: t.logprob for t in e.top} for e in entries],
-        "text_offset": offsets,
-    }

@@ -1,7 +1,9 @@
 """What a request asks of the sampler and of the generation loop, as one dataclass.
 
-The sampling itself runs in C++ (ember._core.Sampler); this module only validates the Python-side
-fields and builds that sampler. Defaults follow llama.cpp's.
+The sampling fields and their defaults are defined once, in C++ (sampling/params.h, bound as
+ember._core.SamplingParams): the defaults below are read from it, and to_core() hands the
+values back to it. This class adds what the Python side owns: stop strings, max_tokens,
+logprobs, and seed=None meaning "a fresh random seed". Defaults follow llama.cpp's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from ember import _core
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI allows
+
+_CORE = _core.SamplingParams()
 
 
 @dataclass
@@ -29,28 +33,29 @@ class SamplingParams:
     likely alternatives.
     """
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    temperature: float = _CORE.temperature
+    top_k: int = _CORE.top_k
+    top_p: float = _CORE.top_p
+    min_p: float = _CORE.min_p
+    typical_p: float = _CORE.typical_p
+    repeat_penalty: float = _CORE.repeat_penalty
+    repeat_last_n: int = _CORE.repeat_last_n
+    presence_penalty: float = _CORE.presence_penalty
+    frequency_penalty: float = _CORE.frequency_penalty
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: int | None = None
     max_tokens: int | None = None
     stop: str | Sequence[str] = field(default_factory=list)
     logprobs: bool = False
     top_logprobs: int = 0
+    ignore_eos: bool = False  # generate past end-of-generation tokens (benchmarks, llama-server's field)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        self.stop = [s for s in self.stop if s]
         if any(not isinstance(s, str) for s in self.stop):
             raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
+        self.stop = [s for s in self.stop if s]
         if self.max_tokens is not None and self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -67,13 +72,21 @@ class SamplingParams:
     def field_names(cls) -> frozenset[str]:
         return frozenset(f.name for f in fields(cls))
 
-    def make_sampler(self, n_vocab: int) -> _core.Sampler:
-        """The C++ sampler for these parameters; raises ValueError for out-of-range values."""
-        seed = self.seed if self.seed is not None else random.SystemRandom().getrandbits(64)
-        return _core.Sampler(
-            n_vocab,
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-            typical_p=self.typical_p, repeat_penalty=self.repeat_penalty,
-            repeat_last_n=self.repeat_last_n, presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty, logit_bias=dict(self.logit_bias), seed=seed,
-        )
+    def to_core(self) -> _core.SamplingParams:
+        """The C++ sampler's parameters (a fresh random seed when seed is None). Raises
+        ValueError for values the C++ types cannot hold."""
+        core = _core.SamplingParams()
+        values = {name: getattr(self, name) for name in _core.SamplingParams.field_names}
+        values["logit_bias"] = sorted(self.logit_bias.items())
+        if self.seed is None:
+            values["seed"] = random.SystemRandom().getrandbits(64)
+        for name, value in values.items():
+            try:
+                setattr(core, name, value)
+            except TypeError:
+                raise ValueError(f"{name} is out of range: {value!r}"[:200]) from None
+        return core
+
+    def check(self, n_vocab: int) -> None:
+        """Raises ValueError for out-of-range values (the C++ checks), before anything runs."""
+        self.to_core().validate(n_vocab)

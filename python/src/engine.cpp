@@ -4,7 +4,6 @@
 // Each request handle owns an eventfd (a pipe where there is none) the engine writes to on
 // every event, so asyncio can watch it with loop.add_reader.
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -19,11 +18,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cmath>
-#include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -170,11 +166,8 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   return self.release();
 }
 
-PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, int64_t max_tokens,
-                 const std::vector<int64_t>& stop_token_ids, float temperature, int32_t top_k, float top_p,
-                 float min_p, float typical_p, float repeat_penalty, int32_t repeat_last_n,
-                 float presence_penalty, float frequency_penalty, const std::map<int64_t, float>& logit_bias,
-                 std::optional<uint64_t> seed, int32_t logprobs, int priority) {
+PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
+                 int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs, int priority) {
   const auto to_id = [](int64_t id, const char* what) {
     if (id < INT32_MIN || id > INT32_MAX) throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
     return static_cast<int32_t>(id);
@@ -185,18 +178,7 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, int64_t max
   o.max_tokens = max_tokens;
   o.priority = priority;
   for (int64_t t : stop_token_ids) o.stop_token_ids.push_back(to_id(t, "stop token"));
-  ember::SamplingParams& p = o.sampling;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.typical_p = typical_p;
-  p.repeat_penalty = repeat_penalty;
-  p.repeat_last_n = repeat_last_n;
-  p.presence_penalty = presence_penalty;
-  p.frequency_penalty = frequency_penalty;
-  for (const auto& [id, bias] : logit_bias) p.logit_bias.emplace_back(to_id(id, "logit_bias token"), bias);
-  p.seed = seed ? *seed : std::random_device{}() * uint64_t{0x100000001B3} ^ std::random_device{}();
+  o.sampling = sampling;
   o.n_logprobs = logprobs;
 
   PyRequest r;
@@ -274,16 +256,13 @@ void init_engine(nb::module_& m) {
            "batch_invariant: a request's "
            "output never depends on what else runs (small batches are padded, attention runs one row "
            "at a time; False is a little faster but lets kernel rounding differ with the batch).")
-      .def("submit", &submit, nb::arg("prompt_tokens"), nb::kw_only(), nb::arg("max_tokens") = 256,
-           nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("temperature") = 0.8f,
-           nb::arg("top_k") = 40, nb::arg("top_p") = 0.95f, nb::arg("min_p") = 0.05f,
-           nb::arg("typical_p") = 1.0f, nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64,
-           nb::arg("presence_penalty") = 0.0f, nb::arg("frequency_penalty") = 0.0f,
-           nb::arg("logit_bias") = std::map<int64_t, float>{}, nb::arg("seed") = nb::none(),
-           nb::arg("logprobs") = -1, nb::arg("priority") = 0,
+      .def("submit", &submit, nb::arg("prompt_tokens"), nb::arg("sampling") = ember::SamplingParams(),
+           nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
+           nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
+           nb::arg("priority") = 0,
            "Queues a request and returns its EngineRequest. Raises ValueError for a request that can "
            "never run (empty or too long prompt, bad ids or sampling values) and EngineBusy when the "
-           "queue is full. temperature <= 0 is greedy; logprobs >= 0 adds the chosen token's "
+           "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
            "log-probability and that many alternatives to each event.")
       .def("cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
            "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "

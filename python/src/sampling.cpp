@@ -1,15 +1,13 @@
-// sampling.cpp: bindings for cpp/sampling — ember._core.Sampler, token_logprobs and
-// StopStringMatcher. Logits come in as float32 numpy rows without a copy.
+// sampling.cpp: bindings for cpp/sampling — ember._core.SamplingParams, Sampler, token_logprobs
+// and StopStringMatcher. Logits come in as float32 numpy rows without a copy.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -35,40 +33,49 @@ const float* row_or_throw(const LogitsRow& logits, int64_t n_vocab) {
   return logits.data();
 }
 
-Sampler* make_sampler(int32_t n_vocab, float temperature, int32_t top_k, float top_p, float min_p,
-                      float typical_p, float repeat_penalty, int32_t repeat_last_n,
-                      float presence_penalty, float frequency_penalty,
-                      const std::map<int32_t, float>& logit_bias, uint64_t seed) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.typical_p = typical_p;
-  p.repeat_penalty = repeat_penalty;
-  p.repeat_last_n = repeat_last_n;
-  p.presence_penalty = presence_penalty;
-  p.frequency_penalty = frequency_penalty;
-  p.logit_bias.assign(logit_bias.begin(), logit_bias.end());
-  p.seed = seed;
-  return new Sampler(p, n_vocab);
+// SamplingParams(**fields): the C++ defaults, then each keyword set as an attribute (so a
+// misspelt field is an AttributeError, and types are checked by the attribute's setter).
+void init_params(SamplingParams* self, const nb::kwargs& fields) {
+  nb::object defaults = nb::cast(SamplingParams());
+  for (auto [name, value] : fields) nb::setattr(defaults, name, value);
+  new (self) SamplingParams(nb::cast<const SamplingParams&>(defaults));
 }
 
 }  // namespace
 
 void init_sampling(nb::module_& m) {
-  const SamplingParams d;  // defaults shown to Python are the C++ ones
+  // The one definition of the sampling fields and their defaults (sampling/params.h); the
+  // Python layer reads its defaults from an instance of this class.
+  nb::class_<SamplingParams> params(m, "SamplingParams",
+                                    "What one request asks of its sampler (sampling/params.h); "
+                                    "SamplingParams(**fields) starts from the defaults.");
+  params.def("__init__", &init_params);
+  std::vector<std::string> names;
+  auto field = [&](const char* name, auto member, const char* doc) {
+    params.def_rw(name, member, doc);
+    names.emplace_back(name);
+  };
+  field("temperature", &SamplingParams::temperature, "<= 0: greedy");
+  field("top_k", &SamplingParams::top_k, "<= 0: off");
+  field("top_p", &SamplingParams::top_p, "1: off");
+  field("min_p", &SamplingParams::min_p, "0: off; keeps tokens with p >= min_p * p_max");
+  field("typical_p", &SamplingParams::typical_p, "1: off (locally typical sampling)");
+  field("repeat_penalty", &SamplingParams::repeat_penalty, "1: off");
+  field("repeat_last_n", &SamplingParams::repeat_last_n,
+        "penalty window in tokens; 0: no penalties, -1: every token seen");
+  field("presence_penalty", &SamplingParams::presence_penalty, "subtracted once per token in the window");
+  field("frequency_penalty", &SamplingParams::frequency_penalty, "subtracted per occurrence in the window");
+  field("logit_bias", &SamplingParams::logit_bias, "[(token id, added to its logit)]");
+  field("seed", &SamplingParams::seed, "the random generator's seed");
+  params.attr("field_names") = nb::tuple(nb::cast(names));
+  params.def("validate", [](const SamplingParams& p, int32_t n_vocab) { ember::validate(p, n_vocab); },
+             nb::arg("n_vocab"), "Raises ValueError naming the first field out of range.");
+
   nb::class_<Sampler>(m, "Sampler",
                       "One request's sampler: logit bias, penalties over a window of recent "
                       "tokens, top-k, typical-p, top-p, min-p, temperature and a seeded draw.")
-      .def(nb::new_(&make_sampler), nb::arg("n_vocab"), nb::kw_only(),
-           nb::arg("temperature") = d.temperature, nb::arg("top_k") = d.top_k,
-           nb::arg("top_p") = d.top_p, nb::arg("min_p") = d.min_p,
-           nb::arg("typical_p") = d.typical_p, nb::arg("repeat_penalty") = d.repeat_penalty,
-           nb::arg("repeat_last_n") = d.repeat_last_n,
-           nb::arg("presence_penalty") = d.presence_penalty,
-           nb::arg("frequency_penalty") = d.frequency_penalty,
-           nb::arg("logit_bias") = std::map<int32_t, float>{}, nb::arg("seed") = d.seed)
+      .def(nb::init<const SamplingParams&, int32_t>(), nb::arg("params"), nb::arg("n_vocab"),
+           "Raises ValueError for parameters out of range.")
       .def("sample", [](Sampler& s, const LogitsRow& logits) {
         const float* row = row_or_throw(logits, s.n_vocab());
         nb::gil_scoped_release release;

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -14,53 +13,54 @@ import typer
 from ember.commands.info import human_bytes, human_count
 
 
-def time_prompt(model, n_prompt: int, rng: np.random.Generator) -> float:
-    """Seconds to evaluate n_prompt random tokens from an empty cache (last-row logits only)."""
-    tokens = rng.integers(0, model.n_vocab, n_prompt).tolist()
-    start = time.perf_counter()
-    model.eval_last(tokens, reset=True)
-    return time.perf_counter() - start
-
-
-def time_generation(model, n_gen: int, rng: np.random.Generator) -> float:
-    """Seconds to evaluate n_gen tokens one at a time from an empty cache, as decoding does."""
-    tokens = rng.integers(0, model.n_vocab, n_gen).tolist()
-    model.reset()
-    start = time.perf_counter()
-    for token in tokens:
-        model.eval_last([token], reset=False)
-    return time.perf_counter() - start
-
-
 def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[int],
               repetitions: int) -> list[dict]:
-    """One result row per test (pp<n>, tg<n>): tokens/s of each repetition after one warm-up."""
-    from ember._core import Model, cpu_isa
+    """One result row per test (pp<n>, tg<n>): tokens/s of each repetition after one warm-up,
+    measured on the engine that ember.LLM, `ember run` and `ember serve` generate with.
+    pp: one request of n_prompt random tokens, timed to its first token (one forward pass of
+    n_prompt rows, then one greedy sample); tg: n_gen tokens generated one step at a time after
+    a one-token prompt, timed from the first generated token to the last."""
+    from ember._core import cpu_isa
     from ember.commands.info import describe
+    from ember.engine import Engine
+    from ember.sampling import SamplingParams
 
     facts = describe(model_path)
-    model = Model(str(model_path), n_threads=n_threads, n_ctx=max(n_prompt, n_gen) + 16,
-                  n_batch=max(n_prompt, 1))
+    engine = Engine(model_path, n_threads=n_threads, n_ctx=max(n_prompt, 1) + n_gen + 16,
+                    parallel=1, max_batch_tokens=max(n_prompt, 16), prefix_caching=False)
     rng = np.random.default_rng(0)
+
+    def time_prompt(n: int) -> float:
+        tokens = rng.integers(0, engine.n_vocab, n).tolist()
+        result = engine.submit(tokens, SamplingParams(temperature=0, max_tokens=1,
+                                                      ignore_eos=True)).result()
+        return result.timings.prompt_ms / 1e3
+
+    def time_generation(n: int) -> float:
+        prompt = rng.integers(0, engine.n_vocab, 1).tolist()
+        result = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=n + 1,
+                                                      ignore_eos=True)).result()
+        return result.timings.generation_ms / 1e3
+
     rows = []
-    tests = [("pp", n_prompt, time_prompt), ("tg", n_gen, time_generation)]
-    for kind, n, timer in tests:
-        if n <= 0:
-            continue
-        timer(model, min(n, 16), rng)  # warm-up: page in the weights, spin up the threads
-        speeds = [n / timer(model, n, rng) for _ in range(repetitions)]
-        rows.append({
-            "model": facts["name"] or model_path.name,
-            "file_type": facts["file_type"],
-            "size_bytes": facts["file_bytes"],
-            "n_params": facts["n_params"],
-            "backend": f"CPU {cpu_isa()}",
-            "threads": model.n_threads,
-            "test": f"{kind}{n}",
-            "tokens_per_second": statistics.fmean(speeds),
-            "stddev": statistics.stdev(speeds) if len(speeds) > 1 else 0.0,
-            "samples": speeds,
-        })
+    with engine:
+        for kind, n, timer in (("pp", n_prompt, time_prompt), ("tg", n_gen, time_generation)):
+            if n <= 0:
+                continue
+            timer(min(n, 16))  # warm-up: page in the weights, spin up the threads
+            speeds = [n / timer(n) for _ in range(repetitions)]
+            rows.append({
+                "model": facts["name"] or model_path.name,
+                "file_type": facts["file_type"],
+                "size_bytes": facts["file_bytes"],
+                "n_params": facts["n_params"],
+                "backend": f"CPU {cpu_isa()}",
+                "threads": engine.n_threads,
+                "test": f"{kind}{n}",
+                "tokens_per_second": statistics.fmean(speeds),
+                "stddev": statistics.stdev(speeds) if len(speeds) > 1 else 0.0,
+                "samples": speeds,
+            })
     return rows
 
 

@@ -82,7 +82,7 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=list(stop or []),
     )
-    params.make_sampler(1)  # the C++ checks (ranges); no model needed
+    params.check(1)  # the C++ checks (ranges); no model needed
     return params
 
 
@@ -93,7 +93,7 @@ def load_llm(model: str | None, threads: int | None, ctx_size: int | None) -> LL
         raise ValueError(f"--threads must be > 0, got {threads}")
     if ctx_size is not None and ctx_size <= 0:
         raise ValueError(f"--ctx-size must be > 0, got {ctx_size}")
-    return LLM(model, n_threads=threads, n_ctx=ctx_size)
+    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1)
 
 
 def dim(text: str, stream: TextIO = sys.stderr) -> str:

@@ -37,25 +37,24 @@ def serve(
         "--port", envvar="EMBER_PORT", help="port to listen on")] = _D.port,
     parallel: Annotated[int, typer.Option(
         "-np", "--parallel", envvar="EMBER_PARALLEL",
-        help="slots: requests generated at the same time")] = _D.parallel,
+        help="slots: requests generated at the same time, batched together")] = _D.parallel,
     ctx_size: Annotated[Optional[int], typer.Option(
         "-c", "--ctx-size", envvar="EMBER_CTX_SIZE",
         help="context per request in tokens (prompt + completion) [default: the model's, at "
              "most 4096]", show_default=False)] = None,
     kv_size: Annotated[Optional[int], typer.Option(
         "--kv-size", envvar="EMBER_KV_SIZE",
-        help="KV cache tokens shared by all slots [default: parallel x ctx-size; the engine "
-             "backend: at most 1 GiB]",
+        help="KV cache tokens shared by all slots [default: parallel x ctx-size, at most "
+             "1 GiB]",
         show_default=False)] = None,
     kv_type: Annotated[str, typer.Option(
         "--kv-type", envvar="EMBER_KV_TYPE",
         help="KV cache element type: 'f16', or 'q8_0' (8-bit blocks: about half the KV memory, "
              "so ~1.9x the tokens fit in the same cache, at slightly less exact attention; the "
-             "model's head size must be a multiple of 32; --backend engine only)")] = _D.kv_type,
+             "model's head size must be a multiple of 32)")] = _D.kv_type,
     threads: Annotated[Optional[int], typer.Option(
         "-t", "--threads", envvar="EMBER_THREADS",
-        help="CPU threads: of the engine (--backend engine) or per slot (--backend llm) "
-             "[default: physical cores, divided among the slots with --backend llm]",
+        help="CPU threads of the engine [default: physical cores]",
         show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="EMBER_API_KEY",
@@ -79,10 +78,6 @@ def serve(
     shutdown_timeout: Annotated[float, typer.Option(
         "--shutdown-timeout", envvar="EMBER_SHUTDOWN_TIMEOUT",
         help="seconds in-flight requests get to finish on SIGTERM")] = _D.shutdown_timeout,
-    backend: Annotated[str, typer.Option(
-        "--backend", envvar="EMBER_BACKEND",
-        help="'engine': continuous batching of all requests in one engine; 'llm': one "
-             "ember.LLM per slot, no batching")] = _D.backend,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -94,7 +89,7 @@ def serve(
         model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         kv_size=kv_size, kv_type=kv_type, threads=threads, api_key=api_key, cors_origins=_names(cors_origins),
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
-        shutdown_timeout=shutdown_timeout, backend=backend)
+        shutdown_timeout=shutdown_timeout)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -1,18 +1,18 @@
-"""ember.server: an OpenAI-compatible HTTP server (Starlette + uvicorn) for ember models.
+"""ember.server: an OpenAI-compatible HTTP server (Starlette + uvicorn) on ember's
+continuous-batching engine.
 
     from ember.server import ServerConfig, serve
     serve(ServerConfig(model="model.gguf", port=8080))
 
-Layout: app.py (routes, auth, lifespan), generation.py (the completion endpoints),
-protocol.py (request validation), responses.py (response shapes), backend.py (the interface to
-the engine), llm_backend.py (that interface on ember.LLM), metrics.py, run.py (uvicorn).
+Layout: app.py (routes, auth), context.py (AppContext: the engine, slots, request helpers),
+generation.py (the completion endpoints), protocol.py (request validation), metrics.py,
+errors.py, config.py, run.py (uvicorn). Responses are shaped by ember.openai_format.
 """
 
 from __future__ import annotations
 
 from ember.server.app import create_app
-from ember.server.backend import GenerationBackend
 from ember.server.config import ServerConfig
 from ember.server.run import serve
 
-__all__ = ["GenerationBackend", "ServerConfig", "create_app", "serve"]
+__all__ = ["ServerConfig", "create_app", "serve"]

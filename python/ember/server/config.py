@@ -4,46 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KV_TYPES = ("f16", "q8_0")  # what the engine's paged KV cache can store
-
 
 @dataclass
 class ServerConfig:
     model: str | None = None          # a .gguf path; None: the demo model
     host: str = "127.0.0.1"
     port: int = 8080
-    parallel: int = 1                 # slots: sequences generated at the same time
+    parallel: int = 1                 # slots: sequences generated at the same time, batched
     ctx_size: int | None = None       # tokens per sequence (prompt + completion)
     kv_size: int | None = None        # KV cache tokens shared by all slots
-    kv_type: str = "f16"              # KV cache rows: "f16" or "q8_0" (half the memory; engine only)
-    threads: int | None = None        # CPU threads per slot
+    kv_type: str = "f16"              # KV cache rows: "f16" or "q8_0" (about half the memory)
+    threads: int | None = None        # CPU threads of the engine
     api_key: str | None = None        # required as "Authorization: Bearer KEY" when set
     cors_origins: list[str] = field(default_factory=list)  # "*" allows any origin
-    max_queue: int = 128              # sequences waiting for a slot; more: 503
+    max_queue: int = 128              # sequences waiting for a slot (the engine's limit); more: 503
     aliases: list[str] = field(default_factory=list)       # model names clients may use
     max_body_bytes: int = 8 << 20     # larger request bodies: 413
     max_n: int = 16                   # most choices per request
     shutdown_timeout: float = 10.0    # on SIGTERM: seconds in-flight requests get to finish
-    backend: str = "engine"           # "engine": continuous batching; "llm": one ember.LLM per slot
 
     def __post_init__(self) -> None:
+        # The engine's own sizes (parallel, ctx_size, kv_size, kv_type, threads) are checked by
+        # the engine when it loads; these are the server's.
         checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
                   ("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
                   ("port", self.port, 0)]
         for name, value, low in checks:
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
-        for name, value in (("ctx_size", self.ctx_size), ("kv_size", self.kv_size),
-                            ("threads", self.threads)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        if self.backend not in ("engine", "llm"):
-            raise ValueError(f"backend must be 'engine' or 'llm', got {self.backend!r}")
-        if self.kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
-        if self.kv_type != "f16" and self.backend != "engine":
-            raise ValueError(f"kv_type {self.kv_type} needs the engine backend (--backend llm keeps "
-                             "an f16 cache per slot)")
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
         if self.api_key is not None and not self.api_key:

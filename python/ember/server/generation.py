@@ -1,8 +1,8 @@
-"""The two generation endpoints: validate, enqueue on the backend, answer as JSON or SSE.
+"""The two generation endpoints: validate, enqueue on the engine, answer as JSON or SSE.
 
 Handlers do no generation work: they parse the body (protocol.py), turn the prompt into
-tokens, check it fits the context, submit one GenerationRequest per choice and relay the
-events (responses.py formats them). Until the first event arrives nothing is sent, so every
+tokens, check it fits the context, submit one engine Request per choice and relay its Deltas
+(ember.openai_format formats them). Until the first event arrives nothing is sent, so every
 failure up to then is a plain HTTP error; after it, a failure becomes a `data: {"error": ...}`
 event followed by `data: [DONE]`. A client that goes away (before or during the stream, or while
 waiting for a non-streamed answer) cancels all its sequences.
@@ -14,37 +14,32 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ember.server.backend import (
-    BackendError,
-    GenerationEvent,
-    GenerationRequest,
-    GenerationStream,
-    Unavailable,
-)
+from ember.engine import EngineBusy, EngineError, Request
+from ember.openai_format import Formatter
+from ember.results import Delta
+from ember.sampling import SamplingParams
+from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
 from ember.server.metrics import RequestTimer
 from ember.server.protocol import Options, parse_chat_request, parse_completion_request
-from ember.server.responses import Formatter
-
-if TYPE_CHECKING:
-    from ember.server.app import AppContext
 
 log = logging.getLogger("ember.server")
 
 T = TypeVar("T")
 _DONE = b"data: [DONE]\n\n"
 
+# Why a stream can end early: the engine failed it, or the server is shutting down.
+StreamError = (EngineError, APIError)
 
-def backend_error(err: BackendError) -> APIError:
-    if isinstance(err, Unavailable):
-        return APIError(503, str(err), code=err.code)
-    return APIError(500, str(err), code="generation_failed")
+
+def _shutdown_error() -> APIError:
+    return APIError(503, "the server is shutting down", code="shutting_down")
 
 
 def _sse(value: Any) -> bytes:
@@ -52,47 +47,66 @@ def _sse(value: Any) -> bytes:
 
 
 class ChoiceEvents:
-    """The events of a request's sequences as (choice index, event), in arrival order; None
-    once every sequence has finished. Feeds each sequence's RequestTimer."""
+    """The Deltas of a request's choices as (choice index, delta), in arrival order; None once
+    every choice has finished. Feeds each choice's RequestTimer and keeps /slots up to date.
+    A choice the engine cancelled (the server shutting down) raises a 503 APIError; one the
+    engine failed raises EngineError."""
 
-    def __init__(self, streams: Sequence[GenerationStream], timers: Sequence[RequestTimer]) -> None:
-        self._streams = list(streams)
-        self._timers = list(timers)
-        self._queue: asyncio.Queue[tuple[int, GenerationEvent] | BaseException | None] = \
-            asyncio.Queue()
-        self._n_open = len(streams)
-        # One sequence (the common case) is read directly; several are pumped into one queue.
-        self._tasks = [] if len(streams) == 1 else [
-            asyncio.create_task(self._pump(i)) for i in range(len(streams))]
+    def __init__(self, ctx: AppContext, requests: Sequence[Request], request_id: str,
+                 arrival: float) -> None:
+        self._ctx = ctx
+        self._requests = list(requests)
+        self._timers = [ctx.metrics.timer(arrival) for _ in requests]
+        self._iters = [r.__aiter__() for r in requests]
+        for i, request in enumerate(requests):
+            ctx.slots.add(request, f"{request_id}-{i}")
+        self._queue: asyncio.Queue[tuple[int, Delta] | BaseException | None] = asyncio.Queue()
+        self._n_open = len(requests)
+        # One choice (the common case) is read directly; several are pumped into one queue.
+        self._tasks = [] if len(requests) == 1 else [
+            asyncio.create_task(self._pump(i)) for i in range(len(requests))]
 
-    async def _read(self, index: int) -> GenerationEvent | None:
+    async def _read(self, index: int) -> Delta | None:
         try:
-            event = await self._streams[index].__anext__()
+            delta = await self._iters[index].__anext__()
         except StopAsyncIteration:
+            self._finished(index, "cancelled")
             return None
-        except BackendError:
-            self._timers[index].end("error")
+        except EngineError:
+            self._finished(index, "error")
             raise
-        self._timers[index].on_event(event)
-        return event
+        if delta.finish_reason == "cancelled":
+            self._finished(index, "cancelled")
+            raise _shutdown_error()
+        self._timers[index].on_event(delta)
+        if delta.finish_reason is not None:
+            self._finished(index, None)
+        return delta
+
+    def _finished(self, index: int, reason: str | None) -> None:
+        if reason is not None:
+            self._timers[index].end(reason)
+        self._ctx.slots.remove(self._requests[index])
 
     async def _pump(self, index: int) -> None:
         try:
-            while (event := await self._read(index)) is not None:
-                self._queue.put_nowait((index, event))
-        except BackendError as err:
+            while (delta := await self._read(index)) is not None:
+                self._queue.put_nowait((index, delta))
+                if delta.finish_reason is not None:
+                    break
+        except StreamError as err:
             self._queue.put_nowait(err)
         finally:
             self._queue.put_nowait(None)
 
-    async def next(self) -> tuple[int, GenerationEvent] | None:
+    async def next(self) -> tuple[int, Delta] | None:
         if not self._tasks:
             if self._n_open == 0:
                 return None
-            event = await self._read(0)
-            if event is None or event.finish_reason is not None:
+            delta = await self._read(0)
+            if delta is None or delta.finish_reason is not None:
                 self._n_open = 0
-            return (0, event) if event is not None else None
+            return (0, delta) if delta is not None else None
         while self._n_open:
             item = await self._queue.get()
             if item is None:
@@ -104,13 +118,15 @@ class ChoiceEvents:
         return None
 
     def close(self) -> None:
-        """Cancels what has not finished (the client is gone, or one sequence failed)."""
+        """Cancels what has not finished (the client is gone, or one choice failed)."""
         for task in self._tasks:
             task.cancel()
-        for stream, timer in zip(self._streams, self._timers):
-            if not stream.done:
-                stream.cancel()
-                timer.end("cancelled")
+        for i, request in enumerate(self._requests):
+            if not request.done:
+                request.cancel()
+                self._finished(i, "cancelled")
+            else:
+                self._ctx.slots.remove(request)
 
 
 class _ClientGone(Exception):
@@ -122,7 +138,7 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def _unless_disconnected(request: HTTPRequest, work: Awaitable[T]) -> T:
     """`work`'s result, or _ClientGone when the client disconnects first (the request body
     must have been read already, so the next message can only be the disconnect)."""
     task = asyncio.ensure_future(work)
@@ -154,14 +170,39 @@ class EventStreamResponse(StreamingResponse):
             self._events.close()
 
 
-async def _respond(request: Request, ctx: AppContext, fmt: Formatter,
-                   requests: list[GenerationRequest], options: Options,
-                   arrival: float) -> Response:
+def _submit(ctx: AppContext, prompts: Sequence[list[int]],
+            params: Sequence[SamplingParams]) -> list[Request]:
+    """Queues every choice or none: a full queue is a 503 and cancels what was queued."""
+    engine = ctx.require_ready()
+    requests: list[Request] = []
     try:
-        streams = ctx.backend.submit(requests)
-    except BackendError as err:
-        raise backend_error(err) from None
-    events = ChoiceEvents(streams, [ctx.metrics.timer(arrival) for _ in streams])
+        for prompt, p in zip(prompts, params):
+            requests.append(engine.submit(prompt, p))
+    except BaseException as err:
+        for request in requests:
+            request.cancel()
+        if isinstance(err, EngineBusy):
+            raise APIError(503, f"the server is busy: the queue holds {ctx.config.max_queue} "
+                           "waiting requests (--max-queue); retry later",
+                           code="queue_full") from None
+        if isinstance(err, ValueError):
+            raise bad_request(str(err), code="invalid_value") from None
+        raise
+    return requests
+
+
+def _stream_error(err: Exception) -> APIError:
+    if isinstance(err, APIError):
+        return err
+    log.error("a request failed in the engine: %s", err)
+    return APIError(500, f"generation failed: {err}", code="generation_failed")
+
+
+async def _respond(request: HTTPRequest, ctx: AppContext, fmt: Formatter,
+                   prompts: list[list[int]], params: list[SamplingParams], options: Options,
+                   arrival: float) -> Response:
+    requests = _submit(ctx, prompts, params)
+    events = ChoiceEvents(ctx, requests, fmt.id, arrival)
     if not options.stream:
         try:
             async def collect() -> None:
@@ -171,8 +212,8 @@ async def _respond(request: Request, ctx: AppContext, fmt: Formatter,
         except _ClientGone:
             log.info("%s: client disconnected, cancelled", fmt.id)
             return Response(status_code=499)  # nobody reads it
-        except BackendError as err:
-            raise backend_error(err) from None
+        except StreamError as err:
+            raise _stream_error(err) from None
         finally:
             events.close()
         return json_response(fmt.response())
@@ -183,9 +224,9 @@ async def _respond(request: Request, ctx: AppContext, fmt: Formatter,
         events.close()
         log.info("%s: client disconnected while queued, cancelled", fmt.id)
         return Response(status_code=499)
-    except BackendError as err:
+    except StreamError as err:
         events.close()
-        raise backend_error(err) from None
+        raise _stream_error(err) from None
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -198,8 +239,8 @@ async def _respond(request: Request, ctx: AppContext, fmt: Formatter,
                 item = await events.next()
             if options.include_usage:
                 yield _sse(fmt.usage_chunk())
-        except BackendError as err:
-            yield _sse(backend_error(err).body())
+        except StreamError as err:
+            yield _sse(_stream_error(err).body())
         except Exception:
             log.exception("%s: failed while streaming", fmt.id)
             yield _sse(internal_error().body())
@@ -209,7 +250,7 @@ async def _respond(request: Request, ctx: AppContext, fmt: Formatter,
 
 
 def _check_prompt(ctx: AppContext, tokens: list[int], param: str) -> None:
-    n_ctx = ctx.backend.n_ctx
+    n_ctx = ctx.require_ready().n_ctx
     if not tokens:
         raise bad_request("the prompt is empty (it has no tokens to start from)", param=param,
                           code="empty_prompt")
@@ -220,35 +261,53 @@ def _check_prompt(ctx: AppContext, tokens: list[int], param: str) -> None:
             code="context_length_exceeded")
 
 
-async def chat_completions(request: Request, ctx: AppContext) -> Response:
-    arrival = time.perf_counter()
-    body = await ctx.read_json(request)
-    backend = ctx.require_ready()
-    parsed = parse_chat_request(body, n_vocab=backend.n_vocab, max_n=ctx.config.max_n)
-    options = parsed.options
-    model = ctx.check_model(options.model)
+async def tokenize_text(ctx: AppContext, text: str, add_special: bool, parse_special: bool
+                    ) -> list[int]:
+    """Short texts are tokenized on the event loop; longer ones in a thread."""
+    engine = ctx.require_ready()
+    if len(text) <= _INLINE_TOKENIZE_CHARS:
+        return engine.tokenize(text, add_special, parse_special)
+    return await asyncio.to_thread(engine.tokenize, text, add_special, parse_special)
+
+
+async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt tokens of checked messages in the model's chat template; a 400 when the
+    template refuses them."""
+    engine = ctx.require_ready()
     try:
-        prompt = await backend.encode_chat(parsed.messages)
+        return await asyncio.to_thread(engine.chat_template.encode, engine.tokenizer, messages)
     except ValueError as err:
         raise bad_request(str(err), param="messages", code="invalid_messages") from None
-    _check_prompt(ctx, prompt, "messages")
-    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
-    requests = [GenerationRequest(f"{fmt.id}-{i}", prompt, options.choice_params(i))
-                for i in range(options.n)]
-    return await _respond(request, ctx, fmt, requests, options, arrival)
 
 
-async def completions(request: Request, ctx: AppContext) -> Response:
+_INLINE_TOKENIZE_CHARS = 4096
+
+
+async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
-    backend = ctx.require_ready()
-    parsed = parse_completion_request(body, n_vocab=backend.n_vocab, max_n=ctx.config.max_n)
+    engine = ctx.require_ready()
+    parsed = parse_chat_request(body, n_vocab=engine.n_vocab, max_n=ctx.config.max_n)
+    options = parsed.options
+    model = ctx.check_model(options.model)
+    prompt = await encode_chat(ctx, parsed.messages)
+    _check_prompt(ctx, prompt, "messages")
+    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
+    params = [options.choice_params(i) for i in range(options.n)]
+    return await _respond(request, ctx, fmt, [prompt] * options.n, params, options, arrival)
+
+
+async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
+    arrival = time.perf_counter()
+    body = await ctx.read_json(request)
+    engine = ctx.require_ready()
+    parsed = parse_completion_request(body, n_vocab=engine.n_vocab, max_n=ctx.config.max_n)
     options = parsed.options
     model = ctx.check_model(options.model)
     prompts = []
     for prompt in parsed.prompts:
         # Like ember.LLM: control tokens spelled out in a raw prompt are those tokens.
-        tokens = (await backend.tokenize(prompt, add_special=True, parse_special=True)
+        tokens = (await tokenize_text(ctx, prompt, add_special=True, parse_special=True)
                   if isinstance(prompt, str) else prompt)
         _check_prompt(ctx, tokens, "prompt")
         prompts.append(tokens)
@@ -256,6 +315,6 @@ async def completions(request: Request, ctx: AppContext) -> Response:
     fmt = Formatter(chat=False, model=model, n_choices=n * len(prompts),
                     logprobs=options.logprobs,
                     usage_groups=[list(range(p * n, (p + 1) * n)) for p in range(len(prompts))])
-    requests = [GenerationRequest(f"{fmt.id}-{p * n + i}", tokens, options.choice_params(i))
-                for p, tokens in enumerate(prompts) for i in range(n)]
-    return await _respond(request, ctx, fmt, requests, options, arrival)
+    all_prompts = [tokens for tokens in prompts for _ in range(n)]
+    params = [options.choice_params(i) for _ in prompts for i in range(n)]
+    return await _respond(request, ctx, fmt, all_prompts, params, options, arrival)

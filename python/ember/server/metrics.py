@@ -1,7 +1,7 @@
 """Prometheus metrics of one server, in a registry of its own (never the process-global one, so
 two apps in one process, as in tests, count separately).
 
-Gauges (running, waiting, KV usage) are read from the backend when /metrics is scraped; the
+Gauges (running, waiting, KV usage) are read from the engine when /metrics is scraped; the
 counters and histograms are fed per generated sequence by a RequestTimer. prefix_cache_hits
 counts prompt tokens served from the KV cache instead of being evaluated (as vLLM's
 prefix_cache_hits does).
@@ -13,7 +13,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ember.server.backend import BackendStats, GenerationEvent
+from ember.engine import EngineStats
+from ember.results import Delta
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -55,11 +56,11 @@ class ServerMetrics:
             "ember_request_latency_seconds", "From arrival to the last token.",
             buckets=_LATENCY_BUCKETS, registry=r)
 
-    def render(self, stats: BackendStats | None) -> bytes:
+    def render(self, stats: EngineStats | None) -> bytes:
         if stats is not None:
-            self.requests_running.set(stats.n_running)
-            self.requests_waiting.set(stats.n_waiting)
-            self.kv_cache_usage.set(stats.kv_cache_usage)
+            self.requests_running.set(stats.running)
+            self.requests_waiting.set(stats.waiting)
+            self.kv_cache_usage.set(min(1.0, max(0.0, stats.kv_usage)))
         return generate_latest(self.registry)
 
     def timer(self, arrival: float) -> RequestTimer:
@@ -76,18 +77,18 @@ class RequestTimer:
         self._n_tokens = 0
         self._ended = False
 
-    def on_event(self, event: GenerationEvent) -> None:
+    def on_event(self, event: Delta) -> None:
         now = time.perf_counter()
-        if event.token_ids:
+        if event.tokens:
             if self._first is None:
                 self._first = now
                 self._metrics.time_to_first_token.observe(now - self._arrival)
-            self._n_tokens += len(event.token_ids)
-            self._metrics.generation_tokens.inc(len(event.token_ids))
+            self._n_tokens += len(event.tokens)
+            self._metrics.generation_tokens.inc(len(event.tokens))
         if event.finish_reason is not None:
-            if event.usage is not None:
-                self._metrics.prompt_tokens.inc(event.usage.prompt_tokens)
-                self._metrics.prefix_cache_hits.inc(event.usage.cached_tokens)
+            if event.result is not None:
+                self._metrics.prompt_tokens.inc(event.result.usage.prompt_tokens)
+                self._metrics.prefix_cache_hits.inc(event.result.usage.cached_tokens)
             self.end(event.finish_reason, now)
 
     def end(self, reason: str, now: float | None = None) -> None:

@@ -236,7 +236,7 @@ def _options(body: Fields, *, chat: bool, n_vocab: int, max_n: int) -> Options:
             **{k: v for k, v in sampling.items() if v is not None},
             logit_bias=_logit_bias(body, n_vocab), max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs)
-        params.make_sampler(n_vocab)  # the C++ range checks, before anything is queued
+        params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
     return Options(model=model, stream=stream, include_usage=include_usage, n=n or 1,

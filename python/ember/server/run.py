@@ -14,9 +14,12 @@ from types import FrameType
 
 import uvicorn
 
-from ember.server.app import AppContext, create_app
-from ember.server.backend import GenerationBackend
+from collections.abc import Callable
+
+from ember.engine import Engine
+from ember.server.app import create_app
 from ember.server.config import ServerConfig
+from ember.server.context import AppContext
 
 log = logging.getLogger("ember.server")
 
@@ -40,9 +43,9 @@ class EmberServer(uvicorn.Server):
             loop.call_soon_threadsafe(self.ctx.begin_shutdown)
 
 
-def make_server(config: ServerConfig, backend: GenerationBackend | None = None,
+def make_server(config: ServerConfig, make_engine: Callable[[], Engine] | None = None,
                 log_level: str = "info", access_log: bool = True) -> EmberServer:
-    app = create_app(config, backend)
+    app = create_app(config, make_engine)
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level=log_level, access_log=access_log,
         lifespan="on", http="h11", loop="asyncio",
@@ -55,11 +58,10 @@ def _ignore_signal(sig: int, frame: FrameType | None) -> None:
     pass
 
 
-def serve(config: ServerConfig, backend: GenerationBackend | None = None,
-          sock: socket.socket | None = None) -> int:
+def serve(config: ServerConfig, sock: socket.socket | None = None) -> int:
     """Serves until SIGTERM/SIGINT; returns the exit status (0, or 1 when the model failed
     to load)."""
-    server = make_server(config, backend)
+    server = make_server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down; with the default
     # SIGTERM action that would kill the process (status -15) after a clean shutdown.
     previous = signal.signal(signal.SIGTERM, _ignore_signal)
@@ -67,4 +69,4 @@ def serve(config: ServerConfig, backend: GenerationBackend | None = None,
         server.run(sockets=[sock] if sock is not None else None)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 1 if server.ctx.load_failed else 0
+    return 1 if server.ctx.load_error else 0

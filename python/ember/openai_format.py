@@ -1,7 +1,8 @@
-"""OpenAI response objects and stream chunks for chat completions and completions.
+"""OpenAI response objects and stream chunks for chat completions and completions — the one
+place their shapes are written, used by ember.LLM's create_* methods and by the server.
 
-One Formatter per HTTP request knows its id, model name and kind, and turns the backend's
-events (tagged with their choice index) into the dicts clients parse. Streams follow DESIGN.md:
+One Formatter per request knows its id, model name and kind, and turns the engine's Deltas
+(tagged with their choice index) into the dicts clients parse. Streams follow DESIGN.md:
 chat starts each choice with a {"role": "assistant", "content": ""} delta, then content deltas,
 then a chunk with finish_reason and an empty delta; with include_usage one more chunk with
 `choices: []` and the usage; the caller ends with `data: [DONE]`.
@@ -15,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.generate import TokenLogprob, Usage
-from ember.server.backend import GenerationEvent
+from ember.results import Delta, TokenLogprob, Usage
 
 
 def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:
@@ -107,7 +107,7 @@ class Formatter:
             "index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
             "finish_reason": None}]} for i in range(len(self.choices))]
 
-    def chunks(self, index: int, event: GenerationEvent) -> list[dict[str, Any]]:
+    def chunks(self, index: int, event: Delta) -> list[dict[str, Any]]:
         """The chunks for one event of choice `index`: its text (when there is any), then the
         finish chunk (when it is the last)."""
         choice = self.choices[index]
@@ -128,7 +128,7 @@ class Formatter:
             choice.n_chars += len(event.text)
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
-            choice.usage = event.usage
+            choice.usage = event.result.usage if event.result else None
             body: dict[str, Any] = {"index": index, "logprobs": None,
                                     "finish_reason": event.finish_reason}
             if self.chat:
@@ -143,13 +143,13 @@ class Formatter:
 
     # --- whole responses -------------------------------------------------------------------
 
-    def add(self, index: int, event: GenerationEvent) -> None:
+    def add(self, index: int, event: Delta) -> None:
         choice = self.choices[index]
         choice.text.append(event.text)
         choice.logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
             choice.finish_reason = event.finish_reason
-            choice.usage = event.usage
+            choice.usage = event.result.usage if event.result else None
 
     def response(self) -> dict[str, Any]:
         choices = []

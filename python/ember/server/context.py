@@ -1,0 +1,224 @@
+"""What the request handlers share (AppContext): the config, the engine once it is loaded, the
+chat template, the metrics, the /slots view, and the helpers every handler uses (readiness,
+model names, reading a JSON body). Handlers (app.py, generation.py) import this; it imports
+no handler, so imports point one way.
+
+The engine is ember.engine.Engine — the public API, nothing of ember._core: `submit` (which
+raises ValueError for a request that can never run and EngineBusy past --max-queue),
+`tokenize`, `tokenizer`, `cancel`, `stats`, `close`, and the sizes n_ctx, n_vocab, parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request as HTTPRequest
+
+from ember.chat import ChatTemplate
+from ember.engine import Engine, Request
+from ember.server.config import ServerConfig
+from ember.server.errors import APIError, bad_request
+from ember.server.metrics import ServerMetrics
+
+log = logging.getLogger("ember.server")
+
+
+@dataclass
+class SlotView:
+    """One of the `parallel` places a request runs in, llama-server's /slots style."""
+
+    id: int
+    request: Request | None = None   # the request it runs now
+    request_id: str | None = None    # the HTTP-level id of that (or the last) request
+    n_prompt_tokens: int = 0
+    n_decoded: int = 0
+    n_cached_tokens: int = 0         # tokens whose KV the slot left for prefix reuse
+
+    def as_json(self, n_ctx: int) -> dict[str, Any]:
+        busy = self.request is not None
+        n_decoded = len(self.request.tokens) if self.request is not None else self.n_decoded
+        return {"id": self.id, "state": "processing" if busy else "idle", "is_processing": busy,
+                "request_id": self.request_id, "n_ctx": n_ctx,
+                "n_prompt_tokens": self.n_prompt_tokens, "n_decoded": n_decoded,
+                "n_cached_tokens": self.n_cached_tokens}
+
+
+class Slots:
+    """Which live request shows in which slot (bookkeeping for /slots and for shutdown; the
+    engine schedules by itself). Requests beyond `parallel` wait for a slot in arrival order."""
+
+    def __init__(self, n_slots: int) -> None:
+        self.views = [SlotView(i) for i in range(n_slots)]
+        self.live: dict[Request, str] = {}  # every unfinished request -> its HTTP-level id
+
+    def add(self, request: Request, request_id: str) -> None:
+        self.live[request] = request_id
+        self._assign(request, request_id)
+
+    def remove(self, request: Request) -> None:
+        if self.live.pop(request, None) is None:
+            return
+        for view in self.views:
+            if view.request is request:
+                view.request = None
+                view.n_decoded = len(request.tokens)
+                view.n_cached_tokens = view.n_prompt_tokens + view.n_decoded
+                waiting = [r for r in self.live if not any(v.request is r for v in self.views)]
+                if waiting:
+                    self._assign(waiting[0], self.live[waiting[0]])
+                return
+
+    def _assign(self, request: Request, request_id: str) -> None:
+        for view in self.views:
+            if view.request is None:
+                view.request, view.request_id = request, request_id
+                view.n_prompt_tokens, view.n_decoded = len(request.prompt_tokens), 0
+                view.n_cached_tokens = 0
+                return
+
+
+class AppContext:
+    """The server's state. `make_engine` loads the model (called once, in a thread, after the
+    server listens); /health answers 503 until it returns."""
+
+    def __init__(self, config: ServerConfig, make_engine: Callable[[], Engine] | None = None
+                 ) -> None:
+        self.config = config
+        self.make_engine = make_engine or self._load_engine
+        self.engine: Engine | None = None
+        self.template: ChatTemplate | None = None
+        self.metrics = ServerMetrics()
+        self.slots = Slots(config.parallel)
+        self.created = int(time.time())
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.load_error: str | None = None
+        self.shutting_down = False
+        self.on_load_error: Callable[[], None] | None = None
+
+    # --- loading and shutdown ------------------------------------------------------------------
+
+    def _load_engine(self) -> Engine:
+        from ember.hub import resolve_model
+
+        c = self.config
+        return Engine(resolve_model(c.model), n_threads=c.threads, n_ctx=c.ctx_size,
+                      parallel=c.parallel, kv_size=c.kv_size, max_queue=c.max_queue,
+                      kv_type=c.kv_type)
+
+    def load(self) -> None:
+        """Runs in a background thread: loads the model; on failure logs it and tells the
+        runner (which stops the server)."""
+        assert self.loop is not None
+        try:
+            engine = self.make_engine()
+            template = engine.chat_template  # read (and compiled) now: a bad one fails the load
+        except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            self.load_error = f"loading the model failed: {err}"
+            log.error("could not load the model: %s", err)
+            if self.on_load_error is not None:
+                self.on_load_error()
+            return
+        log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
+                 engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
+        self.loop.call_soon_threadsafe(self._set_loaded, engine, template)
+
+    def _set_loaded(self, engine: Engine, template: ChatTemplate) -> None:
+        self.engine, self.template = engine, template
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
+        finish, then are cancelled (an error event for streams, 503 for the others)."""
+        if self.shutting_down or self.loop is None:
+            return
+        self.shutting_down = True
+        log.info("shutting down: in-flight requests have %.0f s to finish",
+                 self.config.shutdown_timeout)
+        self.loop.call_later(self.config.shutdown_timeout, self.cancel_all)
+
+    def cancel_all(self) -> None:
+        """Ends every live request; their handlers answer 503 (or an SSE error event)."""
+        self.shutting_down = True
+        if self.engine is not None:
+            for request in list(self.slots.live):
+                self.engine.cancel(request.id)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+    # --- request helpers -----------------------------------------------------------------------
+
+    def require_ready(self) -> Engine:
+        if self.shutting_down:
+            raise APIError(503, "the server is shutting down", code="shutting_down")
+        if self.engine is None:
+            if self.load_error:
+                raise APIError(503, self.load_error, code="model_error")
+            raise APIError(503, "the model is loading", code="model_loading")
+        return self.engine
+
+    def health(self) -> tuple[str, str]:
+        """(status, message): "ok", "loading", "error" or "shutting_down"."""
+        if self.shutting_down:
+            return "shutting_down", "the server is shutting down"
+        if self.engine is not None:
+            return "ok", ""
+        if self.load_error:
+            return "error", self.load_error
+        return "loading", "the model is loading"
+
+    @property
+    def model_path(self) -> Path:
+        return Path(self.engine.path if self.engine is not None else self.config.model or "")
+
+    @property
+    def model_name(self) -> str:
+        if self.config.aliases:
+            return self.config.aliases[0]
+        return self.model_path.name or "ember"
+
+    def check_model(self, requested: str | None) -> str:
+        """The name to answer with; a 400 when `requested` names another model."""
+        if requested is None or requested == "":
+            return self.model_name
+        path = self.model_path
+        names = {*self.config.aliases, path.name, path.stem, self.model_name}
+        if requested not in names:
+            raise APIError(400, f"the model '{requested}' does not exist; this server serves "
+                           f"'{self.model_name}' (see /v1/models)", param="model",
+                           code="model_not_found")
+        return self.model_name
+
+    async def read_json(self, request: HTTPRequest) -> dict[str, Any]:
+        """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON."""
+        limit = self.config.max_body_bytes
+        too_large = APIError(413, f"the request body is larger than {limit} bytes",
+                             code="request_too_large")
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        try:
+            body = json.loads(b"".join(chunks), parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise bad_request(f"the request body is not valid JSON: {err}",
+                              code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object", code="invalid_json")
+        return body
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
