@@ -108,7 +108,7 @@ def test_run_chat_template(smollm2_path: Path) -> None:
     (["{stories}", "-p", "hi", "--system", "x"], "error: --system needs --chat"),
     (["{stories}", "-p", "hi", "-t", "0"], "error: --threads must be > 0, got 0"),
     (["{stories}", "-p", "hi", "-n", "-3"], "error: max_tokens must be >= 0, got -3"),
-    (["{stories}", "-p", "hi " * 100, "-c", "16"], "more than the context holds (16)"),
+    (["{stories}", "-p", "hi " * 100, "-c", "16"], "more than the context of 16 tokens"),
 ])
 def test_run_errors_are_one_line(stories_path: Path, args: list[str], message: str) -> None:
     args = [a.replace("{stories}", str(stories_path)) for a in args]

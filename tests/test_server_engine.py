@@ -1,4 +1,4 @@
-"""`ember serve` on the continuous-batching engine (EngineBackend, the default): concurrent
+"""`ember serve` on the continuous-batching engine (ember.engine, its one path): concurrent
 clients really share batched steps, a shared prefix is served from the prefix cache
 (usage.prompt_tokens_details.cached_tokens through the openai client), and a client that
 disconnects gets its KV blocks freed (ember_kv_cache_usage_ratio back to 0)."""
@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 from ember.server.config import ServerConfig
-from ember.server.engine_backend import EngineBackend
+from ember.engine import Engine
 from test_server_support import RunningServer, sample, start_server, wait_until
 
 NO_EOS = {"2": -100, "0": -100}  # SmolLM2's end-of-generation tokens
@@ -25,7 +25,7 @@ NO_EOS = {"2": -100, "0": -100}  # SmolLM2's end-of-generation tokens
 def server(smollm2_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(smollm2_path), parallel=8, ctx_size=1024, max_queue=16)
     running = start_server(config)
-    assert isinstance(running.server.ctx.backend, EngineBackend)
+    assert isinstance(running.server.ctx.engine, Engine)
     yield running
     running.stop()
 

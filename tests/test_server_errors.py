@@ -2,7 +2,7 @@
 "code"}}: client mistakes (400), API keys (401), unknown routes (404), large bodies (413), a
 full queue or a loading model (503), failures after streaming started (an SSE error event) and
 bugs (500 without a traceback). Model-dependent checks run on stories260K; the rest on a
-scripted backend."""
+scripted engine."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 from ember.server.config import ServerConfig
-from test_server_support import RunningServer, ScriptedBackend, fake_config, start_server
+from test_server_support import RunningServer, ScriptedEngine, fake_config, scripted, start_server
 
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -197,17 +197,17 @@ def test_unknown_route_and_method(server: RunningServer) -> None:
     assert_error(httpx.get(server.base_url + "/chat/completions", headers=AUTH), 405)
 
 
-# --- the scripted backend: 413, 503, errors mid-stream, bugs --------------------------------
+# --- the scripted engine: 413, 503, errors mid-stream, bugs ---------------------------------
 
 @pytest.fixture()
-def fake() -> Iterator[tuple[RunningServer, ScriptedBackend]]:
-    backend = ScriptedBackend(max_queue=0)
-    running = start_server(fake_config(max_body_bytes=4096), backend)
-    yield running, backend
+def fake() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
+    make, engine = scripted(max_queue=0)
+    running = start_server(fake_config(max_body_bytes=4096), make)
+    yield running, engine
     running.stop()
 
 
-def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedEngine]) -> None:
     server, _ = fake
     big = {"messages": [{"role": "user", "content": "x" * 10_000}]}
     assert_error(post(server, "/v1/chat/completions", big), 413, code="request_too_large",
@@ -218,7 +218,7 @@ def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedBackend]) -> Non
     assert post(server, "/v1/chat/completions", CHAT).status_code == 200
 
 
-def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedEngine]) -> None:
     server, backend = fake
     held: dict[str, Any] = {}
 
@@ -229,7 +229,7 @@ def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedBackend]) 
     thread = threading.Thread(target=hold)
     thread.start()
     deadline = time.monotonic() + 10
-    while backend.stats().n_running == 0 and time.monotonic() < deadline:
+    while backend.stats().running == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     start = time.monotonic()
     busy = post(server, "/v1/chat/completions", CHAT)
@@ -245,7 +245,7 @@ def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedBackend]) 
     assert held["response"].json()["choices"][0]["message"]["content"] == "ok"
 
 
-def test_error_after_streaming_started(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+def test_error_after_streaming_started(fake: tuple[RunningServer, ScriptedEngine]) -> None:
     server, _ = fake
     body = {"messages": [{"role": "user", "content": "fail-after-first"}], "stream": True}
     with httpx.stream("POST", server.base_url + "/chat/completions", json=body) as response:
@@ -267,7 +267,7 @@ def test_error_after_streaming_started(fake: tuple[RunningServer, ScriptedBacken
     assert "the model broke" in str(raised.value)
 
 
-def test_bug_is_500_without_details(fake: tuple[RunningServer, ScriptedBackend]) -> None:
+def test_bug_is_500_without_details(fake: tuple[RunningServer, ScriptedEngine]) -> None:
     server, _ = fake
     response = post(server, "/v1/chat/completions",
                     {"messages": [{"role": "user", "content": "bug-in-submit"}]})
@@ -277,15 +277,16 @@ def test_bug_is_500_without_details(fake: tuple[RunningServer, ScriptedBackend])
 
 
 def test_loading_is_503_then_ok() -> None:
-    backend = ScriptedBackend(loaded=False)
-    server = start_server(fake_config(), backend, wait_ready=False)
+    loaded = threading.Event()
+    make, _ = scripted(loaded=loaded)
+    server = start_server(fake_config(), make, wait_ready=False)
     try:
         health = httpx.get(server.url + "/health")
         assert health.status_code == 503
         assert health.json()["status"] == "loading"
         assert_error(httpx.post(server.base_url + "/chat/completions", json=CHAT), 503,
                      code="model_loading")
-        backend.load_done.set()
+        loaded.set()
         deadline = time.monotonic() + 10
         while httpx.get(server.url + "/health").status_code != 200:
             assert time.monotonic() < deadline

@@ -1,5 +1,6 @@
 """Helpers for the server tests (no tests here): a real uvicorn server on a free loopback port in
-a thread, and a scripted GenerationBackend without a model for the HTTP layer's error paths."""
+a thread, and a scripted engine without a model (the public ember.engine.Engine API the server
+uses) for the HTTP layer's failure paths that a real model cannot be made to take on cue."""
 
 from __future__ import annotations
 
@@ -7,22 +8,16 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
-from ember.generate import Usage
-from ember.server.backend import (
-    BackendStats,
-    GenerationEvent,
-    GenerationFailed,
-    GenerationRequest,
-    GenerationStream,
-    Health,
-    SlotInfo,
-    Unavailable,
-)
+from ember.chat import ChatTemplate
+from ember.engine import EngineBusy, EngineError, EngineStats
+from ember.results import Delta, GenerationResult, Timings, Usage
+from ember.sampling import SamplingParams
 from ember.server.config import ServerConfig
 from ember.server.run import EmberServer, make_server
 
@@ -80,12 +75,12 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def start_server(config: ServerConfig, backend: Any = None, wait_ready: bool = True
-                 ) -> RunningServer:
+def start_server(config: ServerConfig, make_engine: Callable[[], Any] | None = None,
+                 wait_ready: bool = True) -> RunningServer:
     """Runs the app under uvicorn in a thread, listening on 127.0.0.1 at a free port."""
     sock = free_socket()
     port = sock.getsockname()[1]
-    server = make_server(config, backend, log_level="warning", access_log=False)
+    server = make_server(config, make_engine, log_level="warning", access_log=False)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name="uvicorn-test")
     thread.start()
@@ -100,99 +95,119 @@ def start_server(config: ServerConfig, backend: Any = None, wait_ready: bool = T
     return running
 
 
-class ScriptedBackend:
-    """A GenerationBackend without a model. Tokens are characters (id = code point % 256 + 1);
-    what a request generates depends on its prompt's text:
-    "hold" waits until `release` is set, then answers "ok"; "fail-after-first" sends one token,
-    then fails; "bug-in-submit" raises a RuntimeError in submit (an internal error); anything
-    else answers "ok" (two tokens)."""
+class _Tokenizer:
+    """Tokens are characters: id = code point % 256 + 1."""
 
-    model_path = "/models/fake.gguf"
-    n_ctx = 64
-    n_vocab = 300
-    n_slots = 1
-
-    def __init__(self, max_queue: int = 4, loaded: bool = True) -> None:
-        self.max_queue = max_queue
-        self.load_done = threading.Event()
-        if loaded:
-            self.load_done.set()
-        self.release = asyncio.Event()
-        self._health = Health("loading", "the model is loading")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._active: list[GenerationStream] = []
-        self._accepting = True
-        self.cancelled: list[str] = []
-
-    def load(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.load_done.wait()
-        self._health = Health("ok")
-
-    def health(self) -> Health:
-        return self._health
-
-    async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         return [ord(c) % 256 + 1 for c in text]
 
-    async def detokenize(self, tokens: Sequence[int]) -> str:
+    def decode(self, tokens: Sequence[int], skip_special: bool = True) -> str:
         return "".join(chr(t - 1) for t in tokens)
 
-    def token_piece(self, token: int) -> bytes:
+    def token_to_piece(self, token: int) -> bytes:
         return chr(token - 1).encode()
 
-    async def encode_chat(self, messages: Sequence[Any]) -> list[int]:
-        return await self.tokenize("".join(m["content"] for m in messages), True, True)
 
-    def submit(self, requests: Sequence[GenerationRequest]) -> list[GenerationStream]:
-        if not self._accepting:
-            raise Unavailable("the server is shutting down", "shutting_down")
-        if len(self._active) + len(requests) > self.n_slots + self.max_queue:
-            raise Unavailable("the queue is full", "queue_full")
-        assert self._loop is not None
-        streams = []
-        for request in requests:
-            text = "".join(chr(t - 1) for t in request.prompt_tokens)
-            if "bug-in-submit" in text:
-                raise RuntimeError("a bug in the backend")
-            stream = GenerationStream(request.request_id, self._loop, self._on_cancel)
-            self._active.append(stream)
-            self._loop.create_task(self._run(stream, text, len(request.prompt_tokens)))
-            streams.append(stream)
-        return streams
+class ScriptedRequest:
+    """What ScriptedEngine.submit returns: the async-iterable part of ember.engine.Request."""
 
-    def _on_cancel(self, stream: GenerationStream) -> None:
-        self.cancelled.append(stream.request_id)
+    def __init__(self, engine: ScriptedEngine, request_id: int, prompt: list[int]) -> None:
+        self.engine = engine
+        self.id = request_id
+        self.prompt_tokens = prompt
+        self.tokens: list[int] = []
+        self.done = False
 
-    async def _run(self, stream: GenerationStream, text: str, n_prompt: int) -> None:
+    def cancel(self) -> None:
+        if not self.done:
+            self.engine.cancelled.append(self.id)
+        self.done = True
+
+    async def __aiter__(self) -> AsyncIterator[Delta]:
+        text = "".join(chr(t - 1) for t in self.prompt_tokens)
         try:
             if "hold" in text:
-                await self.release.wait()
-            stream.put(GenerationEvent("o", [ord("o") + 1]))
+                await self.engine.release.wait()
+            self.tokens.append(ord("o") + 1)
+            yield Delta("o", [ord("o") + 1], [])
             if "fail-after-first" in text:
                 await asyncio.sleep(0.01)
-                stream.fail(GenerationFailed("generation failed: the model broke"))
-                return
-            stream.put(GenerationEvent("k", [ord("k") + 1], finish_reason="stop",
-                                       usage=Usage(n_prompt, 2, n_prompt + 2, 0)))
+                raise EngineError("the model broke")
+            self.tokens.append(ord("k") + 1)
+            n = len(self.prompt_tokens)
+            result = GenerationResult("ok", list(self.tokens), "stop", Usage(n, 2, n + 2, 0),
+                                      Timings(0.0, 0.0, 0.0, 0.0))
+            self.done = True
+            yield Delta("k", [ord("k") + 1], [], "stop", result)
         finally:
-            self._active.remove(stream)
+            self.done = True
+            self.engine.live.discard(self)
 
-    def slots(self) -> list[SlotInfo]:
-        return []
 
-    def stats(self) -> BackendStats:
-        return BackendStats(len(self._active), 0, 0.0)
+class ScriptedEngine:
+    """The engine API the server uses, without a model. What a request generates depends on
+    its prompt's text: "hold" waits until `release` is set, then answers "ok";
+    "fail-after-first" sends one token, then fails; "bug-in-submit" raises a RuntimeError in
+    submit (an internal error); anything else answers "ok" (two tokens). Past `max_queue`
+    requests beyond the one running, submit raises EngineBusy."""
 
-    def stop_accepting(self) -> None:
-        self._accepting = False
+    path = Path("/models/fake.gguf")
+    n_ctx = 64
+    n_vocab = 300
+    parallel = 1
+    kv_size = 64
+    kv_type = "f16"
+    max_queue = 4
 
-    def cancel_all(self, reason: str) -> None:
-        for stream in list(self._active):
-            stream.fail(Unavailable(reason, "shutting_down"))
+    def __init__(self) -> None:
+        self.tokenizer = _Tokenizer()
+        self.chat_template = ChatTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+        self.release = asyncio.Event()
+        self.live: set[ScriptedRequest] = set()
+        self.cancelled: list[int] = []
+        self._next_id = 1
 
-    def close(self, timeout: float) -> None:
+    def tokenize(self, prompt: Any, add_special: bool = True, parse_special: bool = False
+                 ) -> list[int]:
+        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
+    def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None
+               ) -> ScriptedRequest:
+        text = "".join(chr(t - 1) for t in prompt_tokens)
+        if "bug-in-submit" in text:
+            raise RuntimeError("a bug in the backend")
+        if len(self.live) >= self.parallel + self.max_queue:
+            raise EngineBusy("the queue is full")
+        request = ScriptedRequest(self, self._next_id, list(prompt_tokens))
+        self._next_id += 1
+        self.live.add(request)
+        return request
+
+    def cancel(self, request_id: int) -> None:
+        for request in list(self.live):
+            if request.id == request_id:
+                request.cancel()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(len(self.live), 0, 0.0, 0, 0, 0, 0, 0, 0)
+
+    def close(self) -> None:
         pass
+
+
+def scripted(max_queue: int = 4, loaded: threading.Event | None = None
+             ) -> tuple[Callable[[], ScriptedEngine], ScriptedEngine]:
+    """A make_engine for start_server and the engine it returns; with `loaded`, loading
+    waits until the event is set."""
+    engine = ScriptedEngine()
+    engine.max_queue = max_queue
+
+    def make() -> ScriptedEngine:
+        if loaded is not None:
+            loaded.wait()
+        return engine
+
+    return make, engine
 
 
 def fake_config(**overrides: Any) -> ServerConfig:

@@ -16,7 +16,13 @@ from ember import _core
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI allows
 
-_CORE = _core.SamplingParams()
+
+
+def _default(name: str) -> float:
+    """The C++ default of a field; floats as the shortest decimal that rounds to the same
+    float32 (0.8, not 0.800000011920929)."""
+    value = getattr(_core.SamplingParams(), name)
+    return float(f"{value:.7g}") if isinstance(value, float) else value
 
 
 @dataclass
@@ -33,15 +39,15 @@ class SamplingParams:
     likely alternatives.
     """
 
-    temperature: float = _CORE.temperature
-    top_k: int = _CORE.top_k
-    top_p: float = _CORE.top_p
-    min_p: float = _CORE.min_p
-    typical_p: float = _CORE.typical_p
-    repeat_penalty: float = _CORE.repeat_penalty
-    repeat_last_n: int = _CORE.repeat_last_n
-    presence_penalty: float = _CORE.presence_penalty
-    frequency_penalty: float = _CORE.frequency_penalty
+    temperature: float = _default("temperature")
+    top_k: int = _default("top_k")
+    top_p: float = _default("top_p")
+    min_p: float = _default("min_p")
+    typical_p: float = _default("typical_p")
+    repeat_penalty: float = _default("repeat_penalty")
+    repeat_last_n: int = _default("repeat_last_n")
+    presence_penalty: float = _default("presence_penalty")
+    frequency_penalty: float = _default("frequency_penalty")
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: int | None = None
     max_tokens: int | None = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+KV_TYPES = ("f16", "q8_0")  # what the engine's paged KV cache can store
+
 
 @dataclass
 class ServerConfig:
@@ -24,14 +26,20 @@ class ServerConfig:
     shutdown_timeout: float = 10.0    # on SIGTERM: seconds in-flight requests get to finish
 
     def __post_init__(self) -> None:
-        # The engine's own sizes (parallel, ctx_size, kv_size, kv_type, threads) are checked by
-        # the engine when it loads; these are the server's.
+        # Checked here so `ember serve` fails before it listens; the engine checks them again
+        # (its own edge) when it loads.
         checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
                   ("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
                   ("port", self.port, 0)]
         for name, value, low in checks:
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
+        for name, value in (("ctx_size", self.ctx_size), ("kv_size", self.kv_size),
+                            ("threads", self.threads)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
         if self.api_key is not None and not self.api_key:
