@@ -29,6 +29,8 @@ import numpy as np
 from ember import _core
 from llamacpp_driver import LlamaCppContext
 
+GREEDY = _core.SamplingParams(temperature=0.0)
+
 TINYLLAMA = Path("/work/bench/tinyllama-1.1b-q4_0.gguf")
 
 
@@ -55,7 +57,7 @@ def ember_throughput(engine: _core.Engine, prompts: list[list[int]], n_gen: int)
                     last[i] = now
 
     start = time.perf_counter()
-    handles = [engine.submit(p, max_tokens=n_gen, temperature=0.0) for p in prompts]
+    handles = [engine.submit(p, GREEDY, max_tokens=n_gen) for p in prompts]
     threads = [threading.Thread(target=reader, args=(i, h)) for i, h in enumerate(handles)]
     for t in threads:
         t.start()
@@ -72,7 +74,7 @@ def ember_throughput(engine: _core.Engine, prompts: list[list[int]], n_gen: int)
 
 def ember_ttft(engine: _core.Engine, prompt: list[int]) -> float:
     start = time.perf_counter()
-    handle = engine.submit(prompt, max_tokens=1, temperature=0.0)
+    handle = engine.submit(prompt, GREEDY, max_tokens=1)
     while not handle.done:
         for e in handle.next_events(None):
             if e.token is not None:

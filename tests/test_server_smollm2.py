@@ -42,12 +42,12 @@ def test_paris(client: openai.OpenAI) -> None:
     assert "<|im_end|>" not in answer
 
 
-@pytest.mark.xfail(reason="with the default system prompt the greedy first token is 'L' "
-                   "(int8 activations; llama.cpp answers the same), transformers' f32 gives 'The'", strict=False)
-def test_paris_with_the_default_system_prompt(client: openai.OpenAI) -> None:
+def test_answer_with_the_default_system_prompt(client: openai.OpenAI) -> None:
+    # Pinned: with the default system prompt the greedy first token is 'L' (int8 activations;
+    # llama.cpp answers the same), where transformers' f32 logits give 'The' by 0.08.
     out = client.chat.completions.create(model="", messages=QUESTION[1:], temperature=0,
-                                         max_tokens=32)
-    assert "Paris" in out.choices[0].message.content
+                                         max_tokens=12)
+    assert out.choices[0].message.content == "L'Étoile, la Marseillaise,"
 
 
 def test_paris_streamed_async(server: RunningServer) -> None:

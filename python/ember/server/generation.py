@@ -58,6 +58,7 @@ class ChoiceEvents:
         self._requests = list(requests)
         self._timers = [ctx.metrics.timer(arrival) for _ in requests]
         self._iters = [r.__aiter__() for r in requests]
+        self._unfinished = set(range(len(requests)))
         for i, request in enumerate(requests):
             ctx.slots.add(request, f"{request_id}-{i}")
         self._queue: asyncio.Queue[tuple[int, Delta] | BaseException | None] = asyncio.Queue()
@@ -84,6 +85,10 @@ class ChoiceEvents:
         return delta
 
     def _finished(self, index: int, reason: str | None) -> None:
+        """Choice `index` ended: with its last Delta (reason None), or cancelled or failed."""
+        if index not in self._unfinished:
+            return
+        self._unfinished.discard(index)
         if reason is not None:
             self._timers[index].end(reason)
         self._ctx.slots.remove(self._requests[index])
@@ -121,12 +126,9 @@ class ChoiceEvents:
         """Cancels what has not finished (the client is gone, or one choice failed)."""
         for task in self._tasks:
             task.cancel()
-        for i, request in enumerate(self._requests):
-            if not request.done:
-                request.cancel()
-                self._finished(i, "cancelled")
-            else:
-                self._ctx.slots.remove(request)
+        for i in list(self._unfinished):
+            self._requests[i].cancel()
+            self._finished(i, "cancelled")
 
 
 class _ClientGone(Exception):
