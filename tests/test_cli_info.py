@@ -49,7 +49,8 @@ def test_info_table(smollm2_path):
     assert lines["context length"] == "8192"
     assert lines["tokenizer"] == "gpt2 / smollm"
     assert lines["chat template"] == "yes"
-    type_rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("q4_1", "q8_0", "f32 "))]
+    type_rows = [line.split() for line in result.stdout.splitlines()
+                 if line.startswith(("q4_1", "q8_0", "f32 "))]
     assert [(r[0], r[1]) for r in type_rows] == [("q4_1", "210"), ("q8_0", "1"), ("f32", "61")]
 
 

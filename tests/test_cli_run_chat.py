@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ember.llm import LLM
 
 PROMPT = "Once upon a time"

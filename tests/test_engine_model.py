@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ember import _core
 from ember.engine import Engine
 from ember.sampling import SamplingParams
@@ -151,7 +152,8 @@ def test_cancellation_frees_blocks(stories_path: Path, stories_model: _core.Mode
     assert handle.next_events(0.01) == []
 
 
-def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path, stories_model: _core.Model) -> None:
+def test_seeded_sampling_is_the_same_alone_and_batched(stories_path: Path,
+                                                       stories_model: _core.Model) -> None:
     prompts = prompts_of(stories_model.n_vocab, [12, 30, 7, 50], seed=7)
     kw = {"max_tokens": 24, "temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1234,
           "repeat_penalty": 1.1}
@@ -258,7 +260,8 @@ def test_generate_batch_text_stop_strings_and_usage(stories_path: Path) -> None:
     # A stop string taken from the middle of the greedy text ends the text right before it.
     text = plain[1].text
     stop = text[len(text) // 2: len(text) // 2 + 4]
-    [stopped] = engine.generate_batch([prompts[1]], SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
+    stopping = SamplingParams(temperature=0.0, max_tokens=40, stop=[stop])
+    [stopped] = engine.generate_batch([prompts[1]], stopping)
     assert stopped.finish_reason == "stop" and stopped.stop_string == stop
     assert stopped.text == text[: text.index(stop)]
     # the stop string cancelled the request: nothing keeps running or holds blocks
@@ -285,7 +288,8 @@ def test_async_engine_streams_concurrently(stories_path: Path) -> None:
         return "".join(parts)
 
     async def cancel_early() -> None:
-        async for _ in engine.submit(engine.tokenize(prompts[0]), SamplingParams(temperature=0.0, max_tokens=200)):
+        long = SamplingParams(temperature=0.0, max_tokens=200)
+        async for _ in engine.submit(engine.tokenize(prompts[0]), long):
             break  # leaving the stream cancels the request
 
     async def main() -> list[str]:
@@ -449,7 +453,8 @@ def test_q8_0_kv_budget_holds_64_over_34_more_tokens(smollm2_path: Path) -> None
 
 def test_q8_0_kv_needs_head_dim_a_multiple_of_32(stories_path: Path) -> None:
     """stories260K has head_dim 8: a q8_0 block of 32 would straddle four heads."""
-    with pytest.raises(NotImplementedError, match=r"head_dim .*multiple of 32.* head_dim is 8: use kv_type f16"):
+    with pytest.raises(NotImplementedError,
+                       match=r"head_dim .*multiple of 32.* head_dim is 8: use kv_type f16"):
         _core.Engine(str(stories_path), kv_type="q8_0")
     with pytest.raises(NotImplementedError, match="head_dim is 8"):
         Engine(stories_path, kv_type="q8_0")

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ember.server.config import ServerConfig
 from test_server_support import RunningServer, start_server
+
+from ember.server.config import ServerConfig
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 KEY = "example-key"

@@ -8,9 +8,9 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from gguf_builder import ARRAY, F32, STRING, U32, U64, Tensor, build, small_model
 
 import ember
-from gguf_builder import ARRAY, F32, STRING, U32, U64, Tensor, build, small_model
 
 
 def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ember import _core
 
 PROMPT = "The capital of France is"

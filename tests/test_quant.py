@@ -11,13 +11,14 @@ import os
 import platform
 from pathlib import Path
 
-import ember._core as core
 import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as GT
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
+
+import ember._core as core
 
 SEED = int(os.environ.get("EMBER_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+
 from ember import _core
 
 # p = [1/2, 1/4, 1/8, 1/8]: every stage below has a distribution that is easy to do by hand.

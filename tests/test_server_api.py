@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from ember.server.config import ServerConfig
 from test_server_support import RunningServer, sample, start_server
+
+from ember.server.config import ServerConfig
 
 # Greedy stories260K from "Once upon a time" (see shared/README.md).
 STORY = ", there was a little girl named Lily. She loved to play outside in the park."

@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from ember.server.config import ServerConfig
-from ember.engine import Engine
 from test_server_support import RunningServer, sample, start_server, wait_until
+
+from ember.engine import Engine
+from ember.server.config import ServerConfig
 
 NO_EOS = {"2": -100, "0": -100}  # SmolLM2's end-of-generation tokens
 

@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from ember.server.config import ServerConfig
 from test_server_support import RunningServer, ScriptedEngine, fake_config, scripted, start_server
+
+from ember.server.config import ServerConfig
 
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from ember.server.config import ServerConfig
 from test_server_support import (
     RunningServer,
     free_socket,
@@ -29,6 +28,8 @@ from test_server_support import (
     wait_healthy,
     wait_until,
 )
+
+from ember.server.config import ServerConfig
 
 EOS = 2  # stories260K
 

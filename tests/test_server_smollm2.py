@@ -9,8 +9,9 @@ from pathlib import Path
 
 import openai
 import pytest
-from ember.server.config import ServerConfig
 from test_server_support import RunningServer, start_server
+
+from ember.server.config import ServerConfig
 
 # With the template's default system prompt, ember's greedy first token is "L" (25.30) over
 # "The" (24.89), where transformers on the same dequantized weights picks "The" ("The capital of

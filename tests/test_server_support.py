@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from ember.chat import ChatTemplate
 from ember.engine import EngineBusy, EngineError, EngineStats
 from ember.results import Delta, GenerationResult, Timings, Usage

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import numpy as np
 import typer
@@ -65,12 +65,17 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
 
 
 def bench(
-    model: Optional[Path] = typer.Argument(None, help="a .gguf file (default: the demo model)"),
-    n_prompt: int = typer.Option(512, "-p", "--n-prompt", help="prompt tokens for the pp test (0 skips it)"),
-    n_gen: int = typer.Option(128, "-n", "--n-gen", help="generated tokens for the tg test (0 skips it)"),
-    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="threads (default: physical cores)"),
-    repetitions: int = typer.Option(3, "-r", "--repetitions", min=1, help="timed runs per test"),
-    as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+    model: Annotated[Optional[Path], typer.Argument(
+        help="a .gguf file (default: the demo model)", show_default=False)] = None,
+    n_prompt: Annotated[int, typer.Option(
+        "-p", "--n-prompt", help="prompt tokens for the pp test (0 skips it)")] = 512,
+    n_gen: Annotated[int, typer.Option(
+        "-n", "--n-gen", help="generated tokens for the tg test (0 skips it)")] = 128,
+    threads: Annotated[Optional[int], typer.Option(
+        "-t", "--threads", help="threads (default: physical cores)", show_default=False)] = None,
+    repetitions: Annotated[int, typer.Option(
+        "-r", "--repetitions", min=1, help="timed runs per test")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
 ) -> None:
     """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench."""
     from ember.hub import resolve_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -76,8 +76,8 @@ def describe(path: Path) -> dict[str, Any]:
 
 
 def info(
-    file: Path = typer.Argument(..., help="a .gguf file", exists=False),
-    as_json: bool = typer.Option(False, "--json", help="print the same facts as JSON"),
+    file: Annotated[Path, typer.Argument(help="a .gguf file")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the same facts as JSON")] = False,
 ) -> None:
     """Show what a GGUF file holds: architecture, size, quantization, tokenizer, tensor types."""
     d = describe(file)

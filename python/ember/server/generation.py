@@ -26,7 +26,6 @@ from ember.results import Delta
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
-from ember.server.metrics import RequestTimer
 from ember.server.protocol import Options, parse_chat_request, parse_completion_request
 
 log = logging.getLogger("ember.server")

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
-
-from collections.abc import Callable
 
 from ember.engine import Engine
 from ember.server.app import create_app
