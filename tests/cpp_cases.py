@@ -12,9 +12,11 @@ from pathlib import Path
 def run_cases(program: Path, expected: list[str], *args: str, timeout: float = 600) -> str:
     """Runs `program args...`, asserts that exactly the cases in `expected` ran and passed, and
     returns its stdout (for checks of what else it printed)."""
-    proc = subprocess.run([str(program), *args], check=False, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(program), *args], check=False, capture_output=True, text=True,
+                          timeout=timeout)
     out = proc.stdout
-    report = f"{program.name} {' '.join(args)} (exit status {proc.returncode}):\n{out[-6000:]}\n{proc.stderr[-2000:]}"
+    report = (f"{program.name} {' '.join(args)} (exit status {proc.returncode}):\n"
+              f"{out[-6000:]}\n{proc.stderr[-2000:]}")
     failed = re.findall(r"^FAIL\s+(\S+): ", out, re.MULTILINE)
     assert not failed, f"cases that failed: {failed}\n{report}"
     summary = re.search(r"^(\d+) passed, (\d+) failed$", out, re.MULTILINE)
