@@ -64,7 +64,8 @@ inline RequestOptions opts(int64_t max_tokens, int priority = 0) {
 // ---- the fake model ---------------------------------------------------------------------------
 
 inline uint64_t mix_token(uint64_t h, int32_t token) {
-  uint64_t x = h ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2));
+  uint64_t x = h ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9E3779B97F4A7C15ULL + (h << 6) +
+                    (h >> 2));
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ULL;
   x ^= x >> 27;
@@ -93,7 +94,8 @@ struct Generation {
 };
 
 // What a request must produce, computed one sequence at a time without any cache.
-inline Generation reference_generate(std::span<const int32_t> prompt, const RequestOptions& options, int64_t max_model_len) {
+inline Generation reference_generate(std::span<const int32_t> prompt, const RequestOptions& options,
+                                     int64_t max_model_len) {
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   Generation g;
   while (true) {

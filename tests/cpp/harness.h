@@ -28,6 +28,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::test {
@@ -70,7 +71,7 @@ inline int n_expects_failed() { return expect_counts().failed; }
 // A value as the failure message shows it: streamed when it can be, else a placeholder.
 template <typename T>
 std::string show(const T& value) {
-  if constexpr (requires(std::ostream& os, const T& v) { os << v; }) {
+  if constexpr (requires(const T& v) { std::declval<std::ostream&>() << v; }) {
     std::ostringstream os;
     os << value;
     return os.str();
@@ -95,8 +96,8 @@ inline void expect(bool ok, const std::string& what, const char* file, int line)
 }
 
 template <typename A, typename B>
-void check_eq(const A& got, const B& expected, const char* got_text, const char* expected_text, const char* file,
-              int line) {
+void check_eq(const A& got, const B& expected, const char* got_text, const char* expected_text,
+              const char* file, int line) {
   if (got == expected) return;
   throw Failure(where(file, line) + ": CHECK_EQ(" + got_text + ", " + expected_text + "): got " + show(got) +
                 ", expected " + show(expected));
@@ -104,8 +105,8 @@ void check_eq(const A& got, const B& expected, const char* got_text, const char*
 
 // Runs `body` and expects it to throw E with `needle` in what().
 template <typename E, typename F>
-void check_throws(F&& body, const std::string& needle, const char* type_text, const char* body_text, const char* file,
-                  int line) {
+void check_throws(F&& body, const std::string& needle, const char* type_text, const char* body_text,
+                  const char* file, int line) {
   const std::string head = where(file, line) + ": CHECK_THROWS(" + body_text + "): ";
   try {
     body();
@@ -155,19 +156,20 @@ inline int run_all(int argc, char** argv) {
 
 }  // namespace ember::test
 
-#define TEST(name)                                                       \
-  static void test_##name();                                             \
+#define TEST(name)                                                          \
+  static void test_##name();                                                \
   static const ::ember::test::Register register_##name{#name, test_##name}; \
   static void test_##name()
 
-#define CHECK(cond)                                                                                          \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
+#define CHECK(cond)                                                                                         \
+  do {                                                                                                      \
+    if (!(cond)) {                                                                                          \
       throw ::ember::test::Failure(::ember::test::where(__FILE__, __LINE__) + ": CHECK(" #cond ") failed"); \
-    }                                                                                                        \
+    }                                                                                                       \
   } while (0)
 
-#define CHECK_EQ(got, expected) ::ember::test::check_eq((got), (expected), #got, #expected, __FILE__, __LINE__)
+#define CHECK_EQ(got, expected) \
+  ::ember::test::check_eq((got), (expected), #got, #expected, __FILE__, __LINE__)
 
 #define CHECK_THROWS(E, body, needle) \
   ::ember::test::check_throws<E>([&] { body; }, (needle), #E, #body, __FILE__, __LINE__)

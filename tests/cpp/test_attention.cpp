@@ -137,7 +137,8 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
     reference(v.data() + t * c.n_kv_dim, want.data(), c.n_kv_dim);
     n_bad += std::memcmp(want.data(), kv.v_row(t), c.row_bytes) != 0;
   }
-  EXPECT(n_bad == 0, name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
+  EXPECT(n_bad == 0,
+         name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
 }
 
 // out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache.
@@ -209,7 +210,7 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
     worst = std::max(worst, check_attention(c, s, positions, max_abs_v, isa, pool, rng, name));
   };
   const std::vector<Shape> shapes = {
-      {4, 4, 32}, {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
+      {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
       {20, 1, 64},                                       // a group past kMaxBlockQueries
   };
   for (DType type : {DType::f16, DType::q8_0}) {
@@ -218,9 +219,10 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
         const int64_t n_ctx = 200 + std::uniform_int_distribution<int64_t>(0, 100)(rng);
         const int64_t n_kv_dim = s.n_head_kv * s.head_dim;
         const std::string name = level + " " + dtype_name(type) + " n_head=" + std::to_string(s.n_head) +
-                                 " n_head_kv=" + std::to_string(s.n_head_kv) + " head_dim=" +
-                                 std::to_string(s.head_dim) + (block_size ? " paged by " + std::to_string(block_size)
-                                                                          : std::string(" contiguous"));
+                                 " n_head_kv=" + std::to_string(s.n_head_kv) +
+                                 " head_dim=" + std::to_string(s.head_dim) +
+                                 (block_size ? " paged by " + std::to_string(block_size)
+                                             : std::string(" contiguous"));
         Cache c = make_cache(type, n_kv_dim, n_ctx, block_size, rng);
         const std::vector<float> k = random_rows(n_ctx, n_kv_dim, rng), v = random_rows(n_ctx, n_kv_dim, rng);
         store_and_check(c, k, v, n_ctx, isa, pool, name);
@@ -296,7 +298,7 @@ void check_quantizer_avx2(std::mt19937_64& rng) {
   int64_t n_bad = 0;
   for (int64_t b = 0; b < n_blocks; ++b) n_bad += std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)) != 0;
   EXPECT(n_bad == 0, "avx2 quantize_row_q8_0: " + std::to_string(n_bad) + " of " + std::to_string(n_blocks) +
-                        " blocks differ from the reference");
+                         " blocks differ from the reference");
 }
 
 // The run's seed (EMBER_TEST_SEED or random), printed with the CPU's features on first use.
@@ -321,8 +323,8 @@ void check_level(bool simd) {
   isa.avx2_f16c = simd;
   const double worst = run_level(isa, pool, rng, simd ? "avx2" : "scalar");
   if (simd) check_quantizer_avx2(rng);
-  std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n", simd ? "avx2" : "scalar",
-              test::n_expects_passed(), test::n_expects_failed(), worst);
+  std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n",
+              simd ? "avx2" : "scalar", test::n_expects_passed(), test::n_expects_failed(), worst);
 }
 
 TEST(store_kv_and_attention_scalar) { check_level(false); }
@@ -332,7 +334,8 @@ TEST(store_kv_and_attention_scalar) { check_level(false); }
 // printed features whether an "isa avx2" line must appear).
 TEST(store_kv_and_attention_avx2) {
   if (!isa_supported(IsaLevel::avx2) || active_isa_level() == IsaLevel::scalar) {
-    std::printf("avx2 level not run: %s\n", isa_supported(IsaLevel::avx2) ? "capped by EMBER_CPU_ISA" : "no AVX2");
+    std::printf("avx2 level not run: %s\n",
+                isa_supported(IsaLevel::avx2) ? "capped by EMBER_CPU_ISA" : "no AVX2");
     return;
   }
   check_level(true);

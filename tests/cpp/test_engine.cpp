@@ -151,7 +151,8 @@ TEST(engine_shutdown_ends_every_stream) {
   std::atomic<int> n_notified{0};
   auto engine = std::make_unique<Engine>(engine_config(64, 16, 512, 2), std::move(runner));
   std::vector<Engine::Submission> subs;
-  for (int i = 0; i < 4; ++i) subs.push_back(engine->submit(iota_tokens(10, 100 * i), opts(100000), [&] { ++n_notified; }));
+  for (int i = 0; i < 4; ++i)
+    subs.push_back(engine->submit(iota_tokens(10, 100 * i), opts(100000), [&] { ++n_notified; }));
   CHECK(subs[0].events->pop().has_token());
   engine.reset();  // destructor: shutdown
   int n_events = 0;

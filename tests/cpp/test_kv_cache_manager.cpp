@@ -177,9 +177,10 @@ TEST(paged_kv_cache_matches_a_contiguous_cache) {
       contiguous_v.push_back(backend.alloc(n_pos * paged.row_bytes));
       std::vector<int32_t> positions(n_pos);
       std::iota(positions.begin(), positions.end(), 0);
-      backend.store_kv(contiguous_view(static_cast<int>(id) - 1), positions.data(), n_pos, n_kv, ks.back().data(),
+      backend.store_kv(contiguous_view(static_cast<int>(id) - 1), positions.data(), n_pos, n_kv,
+                       ks.back().data(), vs.back().data());
+      backend.store_kv(paged.layer(1, table.data()), positions.data(), n_pos, n_kv, ks.back().data(),
                        vs.back().data());
-      backend.store_kv(paged.layer(1, table.data()), positions.data(), n_pos, n_kv, ks.back().data(), vs.back().data());
     }
     // Attention of the last 5 rows of each sequence, paged vs contiguous, after both were stored.
     AttentionParams params;
@@ -192,7 +193,8 @@ TEST(paged_kv_cache_matches_a_contiguous_cache) {
       const auto q = randoms(5 * n_head * head_dim);
       const std::vector<int32_t> positions{17, 18, 19, 20, 21};
       std::vector<float> out_paged(q.size()), out_contiguous(q.size());
-      backend.attention(q.data(), positions.data(), 5, paged.layer(1, table.data()), params, out_paged.data());
+      backend.attention(q.data(), positions.data(), 5, paged.layer(1, table.data()), params,
+                        out_paged.data());
       backend.attention(q.data(), positions.data(), 5, contiguous_view(s), params, out_contiguous.data());
       CHECK(out_paged == out_contiguous);
     }

@@ -20,9 +20,7 @@ using namespace ember;
 
 namespace {
 
-std::string model_path() {
-  return test::args().empty() ? "tests/data/stories260K.gguf" : test::args()[0];
-}
+std::string model_path() { return test::args().empty() ? "tests/data/stories260K.gguf" : test::args()[0]; }
 
 // Largest |a - b| over n values.
 float max_diff(const float* a, const float* b, int64_t n) {
@@ -49,7 +47,8 @@ TEST(batched_sequences_match_each_sequence_alone) {
   PagedKVCache cache(model->backend(), model->config().n_layer, model->config().n_kv_dim(), 32, block_size);
   Scratch scratch(model->backend(), model->config(), 64);
 
-  const std::vector<std::vector<int32_t>> prompts = {prompt(7, 1), prompt(1, 2), prompt(12, 3), prompt(10, 4)};
+  const std::vector<std::vector<int32_t>> prompts = {prompt(7, 1), prompt(1, 2), prompt(12, 3),
+                                                     prompt(10, 4)};
   // Block tables interleave: sequence s owns blocks s, s + 4, s + 8, ...
   std::vector<std::vector<int32_t>> tables(4);
   for (int32_t s = 0; s < 4; ++s) {
@@ -86,7 +85,10 @@ TEST(batched_sequences_match_each_sequence_alone) {
     forward(*model, alone_scratch, batch, reference[s].data());
   }
 
-  struct Row { int s; int64_t pos; };
+  struct Row {
+    int s;
+    int64_t pos;
+  };
   auto run = [&](const std::vector<std::pair<int, std::pair<int64_t, int64_t>>>& parts, bool outputs) {
     // parts: (sequence, [first position, end position)) of each sequence in the batch
     std::vector<int32_t> tokens, positions, output_rows;
@@ -120,13 +122,14 @@ TEST(batched_sequences_match_each_sequence_alone) {
     forward(*model, scratch, batch, logits.data());
     for (size_t i = 0; i < output_rows.size(); ++i) {
       const Row& row = rows[output_rows[i]];
-      const float diff = max_diff(logits.data() + i * n_vocab, reference[row.s].data() + row.pos * n_vocab, n_vocab);
+      const float diff = max_diff(logits.data() + i * n_vocab, reference[row.s].data() + row.pos * n_vocab,
+                                  n_vocab);
       if (!(diff < 1e-4f)) FAIL(cat("sequence ", row.s, " position ", row.pos, ": max |diff| ", diff));
     }
   };
 
   run({{0, {0, 7}}, {1, {0, 1}}, {2, {0, 12}}, {3, {0, 6}}}, /*outputs=*/true);
-  run({{3, {6, 10}}}, /*outputs=*/false);                       // the rest of sequence 3's prompt
+  run({{3, {6, 10}}}, /*outputs=*/false);                               // the rest of sequence 3's prompt
   run({{0, {7, 8}}, {1, {1, 2}}, {2, {12, 13}}, {3, {10, 11}}}, true);  // decode
   run({{2, {13, 14}}, {0, {8, 9}}, {3, {11, 12}}, {1, {2, 3}}}, true);  // decode, another order
 }
@@ -145,7 +148,9 @@ TEST(invalid_batches_are_refused) {
   batch.seqs = &seq;
   batch.n_seqs = 1;
   validate_batch(*model, scratch, batch);  // fine as is
-  auto refused = [&](const char* needle) { CHECK_THROWS(InvalidArgument, validate_batch(*model, scratch, batch), needle); };
+  auto refused = [&](const char* needle) {
+    CHECK_THROWS(InvalidArgument, validate_batch(*model, scratch, batch), needle);
+  };
   positions[2] = 5;
   refused("positions of a sequence must be consecutive");
   positions[2] = 2;

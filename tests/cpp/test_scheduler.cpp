@@ -252,12 +252,13 @@ TEST(scheduler_cancel_frees_blocks) {
   CHECK(h.kv.usage() > 0.0);
   CHECK(h.scheduler.cancel(1));   // mid-prefill
   CHECK(!h.scheduler.cancel(1));  // twice: nothing left to free
-  CHECK(h.step().finished == (std::vector<RequestId>{1}));  // tells runners who left
+  // The next step tells runners who left.
+  CHECK(h.step().finished == (std::vector<RequestId>{1}));
   h.step();
-  CHECK(h.scheduler.cancel(2));   // decoding
+  CHECK(h.scheduler.cancel(2));  // decoding
   CHECK_EQ(h.kv.usage(), baseline);
   h.add(3, iota_tokens(20, 900), opts(50));
-  CHECK(h.scheduler.cancel(3));   // still waiting
+  CHECK(h.scheduler.cancel(3));  // still waiting
   CHECK(!h.scheduler.has_unfinished());
   const StepPlan p = h.scheduler.schedule();
   CHECK(p.empty());
@@ -289,7 +290,7 @@ TEST(scheduler_priority_policy) {
   SchedulerConfig c2 = sched_config(512, 4);
   c2.policy = SchedulingPolicy::priority;
   SchedulerRig t(kv_config(6, 8), c2);
-  t.add(1, iota_tokens(15, 100), opts(30, 9));   // low priority, admitted first
+  t.add(1, iota_tokens(15, 100), opts(30, 9));  // low priority, admitted first
   t.add(2, iota_tokens(15, 200), opts(30, 0));
   RequestId first_victim = -1;
   while (t.scheduler.has_unfinished()) {
@@ -365,6 +366,5 @@ TEST(scheduler_random_stress_against_reference) {
   CHECK(n_preemptions > 0);  // the traffic did exercise preemption and prefix hits
   CHECK(n_hit_tokens > 0);
 }
-
 
 }  // namespace
