@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from ember.chat import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
+from transformers.utils import chat_template_utils
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 
@@ -250,7 +251,6 @@ CASES = [
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_same_text_as_transformers(name: str, messages: list, variables: dict,
                                    add_generation_prompt: bool) -> None:
-    chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")
     source = (TEMPLATES / f"{name}.jinja").read_text()
     rendered, _ = chat_template_utils.render_jinja_template(
         [messages], chat_template=source, add_generation_prompt=add_generation_prompt,

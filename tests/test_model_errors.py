@@ -6,9 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 from ember import _core
-
-tiny_models = pytest.importorskip("tiny_models", reason="needs torch/transformers/gguf")
 
 
 @pytest.fixture(scope="module")

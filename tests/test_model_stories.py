@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import transformers
 from ember import _core
 
 PROMPT = "Once upon a time"
@@ -33,8 +35,6 @@ def test_hparams(model: _core.Model) -> None:
 
 def test_logits_match_transformers(model: _core.Model, tokenizer: _core.Tokenizer,
                                    stories_hf_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     hf = transformers.LlamaForCausalLM.from_pretrained(str(stories_hf_path)).eval()
     tokens = list(tokenizer.encode(EXPECTED, add_special=True))
     assert len(tokens) > 30

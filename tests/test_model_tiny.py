@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 from ember import _core
-
-tiny_models = pytest.importorskip("tiny_models", reason="needs torch/transformers/gguf")
 
 # All weights are f32 and match transformers exactly; what differs is the KV cache, which ember
 # keeps in f16: each cached K/V value is rounded by up to 2^-11 relative (half an f16 ulp).

@@ -13,10 +13,11 @@ import time
 import unicodedata
 from pathlib import Path
 
+import ember._core as core
 import gguf
 import pytest
-
-import ember._core as core
+import sentencepiece as spm
+import tokenizers
 
 DATA = Path(__file__).parent / "data"
 VOCAB_DIR = DATA / "vocab"
@@ -257,7 +258,6 @@ def random_texts(seed: int, n: int) -> list[str]:
 
 
 def test_stories260k_matches_sentencepiece(stories_path, stories_hf_path):
-    spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=str(stories_hf_path / "tokenizer.model"))
     tok = core.Tokenizer(str(stories_path))
     assert tok.n_vocab == 512 and tok.bos == 1 and tok.eos == 2
@@ -287,7 +287,6 @@ HF_SPLITS = {
 
 def hf_bpe_from_gguf(path: Path):
     """A Hugging Face tokenizer assembled from a GGUF's vocabulary, merges and pre-tokenizer."""
-    tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
     meta = core.GGUFFile(str(path)).metadata
@@ -324,7 +323,6 @@ def test_bpe_matches_hf_tokenizers_on_random_text(tokenizer, vocab_path, name):
 
 
 def test_wordpiece_matches_hf_tokenizers_on_random_text(tokenizer, vocab_path):
-    tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, normalizers, pre_tokenizers
 
     vocab = {}

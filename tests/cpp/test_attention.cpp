@@ -12,7 +12,10 @@
 //     f32 rounding of the kernels (see kRelTol).
 // Slots no sequence position maps to are filled with 0xff bytes (f16 NaN, q8_0 scale NaN), so a
 // kernel reading a wrong slot produces NaN and fails.
-// Prints one line per failure and "N passed, M failed"; exits 1 on any failure.
+// Cases (tests/cpp/harness.h): one per ops level, each printing "isa LEVEL: N passed, M failed;
+// worst attention error ..." over its EXPECTs (the avx2 case runs nothing, and prints no isa line,
+// where the CPU or EMBER_CPU_ISA leaves only the portable level), then the backend's capability
+// query and the cache's checks. The first case prints "seed N; cpu: ...; active isa ...";
 // EMBER_TEST_SEED=<n> replays a run.
 #include <algorithm>
 #include <cmath>
@@ -30,6 +33,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/op_kernels.h"
 #include "cpu/ops.h"
+#include "harness.h"
 #include "kv/paged_kv_cache.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -38,18 +42,6 @@ using namespace ember;
 using namespace ember::cpu;
 
 namespace {
-
-int g_passed = 0, g_failed = 0;
-double g_worst = 0.0;  // largest error / (max |v|) seen, over every attention output
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    if (g_failed <= 40) std::printf("FAIL %s\n", what.c_str());
-  }
-}
 
 // The tolerance of |out - reference| relative to the largest |value| in the cache. The output
 // is a convex combination of cached values, computed in f32 (unit roundoff u = 6e-8): each score
@@ -145,7 +137,8 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
     reference(v.data() + t * c.n_kv_dim, want.data(), c.n_kv_dim);
     n_bad += std::memcmp(want.data(), kv.v_row(t), c.row_bytes) != 0;
   }
-  check(n_bad == 0, name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
+  EXPECT(n_bad == 0,
+         name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
 }
 
 // out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache.
@@ -183,8 +176,9 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
   return out;
 }
 
-void check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                     const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name) {
+// Returns the error relative to max|v|, after EXPECTing it within kRelTol.
+double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
+                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
   std::normal_distribution<float> normal(0.0f, 2.0f);  // peaked softmax: scores of a few units
   std::vector<float> q(n_rows * n_q);
@@ -202,15 +196,21 @@ void check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& posit
     const double err = std::fabs(double(out[i]) - want[i]) / max_abs_v;
     worst = std::isnan(err) ? INFINITY : std::max(worst, err);
   }
-  g_worst = std::max(g_worst, worst);
   char detail[64];
   std::snprintf(detail, sizeof(detail), ": error %.3g of max|v| (tolerance %.1g)", worst, kRelTol);
-  check(worst <= kRelTol, name + detail);
+  EXPECT(worst <= kRelTol, name + detail);
+  return worst;
 }
 
-void run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
+// Every store_kv / attention check at one ops level; returns the worst attention error seen.
+double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
+  double worst = 0.0;  // largest error / (max |v|) seen, over every attention output
+  const auto attend = [&](Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
+                          const std::string& name) {
+    worst = std::max(worst, check_attention(c, s, positions, max_abs_v, isa, pool, rng, name));
+  };
   const std::vector<Shape> shapes = {
-      {4, 4, 32}, {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
+      {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
       {20, 1, 64},                                       // a group past kMaxBlockQueries
   };
   for (DType type : {DType::f16, DType::q8_0}) {
@@ -219,9 +219,10 @@ void run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const 
         const int64_t n_ctx = 200 + std::uniform_int_distribution<int64_t>(0, 100)(rng);
         const int64_t n_kv_dim = s.n_head_kv * s.head_dim;
         const std::string name = level + " " + dtype_name(type) + " n_head=" + std::to_string(s.n_head) +
-                                 " n_head_kv=" + std::to_string(s.n_head_kv) + " head_dim=" +
-                                 std::to_string(s.head_dim) + (block_size ? " paged by " + std::to_string(block_size)
-                                                                          : std::string(" contiguous"));
+                                 " n_head_kv=" + std::to_string(s.n_head_kv) +
+                                 " head_dim=" + std::to_string(s.head_dim) +
+                                 (block_size ? " paged by " + std::to_string(block_size)
+                                             : std::string(" contiguous"));
         Cache c = make_cache(type, n_kv_dim, n_ctx, block_size, rng);
         const std::vector<float> k = random_rows(n_ctx, n_kv_dim, rng), v = random_rows(n_ctx, n_kv_dim, rng);
         store_and_check(c, k, v, n_ctx, isa, pool, name);
@@ -229,14 +230,14 @@ void run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const 
         for (float x : v) max_abs_v = std::max(max_abs_v, double(std::fabs(x)));
 
         // Decode: one row at the last position, and one early (a single partial tile).
-        check_attention(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, isa, pool, rng, name + " decode");
-        check_attention(c, s, {5}, max_abs_v, isa, pool, rng, name + " decode at 5");
+        attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode");
+        attend(c, s, {5}, max_abs_v, name + " decode at 5");
         // Prefill from position 0, and a chunk after cached positions.
         std::vector<int32_t> first(37), chunk(29);
         std::iota(first.begin(), first.end(), 0);
         std::iota(chunk.begin(), chunk.end(), static_cast<int32_t>(n_ctx - 29));
-        check_attention(c, s, first, max_abs_v, isa, pool, rng, name + " prefill 0..36");
-        check_attention(c, s, chunk, max_abs_v, isa, pool, rng, name + " prefill chunk");
+        attend(c, s, first, max_abs_v, name + " prefill 0..36");
+        attend(c, s, chunk, max_abs_v, name + " prefill chunk");
       }
     }
   }
@@ -252,11 +253,12 @@ void run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const 
     store_and_check(c, k, v, n_ctx, isa, pool, name);
     double max_abs_v = 0.0;
     for (float x : v) max_abs_v = std::max(max_abs_v, double(std::fabs(x)));
-    check_attention(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, isa, pool, rng, name + " decode");
+    attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode");
     std::vector<int32_t> rows(n_ctx);
     std::iota(rows.begin(), rows.end(), 0);
-    check_attention(c, s, rows, max_abs_v, isa, pool, rng, name + " prefill");
+    attend(c, s, rows, max_abs_v, name + " prefill");
   }
+  return worst;
 }
 
 // quantize_row_q8_0_avx2 against the reference, block by block, on inputs that probe every
@@ -295,68 +297,69 @@ void check_quantizer_avx2(std::mt19937_64& rng) {
   quantize_row_q8_0_avx2(x.data(), got.data(), n_blocks * kQK);
   int64_t n_bad = 0;
   for (int64_t b = 0; b < n_blocks; ++b) n_bad += std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)) != 0;
-  check(n_bad == 0, "avx2 quantize_row_q8_0: " + std::to_string(n_bad) + " of " + std::to_string(n_blocks) +
-                        " blocks differ from the reference");
+  EXPECT(n_bad == 0, "avx2 quantize_row_q8_0: " + std::to_string(n_bad) + " of " + std::to_string(n_blocks) +
+                         " blocks differ from the reference");
 }
 
-template <typename E, typename F>
-void check_throws(F&& body, const std::string& needle, const std::string& what) {
-  try {
-    body();
-  } catch (const E& e) {
-    check(std::string(e.what()).find(needle) != std::string::npos, what + ": message '" + e.what() + "'");
+// The run's seed (EMBER_TEST_SEED or random), printed with the CPU's features on first use.
+uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    uint64_t s = std::random_device{}();
+    if (const char* env = std::getenv("EMBER_TEST_SEED")) s = std::strtoull(env, nullptr, 10);
+    const CpuFeatures& f = cpu_features();
+    std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d; active isa %s\n", static_cast<unsigned long long>(s),
+                f.avx2, f.fma, f.f16c, isa_name(active_isa_level()));
+    return s;
+  }();
+  return seed;
+}
+
+// One ops level's case: every check of run_level (and, for avx2, the quantizer's), summed up in
+// an "isa LEVEL: N passed, M failed" line.
+void check_level(bool simd) {
+  std::mt19937_64 rng(run_seed() + (simd ? 1 : 0));
+  ThreadPool pool(2);  // tasks really split across threads
+  OpsIsa isa;
+  isa.avx2_f16c = simd;
+  const double worst = run_level(isa, pool, rng, simd ? "avx2" : "scalar");
+  if (simd) check_quantizer_avx2(rng);
+  std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n",
+              simd ? "avx2" : "scalar", test::n_expects_passed(), test::n_expects_failed(), worst);
+}
+
+TEST(store_kv_and_attention_scalar) { check_level(false); }
+
+// The ops have two levels: portable C++, and AVX2+FMA+F16C (the avx2 and avx512 ISA levels).
+// Where only the first runs, this case runs nothing (tests/test_kernels.py knows from the
+// printed features whether an "isa avx2" line must appear).
+TEST(store_kv_and_attention_avx2) {
+  if (!isa_supported(IsaLevel::avx2) || active_isa_level() == IsaLevel::scalar) {
+    std::printf("avx2 level not run: %s\n",
+                isa_supported(IsaLevel::avx2) ? "capped by EMBER_CPU_ISA" : "no AVX2");
     return;
-  } catch (...) {
   }
-  check(false, what + ": expected an exception containing '" + needle + "'");
+  check_level(true);
+}
+
+TEST(cpu_backend_supports_f16_and_q8_0_kv) {
+  CpuBackend backend(1);
+  CHECK(backend.supports(Op::attention, DType::q8_0) && backend.supports(Op::store_kv, DType::q8_0) &&
+        backend.supports(Op::attention, DType::f16) && !backend.supports(Op::attention, DType::q4_0) &&
+        !backend.supports(Op::store_kv, DType::f32));
+}
+
+TEST(paged_kv_cache_checks_types_and_sizes) {
+  CpuBackend backend(1);
+  CHECK_THROWS(Unsupported, PagedKVCache::check_type(DType::q8_0, 8), "head_dim is 8");
+  CHECK_THROWS(Unsupported, PagedKVCache::check_type(DType::q4_0, 64), "use f16 or q8_0");
+  CHECK_THROWS(InvalidArgument, PagedKVCache(backend, 1, 48, 4, 16, DType::q8_0), "not whole blocks");
+  PagedKVCache q8(backend, 2, 192, 4, 16, DType::q8_0);
+  CHECK_EQ(q8.row_bytes, 6 * 34);
+  CHECK_EQ(q8.layer_bytes(), 64 * 6 * 34);
+  CHECK_EQ(q8.k.n_bytes(), size_t{2 * 64 * 6 * 34});
+  const KVView layer1 = q8.layer(1, nullptr);
+  CHECK(layer1.type == DType::q8_0);
+  CHECK(layer1.k == q8.k.as<uint8_t>() + q8.layer_bytes());
 }
 
 }  // namespace
-
-int main() {
-  uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
-  std::mt19937_64 rng(seed);
-  const CpuFeatures& f = cpu_features();
-  std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d; active isa %s\n", static_cast<unsigned long long>(seed),
-              f.avx2, f.fma, f.f16c, isa_name(active_isa_level()));
-
-  ThreadPool pool(2);  // tasks really split across threads
-  // The ops have two levels: portable C++, and AVX2+FMA+F16C (the avx2 and avx512 ISA levels).
-  const bool avx2 = isa_supported(IsaLevel::avx2) && active_isa_level() != IsaLevel::scalar;
-  for (bool simd : {false, true}) {
-    if (simd && !avx2) continue;
-    const int passed_before = g_passed, failed_before = g_failed;
-    const double worst_before = g_worst;
-    g_worst = 0.0;
-    OpsIsa isa;
-    isa.avx2_f16c = simd;
-    run_level(isa, pool, rng, simd ? "avx2" : "scalar");
-    if (simd) check_quantizer_avx2(rng);
-    std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n", simd ? "avx2" : "scalar",
-                g_passed - passed_before, g_failed - failed_before, g_worst);
-    g_worst = std::max(g_worst, worst_before);
-  }
-
-  // The backend's capability query and the cache's checks.
-  CpuBackend backend(1);
-  check(backend.supports(Op::attention, DType::q8_0) && backend.supports(Op::store_kv, DType::q8_0) &&
-            backend.supports(Op::attention, DType::f16) && !backend.supports(Op::attention, DType::q4_0) &&
-            !backend.supports(Op::store_kv, DType::f32),
-        "CpuBackend::supports(store_kv / attention) is f16 and q8_0");
-  check_throws<Unsupported>([] { PagedKVCache::check_type(DType::q8_0, 8); }, "head_dim is 8",
-                            "q8_0 with head_dim 8");
-  check_throws<Unsupported>([] { PagedKVCache::check_type(DType::q4_0, 64); }, "use f16 or q8_0", "q4_0 cache");
-  check_throws<InvalidArgument>([&] { PagedKVCache(backend, 1, 48, 4, 16, DType::q8_0); }, "not whole blocks",
-                                "q8_0 rows of 48 values");
-  {
-    PagedKVCache q8(backend, 2, 192, 4, 16, DType::q8_0);
-    check(q8.row_bytes == 6 * 34 && q8.layer_bytes() == 64 * 6 * 34 && q8.k.n_bytes() == 2 * 64 * 6 * 34,
-          "q8_0 paged cache sizes");
-    const KVView layer1 = q8.layer(1, nullptr);
-    check(layer1.type == DType::q8_0 && layer1.k == q8.k.as<uint8_t>() + q8.layer_bytes(), "q8_0 layer view");
-  }
-
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
-}
