@@ -8,8 +8,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from ember.chat import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
 from transformers.utils import chat_template_utils
+
+from ember.chat import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 

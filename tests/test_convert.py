@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ember
 import gguf
 import numpy as np
 import pytest
+
+import ember
 from ember import _core
 from ember.convert import (
     ConvertError,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+
 from ember import _core
 from ember.convert import convert
 

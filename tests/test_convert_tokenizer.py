@@ -12,6 +12,7 @@ import pytest
 import tokenizers
 import torch
 import transformers
+
 from ember import _core
 from ember.convert import ConvertError, convert
 from ember.convert.vocab import LLAMA3_REGEX, QWEN2_REGEX

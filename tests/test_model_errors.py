@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiny_models
+
 from ember import _core
 
 
@@ -29,7 +30,8 @@ def test_wrong_shape_names_tensor_expected_and_got(hf_llama, tmp_path: Path) -> 
     def edit(name, a):
         return a[:16] if name == "blk.1.attn_k.weight" else a
 
-    with pytest.raises(ValueError, match=r"'blk\.1\.attn_k\.weight': expected shape \[64, 32\], got \[64, 16\]"):
+    expected = r"'blk\.1\.attn_k\.weight': expected shape \[64, 32\], got \[64, 16\]"
+    with pytest.raises(ValueError, match=expected):
         _core.Model(_write(hf_llama, tmp_path, edit=edit))
 
 

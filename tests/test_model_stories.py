@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+
 from ember import _core
 
 PROMPT = "Once upon a time"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiny_models
+
 from ember import _core
 
 # All weights are f32 and match transformers exactly; what differs is the KV cache, which ember

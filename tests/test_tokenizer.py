@@ -13,11 +13,12 @@ import time
 import unicodedata
 from pathlib import Path
 
-import ember._core as core
 import gguf
 import pytest
 import sentencepiece as spm
 import tokenizers
+
+import ember._core as core
 
 DATA = Path(__file__).parent / "data"
 VOCAB_DIR = DATA / "vocab"
