@@ -6,6 +6,7 @@ disconnects gets its KV blocks freed (ember_kv_cache_usage_ratio back to 0)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -99,6 +100,33 @@ def test_shared_prefix_is_cached(client: openai.OpenAI, server: RunningServer) -
     assert 0 < cached < second.usage.prompt_tokens
     assert cached % 16 == 0  # whole KV blocks
     assert sample(server.url, "ember_prefix_cache_hits_total") - hits_before >= cached
+
+
+def test_a_400_token_shared_prefix_reaches_its_first_token_5x_sooner(server: RunningServer) -> None:
+    """The DESIGN target on the server: a request sharing a 400-token prefix with an earlier one
+    gets >= 384 cached tokens and its first token >= 5x sooner than the cold one."""
+    text = " ".join(f"Rule {i}: answer briefly and kindly." for i in range(60))
+    tokens = httpx.post(server.url + "/tokenize", json={"content": text}).json()["tokens"]
+    system = httpx.post(server.url + "/detokenize", json={"tokens": tokens[1:400]}).json()["content"]
+
+    def first_token(question: str) -> tuple[float, int]:
+        body = {"prompt": system + question, "max_tokens": 2, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        start = time.perf_counter()
+        ttft, cached = 0.0, -1
+        with httpx.stream("POST", server.base_url + "/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {") and not ttft:
+                    ttft = time.perf_counter() - start
+                if '"usage":{' in line:
+                    cached = json.loads(line[6:])["usage"]["prompt_tokens_details"]["cached_tokens"]
+        return ttft, cached
+
+    cold, cold_cached = first_token(" Question: what is bread?")
+    warm, warm_cached = first_token(" Question: what is cake?")
+    assert cold_cached == 0
+    assert warm_cached >= 384
+    assert warm * 5 <= cold, (cold, warm)
 
 
 def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
