@@ -177,6 +177,21 @@ def test_bad_prompt_tokens_and_logit_bias(server: RunningServer) -> None:
 
 # --- 401, 404, 405 -----------------------------------------------------------------------------
 
+def test_a_refused_request_leaves_nothing_running(server: RunningServer) -> None:
+    """A request refused after validation started (a stop string that is not valid text, with
+    n=16) is a 400, and the engine holds no sequence of it afterwards."""
+    body = json.dumps({**CHAT, "n": 16, "max_tokens": 200, "stop": ["ok", "\udc80"]})  # JSON-escaped
+    assert_error(post(server, "/v1/chat/completions", body), 400, code="invalid_value",
+                 contains=("lone surrogate",))
+    engine = server.server.ctx.engine
+    assert engine is not None
+    time.sleep(0.2)  # anything submitted would be running by now
+    stats = engine.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+    slots = httpx.get(server.url + "/slots", headers=AUTH).json()
+    assert not any(s["is_processing"] for s in slots)
+
+
 def test_api_key(server: RunningServer) -> None:
     no_key = httpx.post(server.base_url + "/chat/completions", json=CHAT)
     assert_error(no_key, 401, code="invalid_api_key", contains=("Authorization",))

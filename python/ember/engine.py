@@ -55,15 +55,16 @@ class Request:
     final (text that could start a stop string is held back), the last one with finish_reason
     and the whole GenerationResult. Leaving the iteration early cancels the request."""
 
-    def __init__(self, engine: Engine, handle: _core.EngineRequest | None, prompt: list[int],
-                 params: SamplingParams, start: float) -> None:
+    def __init__(self, engine: Engine, prompt: list[int], params: SamplingParams,
+                 start: float) -> None:
+        # Everything that can fail is built here, before the engine runs anything (see submit).
         self.engine = engine
         self.prompt_tokens = prompt
         self.params = params
         self.tokens: list[int] = []         # output so far (no end-of-generation token)
         self.n_cached = 0                   # prompt tokens the prefix cache served
         self.done = False                   # the final Delta has been produced
-        self._handle = handle               # None: max_tokens 0, nothing to run
+        self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, nothing to run
         self._decoder = _core.StreamDecoder(engine.tokenizer)
         self._stops = _core.StopStringMatcher(list(params.stop))
         self._start = start
@@ -291,15 +292,18 @@ class Engine:
         params = params or SamplingParams()
         tokens = [int(t) for t in prompt_tokens]
         self.check_prompt(tokens)
-        start = perf_counter()
+        # The Request (stop strings, decoder) and the C++ parameters are built before the engine
+        # is told anything: a failure here leaves nothing running.
+        request = Request(self, tokens, params, perf_counter())
         if params.max_tokens == 0:
-            return Request(self, None, tokens, params, start)
+            return request
+        core_params = params.to_core()
         max_tokens = params.max_tokens if params.max_tokens is not None else self.n_ctx
-        handle = self._core.submit(
-            tokens, params.to_core(), max_tokens=max_tokens,
+        request._handle = self._core.submit(
+            tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority)
-        return Request(self, handle, tokens, params, start)
+        return request
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None, *,
                add_special: bool = True) -> Iterator[Delta]:

@@ -62,6 +62,12 @@ class SamplingParams:
         if any(not isinstance(s, str) for s in self.stop):
             raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
         self.stop = [s for s in self.stop if s]
+        for s in self.stop:
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"stop string {s!r} is not valid text (it holds a lone "
+                                 "surrogate)") from None
         if self.max_tokens is not None and self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
