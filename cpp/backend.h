@@ -24,7 +24,7 @@ namespace ember {
 class Backend;
 
 // The ops of the Backend interface, for supports().
-enum class Op { matmul, get_rows, rms_norm, rope, add, add_bias, silu_mul, softmax, store_kv, attention };
+enum class Op { matmul, get_rows, rms_norm, rope, add, add_bias, silu_mul, gelu_mul, scale, softmax, store_kv, attention };
 
 const char* op_name(Op op);
 
@@ -100,6 +100,7 @@ struct AttentionParams {
   int64_t n_head_kv = 0;  // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
   int64_t head_dim = 0;
   float scale = 1.0f;     // applied to q·k before the softmax, usually 1/sqrt(head_dim)
+  int64_t window = 0;     // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
 };
 
 class Backend {
@@ -146,6 +147,11 @@ class Backend {
   virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) = 0;
   // y[n] = silu(gate[n]) * up[n]; y may alias gate or up.
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  // y[n] = gelu(gate[n]) * up[n] (GeGLU), gelu in its tanh form:
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may alias gate or up.
+  virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  // x[n] *= s in place.
+  virtual void scale(float* x, int64_t n, float s) = 0;
   // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].
   virtual void softmax(float* x, int64_t n_rows, int64_t n_cols) = 0;
   // Writes k, v [n_rows, n_kv_dim] (f32, n_kv_dim = n_head_kv * head_dim) into the cache slots of

@@ -34,15 +34,15 @@ struct Q8Rows {
 };
 
 template <typename Rows>
-void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset, int64_t head_dim,
-                    float scale, float* out) {
+void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+                    int64_t head_dim, float scale, float* out) {
   constexpr int64_t kTile = 64;
   float acc[kMaxHeadDim];  // [head_dim] Σ p·v, relative to the running max
   float row[kMaxHeadDim];  // [head_dim] the current key or value, as f32
   float score[kTile];      // [tile] scaled q·k of the current tile
   std::memset(acc, 0, sizeof(float) * head_dim);
   float running_max = -INFINITY, running_sum = 0.0f;
-  for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
+  for (int64_t t0 = first_key; t0 < n_keys; t0 += kTile) {
     const int64_t n = std::min(kTile, n_keys - t0);
     float tile_max = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
@@ -105,10 +105,12 @@ struct ScalarIsa {
 
 }  // namespace
 
-void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                           int64_t head_dim, float scale, float* out) {
-  if (kv.type == DType::q8_0) return attention_head<Q8Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-  attention_head<F16Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
+                           int64_t kv_offset, int64_t head_dim, float scale, float* out) {
+  if (kv.type == DType::q8_0) {
+    return attention_head<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+  }
+  attention_head<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
 }
 
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv) {
@@ -131,8 +133,10 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     parallel_tasks(pool, n_rows * n_head, tiny, [&](int64_t task) {
       const int64_t r = task / n_head, h = task % n_head;
       const int64_t offset = (r * n_head + h) * head_dim;
-      head_kernel(q + offset, int64_t{positions[r]} + 1, kv, (h / group) * head_dim, head_dim,
-                  params.scale, out + offset);
+      const int64_t n_keys = int64_t{positions[r]} + 1;
+      const int64_t first = params.window > 0 ? std::max<int64_t>(0, n_keys - params.window) : 0;
+      head_kernel(q + offset, first, n_keys, kv, (h / group) * head_dim, head_dim, params.scale,
+                  out + offset);
     });
     return;
   }
@@ -156,6 +160,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.kv_offset = kv_head * head_dim;
     b.head_dim = head_dim;
     b.scale = params.scale;
+    b.window = params.window;
     block_kernel(b, kv);
   });
 }

@@ -119,7 +119,7 @@ struct AnyHead {
 };
 
 template <typename Rows, typename Head>
-void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                     int64_t head_dim, float scale, float* out) {
   const int64_t n_vec = Head::n_vec(head_dim);
   alignas(32) float qs[kMaxHeadDim];        // [head_dim] q * scale
@@ -129,7 +129,7 @@ void attention_head(const float* q, int64_t n_keys, const KVView& kv, int64_t kv
 
   Head head(head_dim);
   float running_max = -INFINITY, running_sum = 0.0f;
-  for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
+  for (int64_t t0 = first_key; t0 < n_keys; t0 += kTile) {
     const int64_t n = n_keys - t0 < kTile ? n_keys - t0 : kTile;
     // Scores, four keys at a time for independent FMA chains.
     int64_t j = 0;
@@ -261,13 +261,13 @@ struct Avx2Isa {
 };
 
 template <typename Rows>
-void attention_head_rows(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+void attention_head_rows(const float* q, int64_t first, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out) {
   switch (head_dim) {
-    case 32: return attention_head<Rows, FixedHead<4>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 64: return attention_head<Rows, FixedHead<8>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 128: return attention_head<Rows, FixedHead<16>>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-    default: return attention_head<Rows, AnyHead>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 32: return attention_head<Rows, FixedHead<4>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 64: return attention_head<Rows, FixedHead<8>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 128: return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+    default: return attention_head<Rows, AnyHead>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
   }
 }
 
@@ -278,10 +278,12 @@ void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
   attention_block<Avx2Isa, F16Rows>(block, kv);
 }
 
-void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                         int64_t head_dim, float scale, float* out) {
-  if (kv.type == DType::q8_0) return attention_head_rows<Q8Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
-  attention_head_rows<F16Rows>(q, n_keys, kv, kv_offset, head_dim, scale, out);
+void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
+                         int64_t kv_offset, int64_t head_dim, float scale, float* out) {
+  if (kv.type == DType::q8_0) {
+    return attention_head_rows<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+  }
+  attention_head_rows<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
 }
 
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {

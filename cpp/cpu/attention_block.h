@@ -40,9 +40,10 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
   alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];      // [n_queries, hd] Σ p·v
   alignas(64) float score[kBlockTile + 8];
   float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries];
-  int64_t n_keys[kMaxBlockQueries];  // keys query i may see (its position + 1)
+  int64_t n_keys[kMaxBlockQueries];  // keys query i may see: [first_key[i], n_keys[i])
+  int64_t first_key[kMaxBlockQueries];
 
-  int64_t n_keys_max = 0;
+  int64_t n_keys_max = 0, first_min = INT64_MAX;
   for (int64_t r = 0; r < b.n_rows; ++r) {
     for (int64_t h = 0; h < b.n_heads; ++h) {
       const int64_t i = r * b.n_heads + h;
@@ -51,12 +52,14 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
       running_max[i] = -INFINITY;
       running_sum[i] = 0.0f;
       n_keys[i] = int64_t{b.positions[r]} + 1;
+      first_key[i] = b.window > 0 && n_keys[i] > b.window ? n_keys[i] - b.window : 0;
       n_keys_max = n_keys[i] > n_keys_max ? n_keys[i] : n_keys_max;
+      first_min = first_key[i] < first_min ? first_key[i] : first_min;
     }
   }
   std::memset(acc, 0, sizeof(float) * n_queries * hd);
 
-  for (int64_t t0 = 0; t0 < n_keys_max; t0 += kBlockTile) {
+  for (int64_t t0 = first_min; t0 < n_keys_max; t0 += kBlockTile) {
     const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
     for (int64_t j = 0; j < n_tile; ++j) {
       const int64_t slot = block_slot(kv, t0 + j);
@@ -65,8 +68,10 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
     }
     for (int64_t i = 0; i < n_queries; ++i) {
       if (n_keys[i] <= t0) continue;  // the tile is entirely in this query's future
-      const int64_t n = n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile;
-      const float tile_max = Isa::scores(queries + i * hd, keys, n, hd, score);
+      if (first_key[i] >= t0 + n_tile) continue;  // entirely before its window
+      const int64_t j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;  // window start in the tile
+      const int64_t n = (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - j0;
+      const float tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
       if (tile_max > running_max[i]) {
         const float rescale = std::exp(running_max[i] - tile_max);  // 0 on the first tile
         for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] *= rescale;
@@ -74,7 +79,7 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
         running_max[i] = tile_max;
       }
       running_sum[i] += Isa::exp_and_sum(score, n, running_max[i]);
-      Isa::accumulate(score, values, n, hd, acc + i * hd);
+      Isa::accumulate(score, values + j0 * hd, n, hd, acc + i * hd);
     }
   }
 

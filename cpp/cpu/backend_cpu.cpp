@@ -96,6 +96,12 @@ void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* 
   cpu::silu_mul(gate, up, n, y, isa_, pool_);
 }
 
+void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
+  cpu::gelu_mul(gate, up, n, y, pool_);
+}
+
+void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
+
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) {
   cpu::softmax(x, n_rows, n_cols, pool_);
 }

@@ -39,6 +39,8 @@ class CpuBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* y) override;
   void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void scale(float* x, int64_t n, float s) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
                 const float* k, const float* v) override;

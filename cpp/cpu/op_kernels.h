@@ -12,10 +12,10 @@ namespace ember::cpu {
 // out[head_dim] = softmax(scale * q·K[0..n_keys)ᵀ) · V[0..n_keys) for one query head, reading
 // the head_dim values starting at value kv_offset (kv_head * head_dim) of each cached row, f16 or
 // q8_0 (kv.type; q8_0 needs head_dim and kv_offset multiples of 32). Accumulates in f32.
-void attention_head_scalar(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                            int64_t head_dim, float scale, float* out);
 // Same, head_dim a multiple of 8.
-void attention_head_avx2(const float* q, int64_t n_keys, const KVView& kv, int64_t kv_offset,
+void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                          int64_t head_dim, float scale, float* out);
 
 // Prefill attention: rows [n_rows] of one sequence x the query heads [head_begin, + n_heads)
@@ -32,6 +32,7 @@ struct AttentionBlock {
   int64_t kv_offset = 0;     // the kv head's first value in a cache row: kv_head * head_dim
   int64_t head_dim = 0;
   float scale = 1.0f;
+  int64_t window = 0;        // > 0: a row at position p sees keys p - window + 1 .. p only
 };
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.

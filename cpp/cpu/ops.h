@@ -35,6 +35,10 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, Threa
 // y[n] = silu(gate[n]) * up[n].
 void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa,
               ThreadPool& pool);
+// y[n] = gelu_tanh(gate[n]) * up[n] (GeGLU).
+void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
+// x[n] *= s.
+void scale(float* x, int64_t n, float s, ThreadPool& pool);
 
 // x[n_rows, n_cols] = softmax over each row, in place.
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);

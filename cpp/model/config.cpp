@@ -2,6 +2,8 @@
 // hyper-parameter (as llama.cpp's converter writes them).
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace ember {
@@ -9,9 +11,10 @@ namespace ember {
 namespace {
 
 constexpr ArchInfo kArchs[] = {
-    {"llama", RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
-    {"qwen2", RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
-    {"qwen3", RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+    {"llama", ArchFamily::llama, RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
+    {"qwen2", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
+    {"qwen3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+    {"gemma3", ArchFamily::gemma3, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
 };
 
 }  // namespace
@@ -91,6 +94,23 @@ ModelConfig read_config(const GGUFFile& file) {
   if (factor == 0.0) factor = file.get_float(p + "rope.scale_linear", 0.0);
   if (factor < 0.0) throw FormatError(cat(where, "rope.scaling.factor ", factor, " must be > 0"));
   if (scaling == "linear" && factor > 0.0) c.rope_freq_scale = static_cast<float>(1.0 / factor);
+
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.arch->family == ArchFamily::gemma3) {
+    c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
+    c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", 6);
+    c.rope_freq_base_swa = static_cast<float>(file.get_float(p + "rope.freq_base_swa", 10000.0));
+    if (c.sliding_window < 0 || c.swa_pattern <= 0 || !(c.rope_freq_base_swa > 0.0f)) {
+      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window,
+                            ", sliding_window_pattern ", c.swa_pattern, " and rope.freq_base_swa ",
+                            c.rope_freq_base_swa, " must be >= 0, > 0 and > 0"));
+    }
+    // Gemma 3 scales queries by query_pre_attn_scalar^-1/2, which GGUF does not store: it is
+    // head_dim, except for the 27B model (62 layers), where it is n_embd / n_head (as llama.cpp
+    // and gemma_pytorch's config set it).
+    const int64_t scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(scalar));
+  }
   return c;
 }
 

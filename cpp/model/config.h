@@ -10,12 +10,16 @@
 
 namespace ember {
 
-// What distinguishes the architectures of the llama family (see model/llama.cpp).
+// The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp).
+enum class ArchFamily { llama, gemma3 };
+
+// What distinguishes the supported architectures.
 struct ArchInfo {
   const char* name;        // general.architecture
-  RopeLayout rope_layout;  // llama: interleaved (GGUF Q/K rows are permuted for it); qwen: neox
+  ArchFamily family;
+  RopeLayout rope_layout;  // llama: interleaved (GGUF Q/K rows are permuted for it); qwen, gemma: neox
   bool qkv_bias;           // qwen2: biases on the Q, K and V projections
-  bool qk_norm;            // qwen3: RMSNorm of every Q and K head before RoPE
+  bool qk_norm;            // qwen3, gemma3: RMSNorm of every Q and K head before RoPE
 };
 
 // The ArchInfo of an architecture name; nullptr when unsupported.
@@ -40,6 +44,16 @@ struct ModelConfig {
   int64_t n_rot = 0;        // rotated dims per head, {arch}.rope.dimension_count, else head_dim
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
+
+  // Sliding-window attention (gemma3): layer il is local, seeing only the last sliding_window
+  // positions, unless (il + 1) % swa_pattern == 0; local layers rotate with their own base and
+  // no scaling. sliding_window 0: every layer is global.
+  int64_t sliding_window = 0;     // {arch}.attention.sliding_window
+  int64_t swa_pattern = 0;        // {arch}.attention.sliding_window_pattern, gemma3 default 6
+  float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
+  float attention_scale = 0.0f;   // q·k scale; 1/sqrt(head_dim) unless the architecture says
+
+  bool is_swa(int64_t il) const { return sliding_window > 0 && (il + 1) % swa_pattern != 0; }
 
   int64_t n_q_dim() const { return n_head * head_dim; }      // width of Q and of attention output
   int64_t n_kv_dim() const { return n_head_kv * head_dim; }  // width of one K (or V) cache row

@@ -1,8 +1,8 @@
-// model/forward.cpp: batch validation, and dispatch to the architecture family's forward pass
-// (every supported architecture is of the llama family today).
+// model/forward.cpp: batch validation, and dispatch to the architecture family's forward pass.
 #include "model/forward.h"
 
 #include "core/error.h"
+#include "model/gemma3.h"
 #include "model/llama.h"
 
 namespace ember {
@@ -49,7 +49,10 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 }
 
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits) {
-  llama_forward(model, scratch, batch, logits);
+  switch (model.config().arch->family) {
+    case ArchFamily::llama: return llama_forward(model, scratch, batch, logits);
+    case ArchFamily::gemma3: return gemma3_forward(model, scratch, batch, logits);
+  }
 }
 
 }  // namespace ember

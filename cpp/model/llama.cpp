@@ -2,21 +2,7 @@
 // RoPE and a SwiGLU feed-forward. Reads top to bottom; every op goes through the Backend.
 #include "model/llama.h"
 
-#include <cmath>
-
 namespace ember {
-
-namespace {
-
-// Layer il of a sequence's cache: its rows start il * layer_bytes after layer 0's.
-KVView layer_view(const SequenceRows& seq, int64_t il, int64_t layer_bytes) {
-  KVView view = seq.kv;
-  view.k += il * layer_bytes;
-  view.v += il * layer_bytes;
-  return view;
-}
-
-}  // namespace
 
 void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* logits) {
   const ModelConfig& c = model.config();
@@ -29,7 +15,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   attention.n_head = c.n_head;
   attention.n_head_kv = c.n_head_kv;
   attention.head_dim = c.head_dim;
-  attention.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attention.scale = c.attention_scale;
 
   float* x = s.x.as<float>();          // [n, n_embd] residual stream
   float* xn = s.xn.as<float>();        // [n, n_embd]
@@ -57,7 +43,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
     for (int64_t is = 0; is < batch.n_seqs; ++is) {
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
-      be.store_kv(layer_view(seq, il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows,
+      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows,
                   n_kv, k + r0 * n_kv, v + r0 * n_kv);
     }
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
@@ -71,7 +57,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
       be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows,
-                   layer_view(seq, il, batch.kv_layer_stride), attention, attn + r0 * n_q);
+                   seq.layer(il, batch.kv_layer_stride), attention, attn + r0 * n_q);
     }
 
     // The last layer's projection and feed-forward only matter for the output rows: keep

@@ -30,7 +30,8 @@ class Model {
   // Ops run on the backend from const methods of their callers: the backend is the model's
   // executor, not part of its value.
   Backend& backend() const { return *backend_; }
-  RopeParams rope_params() const;
+  // RoPE of layer il (local sliding-window layers have their own frequencies).
+  RopeParams rope_params(int64_t il = 0) const;
 
  private:
   Model() = default;
@@ -39,7 +40,8 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
   ModelWeights weights_;
-  std::vector<float> rope_inv_freq_;  // [n_rot / 2], scaling and frequency factors folded in
+  std::vector<float> rope_inv_freq_;      // [n_rot / 2], scaling and frequency factors folded in
+  std::vector<float> rope_inv_freq_swa_;  // [n_rot / 2] of sliding-window layers; empty: none
 };
 
 }  // namespace ember

@@ -36,6 +36,13 @@ struct SequenceRows {
   int64_t n_rows = 0;
   KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
               // bytes further (as in kv/PagedKVCache)
+
+  KVView layer(int64_t il, int64_t kv_layer_stride) const {
+    KVView view = kv;
+    view.k += il * kv_layer_stride;
+    view.v += il * kv_layer_stride;
+    return view;
+  }
 };
 
 // One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,

@@ -1,4 +1,5 @@
-// model/weights.cpp: binds llama-family tensors by their llama.cpp names and validates them.
+// model/weights.cpp: binds the tensors of every supported architecture by their llama.cpp names
+// and validates them.
 #include "model/weights.h"
 
 #include "core/error.h"
@@ -120,6 +121,10 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     l.ffn_gate = b.bind(blk + "ffn_gate.weight", {n_embd, c.n_ff}, Use::matmul);
     l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);
     l.ffn_down = b.bind(blk + "ffn_down.weight", {c.n_ff, n_embd}, Use::matmul);
+    if (c.arch->family == ArchFamily::gemma3) {
+      l.post_attn_norm = b.bind(blk + "post_attention_norm.weight", {n_embd}, Use::f32);
+      l.post_ffn_norm = b.bind(blk + "post_ffw_norm.weight", {n_embd}, Use::f32);
+    }
   }
   return w;
 }

@@ -32,11 +32,13 @@ struct LayerWeights {
   WeightTensor bq;         // [n_q_dim] f32, qwen2 only
   WeightTensor bk;         // [n_kv_dim] f32, qwen2 only
   WeightTensor bv;         // [n_kv_dim] f32, qwen2 only
-  WeightTensor q_norm;     // [head_dim] f32, qwen3 only
-  WeightTensor k_norm;     // [head_dim] f32, qwen3 only
+  WeightTensor q_norm;     // [head_dim] f32, qwen3 and gemma3
+  WeightTensor k_norm;     // [head_dim] f32, qwen3 and gemma3
   WeightTensor wo;         // {n_q_dim, n_embd}
+  WeightTensor post_attn_norm;  // [n_embd] f32, gemma3: RMSNorm of the attention output
+  WeightTensor post_ffn_norm;   // [n_embd] f32, gemma3: RMSNorm of the feed-forward output
   WeightTensor ffn_norm;   // [n_embd] f32
-  WeightTensor ffn_gate;   // {n_embd, n_ff}
+  WeightTensor ffn_gate;   // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
   WeightTensor ffn_up;     // {n_embd, n_ff}
   WeightTensor ffn_down;   // {n_ff, n_embd}
 };

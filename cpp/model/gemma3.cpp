@@ -1,0 +1,96 @@
+// model/gemma3.cpp: the Gemma 3 decoder — sandwich-normed blocks of grouped-query attention
+// (Q/K norms, RoPE, local sliding-window layers between global ones) and a GeGLU feed-forward.
+// Reads top to bottom; every op goes through the Backend.
+#include "model/gemma3.h"
+
+#include <cmath>
+
+namespace ember {
+
+void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* logits) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  Backend& be = model.backend();
+  const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
+
+  AttentionParams attention;
+  attention.n_head = c.n_head;
+  attention.n_head_kv = c.n_head_kv;
+  attention.head_dim = c.head_dim;
+  attention.scale = c.attention_scale;
+
+  float* x = s.x.as<float>();            // [n, n_embd] residual stream
+  float* xn = s.xn.as<float>();          // [n, n_embd]
+  float* q = s.q.as<float>();            // [n, n_q]
+  float* k = s.k.as<float>();            // [n, n_kv]
+  float* v = s.v.as<float>();            // [n, n_kv]
+  float* attn = s.attn.as<float>();      // [n, n_q]
+  float* gate = s.ffn_gate.as<float>();  // [n, n_ff]
+  float* up = s.ffn_up.as<float>();      // [n, n_ff]
+
+  be.get_rows(w.token_embd.type, w.token_embd.data, n_embd, batch.tokens, n, x);
+  be.scale(x, n * n_embd, std::sqrt(static_cast<float>(n_embd)));
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    const bool last = il == c.n_layer - 1;
+    const RopeParams rope = model.rope_params(il);
+    attention.window = c.is_swa(il) ? c.sliding_window : 0;
+
+    // --- attention: x += post_norm(wo · attention(rope(norm(q)), rope(norm(k)), v)) ---
+    be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
+    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, xn, n, k);
+    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
+    be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
+    be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
+    for (int64_t is = 0; is < batch.n_seqs; ++is) {
+      const SequenceRows& seq = batch.seqs[is];
+      const int64_t r0 = seq.row_begin;
+      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv,
+                  k + r0 * n_kv, v + r0 * n_kv);
+    }
+    // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
+    if (last && batch.n_outputs == 0) break;
+
+    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
+    be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
+    be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
+    for (int64_t is = 0; is < batch.n_seqs; ++is) {
+      const SequenceRows& seq = batch.seqs[is];
+      const int64_t r0 = seq.row_begin;
+      be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride),
+                   attention, attn + r0 * n_q);
+    }
+
+    // The last layer's projection and feed-forward only matter for the output rows: keep
+    // those (rows [n_rows] from here on) and drop the rest.
+    int64_t n_rows = n;
+    float* attn_rows = attn;
+    if (last && batch.n_outputs < n) {
+      n_rows = batch.n_outputs;
+      be.get_rows(DType::f32, attn, n_q, batch.output_rows, n_rows, q);
+      be.get_rows(DType::f32, x, n_embd, batch.output_rows, n_rows, s.x_out.as<float>());
+      attn_rows = q;
+      x = s.x_out.as<float>();
+    }
+    be.matmul(l.wo.type, l.wo.data, n_q, n_embd, attn_rows, n_rows, xn);
+    be.rms_norm(xn, l.post_attn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
+    be.add(x, xn, n_rows * n_embd, x);
+
+    // --- feed-forward: x += post_norm(down(gelu(gate(h)) * up(h))), h = norm(x) ---
+    be.rms_norm(x, l.ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
+    be.matmul(l.ffn_gate.type, l.ffn_gate.data, n_embd, c.n_ff, xn, n_rows, gate);
+    be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, xn, n_rows, up);
+    be.gelu_mul(gate, up, n_rows * c.n_ff, gate);
+    be.matmul(l.ffn_down.type, l.ffn_down.data, c.n_ff, n_embd, gate, n_rows, xn);
+    be.rms_norm(xn, l.post_ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
+    be.add(x, xn, n_rows * n_embd, x);
+  }
+  if (batch.n_outputs == 0) return;
+
+  // x now holds exactly the output rows, in order.
+  be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, n_embd, c.rms_eps, xn);
+  be.matmul(w.output.type, w.output.data, n_embd, c.n_vocab, xn, batch.n_outputs, logits);
+}
+
+}  // namespace ember
