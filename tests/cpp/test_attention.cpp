@@ -141,9 +141,11 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
          name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
 }
 
-// out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache.
+// out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache,
+// each row over keys max(0, pos - window + 1) .. pos (all keys up to pos when window is 0).
 std::vector<double> reference_attention(const Cache& c, const Shape& s, const std::vector<float>& q,
-                                        const std::vector<int32_t>& positions, float scale) {
+                                        const std::vector<int32_t>& positions, float scale,
+                                        int64_t window) {
   const DequantizeRowFn dequantize = type_traits(c.type).dequantize_row;
   const int64_t max_pos = *std::max_element(positions.begin(), positions.end());
   std::vector<float> keys((max_pos + 1) * c.n_kv_dim), values(keys.size());  // [position, n_kv_dim]
@@ -159,16 +161,17 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
     for (int64_t h = 0; h < s.n_head; ++h) {
       const float* qh = q.data() + (r * s.n_head + h) * hd;
       const int64_t off = (h / group) * hd, n_keys = positions[r] + 1;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, n_keys - window) : 0;
       double max = -INFINITY, sum = 0.0;
-      for (int64_t t = 0; t < n_keys; ++t) {
+      for (int64_t t = first; t < n_keys; ++t) {
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d) dot += double(qh[d]) * keys[t * c.n_kv_dim + off + d];
         score[t] = dot * scale;
         max = std::max(max, score[t]);
       }
-      for (int64_t t = 0; t < n_keys; ++t) sum += score[t] = std::exp(score[t] - max);
+      for (int64_t t = first; t < n_keys; ++t) sum += score[t] = std::exp(score[t] - max);
       double* o = out.data() + (r * s.n_head + h) * hd;
-      for (int64_t t = 0; t < n_keys; ++t) {
+      for (int64_t t = first; t < n_keys; ++t) {
         for (int64_t d = 0; d < hd; ++d) o[d] += score[t] / sum * values[t * c.n_kv_dim + off + d];
       }
     }
@@ -178,7 +181,8 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
 
 // Returns the error relative to max|v|, after EXPECTing it within kRelTol.
 double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name) {
+                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
+                       int64_t window = 0) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
   std::normal_distribution<float> normal(0.0f, 2.0f);  // peaked softmax: scores of a few units
   std::vector<float> q(n_rows * n_q);
@@ -188,9 +192,10 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
   params.n_head_kv = s.n_head_kv;
   params.head_dim = s.head_dim;
   params.scale = 1.0f / std::sqrt(float(s.head_dim));
+  params.window = window;
   std::vector<float> out(n_rows * n_q, NAN);
   attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), isa, pool);
-  const std::vector<double> want = reference_attention(c, s, q, positions, params.scale);
+  const std::vector<double> want = reference_attention(c, s, q, positions, params.scale, window);
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); ++i) {
     const double err = std::fabs(double(out[i]) - want[i]) / max_abs_v;
@@ -206,8 +211,8 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
 double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
   double worst = 0.0;  // largest error / (max |v|) seen, over every attention output
   const auto attend = [&](Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                          const std::string& name) {
-    worst = std::max(worst, check_attention(c, s, positions, max_abs_v, isa, pool, rng, name));
+                          const std::string& name, int64_t window = 0) {
+    worst = std::max(worst, check_attention(c, s, positions, max_abs_v, isa, pool, rng, name, window));
   };
   const std::vector<Shape> shapes = {
       {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
@@ -238,6 +243,11 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
         std::iota(chunk.begin(), chunk.end(), static_cast<int32_t>(n_ctx - 29));
         attend(c, s, first, max_abs_v, name + " prefill 0..36");
         attend(c, s, chunk, max_abs_v, name + " prefill chunk");
+        // Sliding windows (gemma3's local layers): shorter than the context, not a multiple of
+        // any tile, and one longer than some rows' positions.
+        attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode window 77", 77);
+        attend(c, s, chunk, max_abs_v, name + " prefill chunk window 45", 45);
+        attend(c, s, first, max_abs_v, name + " prefill 0..36 window 20", 20);
       }
     }
   }
