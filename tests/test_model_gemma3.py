@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ember import _core
 from ember.llm import LLM
 
