@@ -39,6 +39,13 @@ CASES: dict[str, dict] = {
     "llama-linear": {"cls": "LlamaForCausalLM",
                      "rope_parameters": {"rope_type": "linear", "factor": 4.0,
                                          "rope_theta": 10000.0}},
+    # Gemma 3: local layers (window 16, so 100 tokens leave most keys outside it) between global
+    # ones, each kind with its own RoPE base; head_dim 64 (query width 256 != hidden 256 / 4).
+    "gemma3": {"cls": "Gemma3ForCausalLM", "config_cls": "Gemma3TextConfig", "head_dim": 64,
+               "num_hidden_layers": 4, "sliding_window": 16, "query_pre_attn_scalar": 64,
+               "layer_types": ["sliding_attention", "full_attention"] * 2,
+               "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                   "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}},
     "llama-llama3": {"cls": "LlamaForCausalLM",
                      "rope_parameters": {"rope_type": "llama3", "factor": 8.0,
                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -56,7 +63,7 @@ F32_REL = 4e-3
 def make_model(case: str, seed: int = 0):
     spec = dict(CASES[case])
     cls_name = spec.pop("cls")
-    config_cls = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))
+    config_cls = getattr(transformers, spec.pop("config_cls", cls_name.replace("ForCausalLM", "Config")))
     config = config_cls(**{**COMMON, **spec})
     torch.manual_seed(seed)
     model = getattr(transformers, cls_name)(config).eval()
@@ -111,13 +118,14 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     model, folder = built(case)
     out = tmp_path / "m.gguf"
     result = convert(folder, out, "f32", progress=False)
-    arch = {"Llama": "llama", "Mistr": "llama", "Qwen2": "qwen2", "Qwen3": "qwen3"}[
-        CASES[case]["cls"][:5]]
+    arch = {"Llama": "llama", "Mistr": "llama", "Qwen2": "qwen2", "Qwen3": "qwen3",
+            "Gemma": "gemma3"}[CASES[case]["cls"][:5]]
     assert result.architecture == arch
     names = {t.name for t in gguf.GGUFReader(out).tensors}
     assert ("output.weight" in names) == (not model.config.tie_word_embeddings)
     assert ("blk.0.attn_q.bias" in names) == (arch == "qwen2")
-    assert ("blk.0.attn_q_norm.weight" in names) == (arch == "qwen3")
+    assert ("blk.0.attn_q_norm.weight" in names) == (arch in ("qwen3", "gemma3"))
+    assert ("blk.0.post_ffw_norm.weight" in names) == (arch == "gemma3")
     assert ("rope_freqs.weight" in names) == (case == "llama-llama3")
     ember_model = _core.Model(str(out), n_threads=1)
     assert ember_model.architecture == arch

@@ -1,7 +1,7 @@
 """What the Llama-shaped decoder families share: config.json to hyper-parameters, the HF -> GGUF
 tensor names and the shapes config.json implies, and the {arch}.* metadata keys.
 
-A family module (llama.py, qwen2.py, qwen3.py) subclasses DecoderFamily, sets its GGUF
+A family module (llama.py, qwen2.py, qwen3.py, gemma3.py) subclasses DecoderFamily, sets its GGUF
 architecture and the few ways it differs (Q/K permutation, biases, Q/K norms, RoPE scaling), and
 registers itself by Hugging Face class name.
 """
@@ -53,9 +53,6 @@ class HParams:
         if n_head % n_head_kv != 0:
             raise ConvertError(f"{where}: num_attention_heads {n_head} is not a multiple of "
                                f"num_key_value_heads {n_head_kv}")
-        act = config.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise ConvertError(f"{where}: hidden_act {act!r} is not supported (silu)")
         rope_parameters = config.get("rope_parameters") or {}
         scaling = dict(config.get("rope_scaling") or rope_parameters)
         scaling_type = scaling.get("rope_type", scaling.get("type"))
@@ -109,9 +106,17 @@ class DecoderFamily:
     qk_norm: ClassVar[bool] = False         # per-head RMS norm on Q and K (qwen3)
     rope_scaling_types: ClassVar[tuple[str, ...]] = ("linear", "yarn")
 
-    def __init__(self, hp: HParams, checkpoint: Checkpoint, where: str) -> None:
+    # The feed-forward's activation the forward pass computes (config.json's hidden_act, or
+    # hidden_activation); SwiGLU's silu for the Llama-shaped families.
+    activations: ClassVar[tuple[str, ...]] = ("silu", "swish")
+
+    def __init__(self, hp: HParams, checkpoint: Checkpoint, where: str, config: dict) -> None:
         self.hp = hp
         self.checkpoint = checkpoint
+        act = config.get("hidden_activation") or config.get("hidden_act") or self.activations[0]
+        if act not in self.activations:
+            raise ConvertError(f"{where}: activation {act!r} is not supported for "
+                               f"{self.gguf_arch} (supported: {', '.join(self.activations)})")
         scaling = hp.rope_scaling.get("rope_type")
         if scaling is not None and scaling not in self.rope_scaling_types:
             raise ConvertError(f"{where}: RoPE scaling {scaling!r} is not supported for "

@@ -80,7 +80,7 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
     where = str(folder / "config.json")
     family_class = family_for(config, where)
     hp = HParams.from_config(config, where)
-    family: DecoderFamily = family_class(hp, Checkpoint(folder), where)
+    family: DecoderFamily = family_class(hp, Checkpoint(folder), where, config)
     plans = _plan(family, target)
     check_available({p.qtype for p in plans}, f"--type {target.name}")
     vocab = load_vocab(folder, hp.n_vocab, hp.model_type)
