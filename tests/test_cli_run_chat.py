@@ -124,6 +124,25 @@ def test_chat_errors_are_one_line(tmp_path: Path) -> None:
     assert one_error_line(ember("chat", str(not_gguf))).startswith("error: [gguf]")
 
 
+@pytest.mark.parametrize("command", ["run", "chat", "bench"])
+def test_an_unsupported_architecture_is_one_line(tmp_path: Path, command: str) -> None:
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "phi2.gguf"
+    writer = gguf.GGUFWriter(str(path), "phi2")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    args = {"run": ["-p", "hi"], "chat": [], "bench": ["-p", "8", "-n", "4"]}[command]
+    line = one_error_line(ember(command, str(path), *args, stdin=""))
+    assert line == (f"error: [model] {path}: architecture 'phi2' is not supported; supported "
+                    "architectures: llama, qwen2, qwen3, gemma3")
+
+
 # --- ember chat through a pipe -------------------------------------------------------------------
 
 def test_chat_from_a_pipe(stories_path: Path, stories_llm: LLM) -> None:
