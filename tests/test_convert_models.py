@@ -46,6 +46,8 @@ CASES: dict[str, dict] = {
                "layer_types": ["sliding_attention", "full_attention"] * 2,
                "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}},
+    "phi3": {"cls": "Phi3ForCausalLM", "pad_token_id": 0},
+    "phi3-partial-rope": {"cls": "Phi3ForCausalLM", "pad_token_id": 0, "partial_rotary_factor": 0.5},
     "llama-llama3": {"cls": "LlamaForCausalLM",
                      "rope_parameters": {"rope_type": "llama3", "factor": 8.0,
                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -70,9 +72,11 @@ def make_model(case: str, seed: int = 0):
     # A larger spread than transformers' initializer (std 0.02 gives near-uniform logits that
     # hide bugs); norms and biases random too, so every tensor moves the logits.
     with torch.no_grad():
+        # Gemma's norms scale by 1 + w, the others' by w: either way a scale of 1 +- 0.2.
+        norm_center = 0.0 if config.model_type == "gemma3_text" else 1.0
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+                p.copy_(norm_center + 0.2 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.3 * torch.randn_like(p))
             else:
@@ -119,13 +123,14 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     out = tmp_path / "m.gguf"
     result = convert(folder, out, "f32", progress=False)
     arch = {"Llama": "llama", "Mistr": "llama", "Qwen2": "qwen2", "Qwen3": "qwen3",
-            "Gemma": "gemma3"}[CASES[case]["cls"][:5]]
+            "Gemma": "gemma3", "Phi3F": "phi3"}[CASES[case]["cls"][:5]]
     assert result.architecture == arch
     names = {t.name for t in gguf.GGUFReader(out).tensors}
     assert ("output.weight" in names) == (not model.config.tie_word_embeddings)
     assert ("blk.0.attn_q.bias" in names) == (arch == "qwen2")
     assert ("blk.0.attn_q_norm.weight" in names) == (arch in ("qwen3", "gemma3"))
     assert ("blk.0.post_ffw_norm.weight" in names) == (arch == "gemma3")
+    assert ("blk.0.attn_qkv.weight" in names) == (arch == "phi3")
     assert ("rope_freqs.weight" in names) == (case == "llama-llama3")
     ember_model = _core.Model(str(out), n_threads=1)
     assert ember_model.architecture == arch
@@ -180,10 +185,21 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
+# Where Gemma 3 and Phi-3 name layer tensors otherwise.
+_LAYER_TO_HF_OF = {
+    "gemma3_text": {**_LAYER_TO_HF, "post_attention_norm.weight": "post_attention_layernorm.weight",
+                    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+                    "post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
+    "phi3": {**_LAYER_TO_HF, "attn_qkv.weight": "self_attn.qkv_proj.weight",
+             "ffn_up.weight": "mlp.gate_up_proj.weight"},
+}
+
+
 def dequantized_model(model, path: Path):
     """A copy of `model` carrying the weights stored in GGUF file `path`, dequantized: what
     ember should compute, up to its own rounding."""
     cfg = model.config
+    layer_to_hf = _LAYER_TO_HF_OF.get(cfg.model_type, _LAYER_TO_HF)
     state = {}
     for t in gguf.GGUFReader(path).tensors:
         if t.name == "rope_freqs.weight":  # computed from the config, not an HF weight
@@ -191,7 +207,9 @@ def dequantized_model(model, path: Path):
         shape = tuple(reversed([int(d) for d in t.shape]))
         values = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
         m = re.match(r"blk\.(\d+)\.(.*)", t.name)
-        hf = f"model.layers.{m.group(1)}.{_LAYER_TO_HF[m.group(2)]}" if m else _GGUF_TO_HF[t.name]
+        hf = f"model.layers.{m.group(1)}.{layer_to_hf[m.group(2)]}" if m else _GGUF_TO_HF[t.name]
+        if cfg.model_type == "gemma3_text" and t.name.endswith("norm.weight"):
+            values = values - 1.0  # the converter stored Gemma's 1 + w
         if cfg.model_type in ("llama", "mistral") and ".q_proj." in hf:
             values = _unpermute(values, cfg.num_attention_heads)
         elif cfg.model_type in ("llama", "mistral") and ".k_proj." in hf:
@@ -257,3 +275,17 @@ def test_quantized_logits(case: str, out_type: str, built, tmp_path: Path) -> No
     assert _rel_rms(ours, twin) < TWIN_RMS
     assert np.abs(ours - twin).max() < TWIN_MAX * np.abs(twin).max()
     assert _rel_rms(ours, hf_logits(model, tokens)) < VS_F32_RMS[out_type]
+
+
+@pytest.mark.parametrize("out_type", ["q8_0", "q4_k_m"])
+@pytest.mark.parametrize("case", ["phi3", "gemma3"])
+def test_quantized_fused_and_gemma_layouts(case: str, out_type: str, built, tmp_path: Path) -> None:
+    """Phi-3's fused Q/K/V and gate/up are read as row views of one quantized tensor, and Gemma 3
+    has norms of its own: quantized, ember's logits stay within TWIN_RMS of transformers running
+    the same dequantized weights."""
+    model, folder = built(case)
+    out = convert(folder, tmp_path / "q.gguf", out_type, progress=False).path
+    tokens = tokens_for_test()
+    ours = _core.Model(str(out), n_threads=1).eval(tokens)
+    twin = hf_logits(dequantized_model(model, out), tokens)
+    assert _rel_rms(ours, twin) < TWIN_RMS

@@ -74,6 +74,14 @@ class Binder {
   const Backend& backend_;
 };
 
+// Output rows [first, first + n) of a matmul weight {n_in, n_out}: a view, as rows are contiguous.
+WeightTensor rows_of(const WeightTensor& t, int64_t first, int64_t n) {
+  WeightTensor view = t;
+  view.data = static_cast<const uint8_t*>(t.data) + first * row_bytes(t.type, t.ne0);
+  view.ne1 = n;
+  return view;
+}
+
 }  // namespace
 
 ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& backend) {
@@ -97,6 +105,10 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     w.tied_output = true;
   }
   w.rope_freqs = b.bind("rope_freqs.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
+  if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
+    throw Unsupported(cat(b.where("rope_factors_long.weight"), "LongRoPE scaling (Phi-3 128k) is not "
+                          "supported yet; use a model without rope_scaling (e.g. a 4k-context one)"));
+  }
 
   const int64_t n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
   w.layers.resize(c.n_layer);
@@ -104,9 +116,17 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     LayerWeights& l = w.layers[i];
     const std::string blk = cat("blk.", i, ".");
     l.attn_norm = b.bind(blk + "attn_norm.weight", {n_embd}, Use::f32);
-    l.wq = b.bind(blk + "attn_q.weight", {n_embd, n_q}, Use::matmul);
-    l.wk = b.bind(blk + "attn_k.weight", {n_embd, n_kv}, Use::matmul);
-    l.wv = b.bind(blk + "attn_v.weight", {n_embd, n_kv}, Use::matmul);
+    if (file.find_tensor(blk + "attn_qkv.weight")) {
+      // Fused Q, K and V (phi3): their output rows one after the other, so each is a view.
+      const WeightTensor qkv = b.bind(blk + "attn_qkv.weight", {n_embd, n_q + 2 * n_kv}, Use::matmul);
+      l.wq = rows_of(qkv, 0, n_q);
+      l.wk = rows_of(qkv, n_q, n_kv);
+      l.wv = rows_of(qkv, n_q + n_kv, n_kv);
+    } else {
+      l.wq = b.bind(blk + "attn_q.weight", {n_embd, n_q}, Use::matmul);
+      l.wk = b.bind(blk + "attn_k.weight", {n_embd, n_kv}, Use::matmul);
+      l.wv = b.bind(blk + "attn_v.weight", {n_embd, n_kv}, Use::matmul);
+    }
     if (c.arch->qkv_bias) {
       l.bq = b.bind(blk + "attn_q.bias", {n_q}, Use::f32);
       l.bk = b.bind(blk + "attn_k.bias", {n_kv}, Use::f32);
@@ -118,8 +138,14 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     }
     l.wo = b.bind(blk + "attn_output.weight", {n_q, n_embd}, Use::matmul);
     l.ffn_norm = b.bind(blk + "ffn_norm.weight", {n_embd}, Use::f32);
-    l.ffn_gate = b.bind(blk + "ffn_gate.weight", {n_embd, c.n_ff}, Use::matmul);
-    l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);
+    if (file.find_tensor(blk + "ffn_gate.weight")) {
+      l.ffn_gate = b.bind(blk + "ffn_gate.weight", {n_embd, c.n_ff}, Use::matmul);
+      l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);
+    } else {  // fused gate and up (phi3): gate's rows first, then up's
+      const WeightTensor gate_up = b.bind(blk + "ffn_up.weight", {n_embd, 2 * c.n_ff}, Use::matmul);
+      l.ffn_gate = rows_of(gate_up, 0, c.n_ff);
+      l.ffn_up = rows_of(gate_up, c.n_ff, c.n_ff);
+    }
     l.ffn_down = b.bind(blk + "ffn_down.weight", {c.n_ff, n_embd}, Use::matmul);
     if (c.arch->family == ArchFamily::gemma3) {
       l.post_attn_norm = b.bind(blk + "post_attention_norm.weight", {n_embd}, Use::f32);

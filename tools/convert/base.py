@@ -203,6 +203,11 @@ class DecoderFamily:
     def extra_tensors(self) -> list[ExtraTensor]:
         return []
 
+    @property
+    def n_rot(self) -> int:
+        """Rotated dimensions of each head (all of them unless a family says otherwise)."""
+        return self.hp.head_dim
+
     # --- metadata ------------------------------------------------------------------------
 
     def add_metadata(self, w: GGUFWriter) -> None:
@@ -220,7 +225,7 @@ class DecoderFamily:
         if hp.head_dim != hp.n_embd // hp.n_head:
             w.add_key_length(hp.head_dim)
             w.add_value_length(hp.head_dim)
-        w.add_rope_dimension_count(hp.head_dim)
+        w.add_rope_dimension_count(self.n_rot)
         w.add_vocab_size(hp.n_vocab)
         scaling = hp.rope_scaling
         if scaling.get("rope_type") == "linear":
