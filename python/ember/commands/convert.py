@@ -33,7 +33,7 @@ def convert(
     revision: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--revision", help="hub revision: branch, tag or commit")] = None,
 ) -> None:
-    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Gemma 3) to a GGUF file."""
+    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) to a GGUF file."""
     from ember.convert import convert as run_convert
 
     result = run_convert(src, output, out_type, force=force, name=name, revision=revision)
