@@ -106,7 +106,7 @@ class _Tokenizer:
         return "".join(chr(t - 1) for t in tokens)
 
     def token_to_piece(self, token: int) -> bytes:
-        return chr(token - 1).encode()
+        return chr(token - 1).encode() if token > 0 else b""
 
 
 class ScriptedRequest:

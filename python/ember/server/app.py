@@ -120,7 +120,8 @@ async def tokenize(request: Request, ctx: AppContext) -> Response:
     parse_special = fields.boolean("parse_special", default=True)
     with_pieces = fields.boolean("with_pieces")
     if body.get("messages") is not None:
-        tokens = await generation.encode_chat(ctx, parse_messages(body))
+        messages = await ctx.offload(request, parse_messages, body)
+        tokens = await generation.encode_chat(ctx, messages, within_context=False)
     else:
         text = fields.string("content")
         if text is None:
@@ -128,7 +129,8 @@ async def tokenize(request: Request, ctx: AppContext) -> Response:
         if text is None:
             raise bad_request("send the text to tokenize as 'content' (or 'prompt'), or chat "
                               "'messages'", param="content", code="missing_required")
-        tokens = await generation.tokenize_text(ctx, text, add_special, parse_special)
+        tokens = await generation.tokenize_text(ctx, text, add_special, parse_special,
+                                                param="content", within_context=False)
     out: list[Any] = list(tokens)
     if with_pieces:
         piece = engine.tokenizer.token_to_piece
@@ -139,6 +141,11 @@ async def tokenize(request: Request, ctx: AppContext) -> Response:
 async def detokenize(request: Request, ctx: AppContext) -> Response:
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
+    text = await ctx.offload(request, _detokenize, engine, body)
+    return json_response({"content": text})
+
+
+def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in tokens):
@@ -148,7 +155,7 @@ async def detokenize(request: Request, ctx: AppContext) -> Response:
     if bad is not None:
         raise bad_request(f"token id {bad} is out of range [0, {engine.n_vocab})",
                           param="tokens", code="invalid_value")
-    return json_response({"content": engine.tokenizer.decode(tokens, skip_special=True)})
+    return engine.tokenizer.decode(tokens, skip_special=True)
 
 
 def _routes() -> list[Route]:

@@ -57,7 +57,11 @@ def internal_error() -> APIError:
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (echoed client text): JSON can escape it
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def json_response(value: Any, status: int = 200,
