@@ -10,7 +10,7 @@ blocks Python internals (`__class__`, `os.popen`) and caps range() at 100,000 it
 - size: every string or list the template builds through an operator (`+`, `*`, `%`, `~`),
   a call, a filter or an output write is charged to a budget before or as it is built: one
   value over `max_chars`, or all of them together over `max_total_chars`, raises RenderTooLarge;
-  integer arguments over max_chars (`center(10**9)`) and format widths of 7+ digits are
+  integer arguments over max_int_arg (`center(10**9)`) and format widths of 7+ digits are
   refused before they allocate; `**` and `*` on integers are capped at 65,536 bits;
 - the rendered text itself stops at max_chars characters.
 
@@ -45,6 +45,7 @@ class RenderLimits:
     max_seconds: float = 1.0
     max_chars: int = 1 << 20          # the output, and any one string or list built on the way
     max_total_chars: int = 16 << 20   # everything built on the way, together
+    max_int_arg: int = 1 << 20        # integer arguments of calls and filters (widths, counts)
 
     def describe(self) -> str:
         return f"{self.max_seconds:g} s, {self.max_chars} characters"
@@ -88,9 +89,9 @@ class _Budget:
         self.tick()
         for value in (*args, *kwargs.values()):
             if (isinstance(value, int) and not isinstance(value, bool)
-                    and abs(value) > self.limits.max_chars):
+                    and abs(value) > self.limits.max_int_arg):
                 raise RenderTooLarge(f"{what} got the integer argument {value}, more than the "
-                                     f"limit of {self.limits.max_chars}")
+                                     f"limit of {self.limits.max_int_arg}")
 
     def check_format(self, fmt: Any, what: str) -> None:
         if isinstance(fmt, str) and (match := _FORMAT_WIDTH.search(fmt)):
