@@ -325,7 +325,7 @@ async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
     """The prompt tokens of checked messages in the model's chat template, rendered and
     tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
     or the prompt is certainly longer than the context."""
-    return await asyncio.to_thread(_encode_chat, ctx, messages, within_context)
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context)
 
 
 _INLINE_TOKENIZE_CHARS = 4096
