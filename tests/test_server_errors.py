@@ -57,7 +57,8 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
 def post(server: RunningServer, path: str, body: Any, **kwargs: Any) -> httpx.Response:
     kwargs.setdefault("headers", AUTH)
     if isinstance(body, (bytes, str)):
-        return httpx.post(server.url + path, content=body, **kwargs)
+        headers = {"content-type": "application/json", **kwargs.pop("headers")}
+        return httpx.post(server.url + path, content=body, headers=headers, **kwargs)
     return httpx.post(server.url + path, json=body, **kwargs)
 
 
@@ -230,7 +231,8 @@ def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedEngine]) -> None
                  contains=("4096",))
     # Without a Content-Length (chunked), the limit holds while reading.
     chunks = iter([b'{"prompt": "', b"x" * 5000, b'"}'])
-    assert_error(httpx.post(server.base_url + "/completions", content=chunks), 413)
+    assert_error(httpx.post(server.base_url + "/completions", content=chunks,
+                            headers={"content-type": "application/json"}), 413)
     assert post(server, "/v1/chat/completions", CHAT).status_code == 200
 
 

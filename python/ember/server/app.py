@@ -28,13 +28,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
 from ember.server import generation
+from ember.server.browser import HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
@@ -58,6 +59,10 @@ def _route(path: str, handler: Handler, methods: list[str]) -> Route:
             return await handler(request, ctx)
         except APIError as err:
             return err.response()
+        except ClientDisconnect:
+            log.info("%s %s: the client disconnected before its request body was complete",
+                     request.method, request.url.path)
+            return Response(status_code=499)  # nobody reads it
         except Exception:
             log.exception("bug while handling %s %s", request.method, request.url.path)
             return internal_error().response()
@@ -71,14 +76,14 @@ async def health(request: Request, ctx: AppContext) -> Response:
         return json_response({"status": "ok"})
     code = "shutting_down" if status == "shutting_down" else f"model_{status}"
     err = APIError(503, message, code=code)
-    return json_response({"status": status, **err.body()}, 503)
+    return json_response({"status": status, **err.body()}, 503, err.headers())
 
 
 def _model_card(ctx: AppContext) -> dict[str, Any]:
     engine = ctx.require_ready()
     return {"id": ctx.model_name, "object": "model", "created": ctx.created,
             "owned_by": "ember",
-            "meta": {"path": str(ctx.model_path), "n_ctx": engine.n_ctx,
+            "meta": {"file": ctx.model_path.name, "n_ctx": engine.n_ctx,
                      "n_vocab": engine.n_vocab, "n_slots": engine.parallel}}
 
 
@@ -249,7 +254,8 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
             ctx.cancel_all()
             await asyncio.to_thread(ctx.close)
 
-    middleware = []
+    middleware = [Middleware(HostCheckMiddleware, listen_host=config.host,
+                             allowed=config.host_allow)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,
                                      allow_methods=["*"], allow_headers=["*"]))

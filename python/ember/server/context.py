@@ -234,23 +234,40 @@ class AppContext:
     async def read_json(self, request: HTTPRequest) -> dict[str, Any]:
         """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON (or
         nested deeper than the parser's recursion limit)."""
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type != "application/json":
+            shown = f"'{media_type[:100]}'" if media_type else "none"
+            raise APIError(415, f"the request body must be sent as Content-Type: application/json "
+                           f"(got {shown}); with curl: -H 'Content-Type: application/json'",
+                           code="unsupported_media_type")
         limit = self.config.max_body_bytes
         too_large = APIError(413, f"the request body is larger than {limit} bytes",
                              code="request_too_large")
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise too_large
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        timeout = self.config.body_timeout
+        try:
+            chunks, size = await asyncio.wait_for(_read_body(request, too_large, limit), timeout)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {timeout:g} s "
+                           "(--body-timeout)", code="request_timeout") from None
         request.state.body_bytes = size
         body = await self.offload(request, _parse_json, chunks, size)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object", code="invalid_json")
         return body
+
+
+async def _read_body(request: HTTPRequest, too_large: APIError, limit: int
+                     ) -> tuple[list[bytes], int]:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return chunks, size
 
 
 def _reject_constant(name: str) -> None:

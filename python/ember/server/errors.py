@@ -18,8 +18,11 @@ _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    403: "permission_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     500: "server_error",
     503: "unavailable_error",
 }
@@ -43,8 +46,17 @@ class APIError(Exception):
                           "param": self.param, "code": self.code}}
 
     def response(self) -> Response:
-        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
-        return json_response(self.body(), self.status, headers)
+        return json_response(self.body(), self.status, self.headers())
+
+    def headers(self) -> dict[str, str] | None:
+        if self.status == 401:
+            return {"www-authenticate": "Bearer"}
+        if self.status == 503:  # loading, queue full, too many connections, shutting down
+            return {"retry-after": str(RETRY_AFTER_SECONDS)}
+        return None
+
+
+RETRY_AFTER_SECONDS = 1
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
