@@ -42,21 +42,27 @@ def _bodies() -> list[tuple[str, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def server_url(stories_path: Path) -> Iterator[str]:
+def server_url(stories_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     sock = free_socket()
     port = sock.getsockname()[1]
     sock.close()
+    # A file, not a pipe: the server logs a line per request, and a pipe nobody reads while
+    # it runs fills up (64 KiB) and blocks its event loop on a write to stderr.
+    log_path = tmp_path_factory.mktemp("serve") / "stderr.log"
+    log = log_path.open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "ember.cli", "serve", str(stories_path), "--port", str(port),
          "--parallel", "4", "--threads", "1", "--ctx-size", "512"],
-        env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env={**os.environ}, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, timeout=60)
         yield url
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=30)
+        process.wait(timeout=30)
+        log.close()
+        stderr = log_path.read_text()
         assert "Traceback" not in stderr, stderr[-3000:]
 
 
