@@ -253,6 +253,7 @@ def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedEngine]) -
     busy = post(server, "/v1/chat/completions", CHAT)
     assert time.monotonic() - start < 1.0
     assert_error(busy, 503, code="queue_full")
+    assert busy.headers["retry-after"] == "1"
     with pytest.raises(openai.APIStatusError) as raised:
         openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) \
             .chat.completions.create(model="fake", messages=CHAT["messages"])
