@@ -200,3 +200,33 @@ def test_a_client_hanging_up_mid_upload_is_one_info_line(plain: RunningServer,
         ("INFO", "POST /v1/chat/completions: the client disconnected before its request body "
                  "was complete")]
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_connections_get_tcp_nodelay_whatever_the_socket() -> None:
+    """A listening socket made without IPPROTO_TCP (as socket.socket() makes it) gets no
+    TCP_NODELAY from asyncio; the server sets it, or every response body (and streamed token)
+    would wait ~40 ms for a delayed ACK."""
+    import statistics
+    import threading
+
+    from ember.server.run import make_server
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # proto 0
+    sock.bind(("127.0.0.1", 0))
+    server = make_server(fake_config(), scripted()[0], log_level="warning", access_log=False)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 10, "the server to start")
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with httpx.Client(base_url=url) as client:
+            wait_until(lambda: client.get("/health").status_code == 200, 10, "the model")
+            times = []
+            for _ in range(20):
+                start = time.perf_counter()
+                client.get("/health")
+                times.append(time.perf_counter() - start)
+        assert statistics.median(times) < 0.02, times
+    finally:
+        server.should_exit = True
+        thread.join(10)

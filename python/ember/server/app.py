@@ -8,7 +8,8 @@ errors.py, metrics.py, config.py, run.py (uvicorn). Responses are shaped by embe
 generation runs on ember.engine.
 
 The model loads in a background thread once the server listens: /health answers 503 while it
-loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set.
+loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set;
+every route needs a Host header that names this server (browser.py).
 Unknown model names in requests are a 400 with code "model_not_found" (DESIGN.md: every client
 mistake is a 400; OpenAI itself answers 404 there). A request may name the model by an alias,
 the file name or the file name without .gguf; omitting `model` means the served model.

@@ -1,6 +1,6 @@
 """Connection hygiene below the app: uvicorn's h11 protocol with ember's rules for connections
 that never finish a request (uvicorn's own keep-alive timer starts only after a response, and
-it has no limit on connections).
+it has no limit on connections), and TCP_NODELAY on every connection.
 
 - header_timeout: a connection must deliver a request's headers within this many seconds of
   opening (or of its previous response), or it is closed; the app bounds reading the body
@@ -14,6 +14,7 @@ it has no limit on connections).
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -38,6 +39,12 @@ def protocol_class(max_connections: int, header_timeout: float) -> type[H11Proto
     class EmberProtocol(H11Protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                # asyncio sets this only for sockets made with proto IPPROTO_TCP; without it a
+                # response's body waits ~40 ms for the ACK of its headers (Nagle + delayed ACK),
+                # and so would every streamed token.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._header_timer: asyncio.TimerHandle | None = None
             timeout = header_timeout
             if len(self.connections) > max_connections:

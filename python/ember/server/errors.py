@@ -2,9 +2,12 @@
 
 Status codes: 400 for every client mistake (malformed JSON, wrong types, an unknown model name,
 a prompt longer than the context, unsupported options), 401 for a missing or wrong API key,
-404 for unknown routes, 405 for a wrong method, 413 for a body over the limit, 503 while the
-model loads, when the queue is full or the server shuts down, 500 only for bugs (logged
-server-side with the traceback; the client gets a generic message and never the traceback).
+403 for a Host header the server does not answer to (DNS rebinding), 404 for unknown routes,
+405 for a wrong method, 408 for a body that does not arrive in time, 413 for a body over the
+limit, 415 for a body not sent as application/json, 503 (with Retry-After) while the model
+loads, when the queue is full, past --max-connections or while the server shuts down, 500
+only for bugs (logged server-side with the traceback; the client gets a generic message and
+never the traceback).
 """
 
 from __future__ import annotations
