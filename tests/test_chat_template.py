@@ -259,3 +259,88 @@ def test_same_text_as_transformers(name: str, messages: list, variables: dict,
     got = ChatTemplate(source, bos_token="<BOS>", eos_token="<EOS>").render(
         messages, add_generation_prompt=add_generation_prompt, **variables)
     assert got == rendered[0]
+
+
+# --- hostile templates (tests/data/chat_templates/hostile): fail fast, bounded ---------------
+
+HOSTILE = TEMPLATES / "hostile"
+# file -> (the error's kind: "time", "size" or None for a plain ChatTemplateError, a message part)
+HOSTILE_CASES = {
+    "loop.jinja": ("time", "longer than 1 s"),            # 10^10 empty iterations
+    "huge_range.jinja": ("size", "10000000000"),          # range(10**10)
+    "recurse.jinja": (None, "recursed too deeply"),        # a macro calling itself
+    "doubling.jinja": ("size", "'~'"),                    # a string doubled 64 times
+    "repeat.jinja": ("size", "'*'"),                      # 'x' * 10**10
+    "macro_buffer.jinja": ("size", "in all"),             # 10^7 writes into a macro's buffer
+    "output_flood.jinja": ("size", "output passes"),      # 10^8 writes of the output
+    "padding.jinja": ("size", "center"),                  # 'x'.center(10**9)
+    "format_width.jinja": ("size", "format width"),       # '{:>1000000000}'.format(...)
+    "bigint.jinja": ("size", "bits"),                     # 10 ** (10 ** 8)
+    "internals.jinja": (None, "unsafe"),                  # ''.__class__.__mro__ ...
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_CASES))
+def test_hostile_template_fails_within_its_limits(name: str) -> None:
+    import time
+    import tracemalloc
+
+    from ember.chat import ChatTemplateLimitError
+
+    kind, text = HOSTILE_CASES[name]
+    tracemalloc.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(ChatTemplateError) as raised:
+            ChatTemplate((HOSTILE / name).read_text()).check()
+        elapsed = time.monotonic() - start
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert text in str(raised.value)
+    assert getattr(raised.value, "kind", None) == kind
+    assert isinstance(raised.value, ChatTemplateLimitError) == (kind is not None)
+    assert elapsed < 1.5, elapsed
+    assert peak < 200 << 20, peak  # 16 M characters in all, at most 4 bytes each, plus copies
+
+
+def test_the_watchdog_never_fires_after_a_render() -> None:
+    """Renders that end just around their deadline: a timeout is either the render's error or
+    nothing, never an exception raised later in unrelated code."""
+    import time
+
+    from ember.chat_limits import RenderLimits
+
+    busy = ChatTemplate("{% for i in range(3000) %}{{ i }}{% endfor %}")
+    outcomes = set()
+    for i in range(200):
+        limits = RenderLimits(max_seconds=0.0005 * (i % 5 + 1))
+        try:
+            busy.render(PIRATE, limits=limits)
+            outcomes.add("rendered")
+        except ChatTemplateError as err:
+            assert "longer than" in str(err)
+            outcomes.add("timeout")
+    time.sleep(0.02)  # a stray asynchronous exception would land in this loop
+    for _ in range(100_000):
+        pass
+    assert outcomes == {"rendered", "timeout"}
+
+
+def test_request_time_limits_stop_a_long_render() -> None:
+    from ember.chat import ChatTemplateLimitError
+    from ember.chat_limits import RenderLimits
+
+    long_chat = [{"role": "user", "content": "word " * 2000}]
+    with pytest.raises(ChatTemplateLimitError) as raised:
+        ChatTemplate().render(long_chat, limits=RenderLimits(max_chars=4000))
+    assert raised.value.kind == "size" and "4000" in str(raised.value)
+    assert len(ChatTemplate().render(long_chat, limits=RenderLimits(max_chars=20_000))) > 10_000
+
+
+def test_a_template_that_refuses_the_sample_still_loads() -> None:
+    strict = ChatTemplate("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system "
+                          "role') }}{% endif %}{{ messages[0]['content'] }}")
+    strict.check()
+    with pytest.raises(ChatTemplateError, match="no system role"):
+        strict.render([{"role": "system", "content": "x"}])

@@ -13,7 +13,8 @@ import httpx
 from test_server_support import fake_config, free_socket, scripted, start_server
 
 FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key", "--cors-origins",
-         "--max-queue", "--alias", "--ctx-size", "--threads"]
+         "--max-queue", "--alias", "--ctx-size", "--threads", "--max-connections", "--header-timeout",
+         "--body-timeout", "--idle-timeout", "--host-allow"]
 
 
 def ember(*args: str, env: dict[str, str] | None = None,

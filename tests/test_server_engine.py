@@ -222,3 +222,27 @@ def test_serve_with_a_q8_0_kv_cache(smollm2_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert "KV cache of 1024 tokens (q8_0)" in err, err[-2000:]
+
+
+def test_prompt_bound_never_refuses_a_prompt_that_fits(stories_path: Path) -> None:
+    """PromptBound's claim: a text of B bytes has at least B / max_token_bytes tokens. Checked
+    on texts that tokenize densely (long words, whitespace runs, bytes, control-token texts)."""
+    from ember.server.prompt_bound import PromptBound
+
+    engine = Engine(stories_path, parallel=1, n_threads=1, n_ctx=64)
+    try:
+        bound = PromptBound.of(engine)
+        pieces = [engine.tokenizer.token_to_piece(t) for t in range(engine.n_vocab)]
+        assert bound.max_token_bytes == max(len(p) for p in pieces) == 7  # b" friend"
+        assert bound.max_bytes == 64 * 7
+        longest = max(pieces, key=len).decode()
+        texts = [longest * 200, " " * 5000, "\n\t " * 900, "héllo wörld ✓ 🐉" * 300,
+                 "<s></s>" * 500, "".join(chr(c) for c in range(32, 2000)),
+                 "Once upon a time, a friend " * 150]
+        for text in texts:
+            n_tokens = len(engine.tokenize(text, add_special=False, parse_special=True))
+            assert n_tokens * bound.max_token_bytes >= len(text.encode()), text[:40]
+            if len(text.encode()) > bound.max_bytes:
+                assert n_tokens > engine.n_ctx
+    finally:
+        engine.close()

@@ -57,7 +57,8 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
 def post(server: RunningServer, path: str, body: Any, **kwargs: Any) -> httpx.Response:
     kwargs.setdefault("headers", AUTH)
     if isinstance(body, (bytes, str)):
-        return httpx.post(server.url + path, content=body, **kwargs)
+        headers = {"content-type": "application/json", **kwargs.pop("headers")}
+        return httpx.post(server.url + path, content=body, headers=headers, **kwargs)
     return httpx.post(server.url + path, json=body, **kwargs)
 
 
@@ -230,7 +231,8 @@ def test_body_over_the_limit(fake: tuple[RunningServer, ScriptedEngine]) -> None
                  contains=("4096",))
     # Without a Content-Length (chunked), the limit holds while reading.
     chunks = iter([b'{"prompt": "', b"x" * 5000, b'"}'])
-    assert_error(httpx.post(server.base_url + "/completions", content=chunks), 413)
+    assert_error(httpx.post(server.base_url + "/completions", content=chunks,
+                            headers={"content-type": "application/json"}), 413)
     assert post(server, "/v1/chat/completions", CHAT).status_code == 200
 
 
@@ -251,6 +253,7 @@ def test_queue_full_is_503_at_once(fake: tuple[RunningServer, ScriptedEngine]) -
     busy = post(server, "/v1/chat/completions", CHAT)
     assert time.monotonic() - start < 1.0
     assert_error(busy, 503, code="queue_full")
+    assert busy.headers["retry-after"] == "1"
     with pytest.raises(openai.APIStatusError) as raised:
         openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0) \
             .chat.completions.create(model="fake", messages=CHAT["messages"])
@@ -311,3 +314,83 @@ def test_loading_is_503_then_ok() -> None:
         assert httpx.post(server.base_url + "/chat/completions", json=CHAT).status_code == 200
     finally:
         server.stop()
+
+
+# --- validate, then queue: bad input leaves nothing running ----------------------------------
+
+def _assert_nothing_running(server: RunningServer) -> None:
+    engine = server.server.ctx.engine
+    assert engine is not None
+    time.sleep(0.05)  # anything submitted would be running by now
+    stats = engine.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+    slots = httpx.get(server.url + "/slots", headers=AUTH).json()
+    assert not any(s["is_processing"] for s in slots)
+    assert not server.server.ctx.slots.live
+
+
+# (path, raw JSON body, the param the 400 names, a text the message holds)
+BAD_INPUTS = [
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], "n": 16, '
+     '"top_k": 2147483648}', "top_k", "2147483647"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], '
+     '"top_k": -2147483649}', "top_k", "-2147483648"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], '
+     '"max_tokens": 9223372036854775808}', "max_tokens", "512"),
+    ("/v1/completions", '{"prompt": "Hi", "max_tokens": 513}', "max_tokens", "512"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], '
+     '"max_completion_tokens": 1000000000000}', "max_completion_tokens", "512"),
+    ("/v1/completions", '{"prompt": "Hi", "seed": 18446744073709551616}', "seed", "18446744073709551615"),
+    ("/v1/completions", '{"prompt": "Hi", "n": 1000000000000000000000}', "n", "16"),
+    ("/v1/completions", '{"prompt": "Hi", "logprobs": 1000000000000000000000}', "logprobs", "20"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi"}], "logprobs": true, '
+     '"top_logprobs": 99999999999999999999}', "top_logprobs", "20"),
+    ("/v1/completions", '{"prompt": "Hi", "temperature": 1e400}', "temperature", "finite"),
+    ("/v1/completions", '{"prompt": "Hi", "top_p": 1e400}', "top_p", "1"),
+    ("/v1/completions", '{"prompt": "Hi", "temperature": ' + "9" * 400 + '}', "temperature", "finite"),
+    ("/v1/completions", '{"prompt": "Hi", "logit_bias": {"5": ' + "9" * 400 + '}}', "logit_bias", "100"),
+    ("/v1/completions", '{"prompt": "Hi", "logit_bias": {"' + "9" * 5000 + '": 1}}', "logit_bias",
+     "token ids"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "a\\udc80b"}], "n": 16}',
+     "messages[0].content", "lone surrogate"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "text", '
+     '"text": "\\ud800"}]}]}', "messages[0].content[0].text", "lone surrogate"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "Hi", "name": "\\udfff"}]}',
+     "messages[0].name", "lone surrogate"),
+    ("/v1/completions", '{"prompt": "\\udc80", "n": 4}', "prompt", "lone surrogate"),
+    ("/v1/completions", '{"prompt": ["ok", "\\udc80"]}', "prompt", "lone surrogate"),
+    ("/v1/completions", '{"prompt": "Hi", "stop": "\\ud83d"}', "stop", "lone surrogate"),
+    ("/v1/completions", '{"prompt": "Hi", "model": "\\ud83d"}', "model", "lone surrogate"),
+    ("/tokenize", '{"content": "x\\udc80"}', "content", "lone surrogate"),
+    ("/v1/completions", '{"prompt": "' + "Once upon a time " * 2000 + '"}', "prompt", "certainly"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "' + "Once upon " * 4000
+     + '"}], "n": 16}', "messages", "context"),
+    ("/v1/chat/completions", '{"messages": ' + "[" * 10_000 + "]" * 10_000 + '}', None, "nested"),
+    ("/tokenize", '{"content": ' + "[" * 10_000 + "]" * 10_000 + '}', None, "nested"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param", "text"), BAD_INPUTS,
+                         ids=[f"{i}-{case[2]}" for i, case in enumerate(BAD_INPUTS)])
+def test_bad_input_is_a_400_and_leaves_nothing_running(server: RunningServer, path: str,
+                                                       body: str, param: str | None,
+                                                       text: str) -> None:
+    response = post(server, path, body.encode(), headers={**AUTH, "content-type": "application/json"})
+    error = assert_error(response, 400, param=param, contains=(text,))
+    assert error["param"] == param
+    _assert_nothing_running(server)
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_huge_prompt_is_refused_before_tokenizing(server: RunningServer) -> None:
+    """A 7.9 MB prompt: the bounded-cost check refuses it without tokenizing (which takes
+    seconds for 7.9 MB), and says how it knows."""
+    prompt = "Once upon a time there was a dragon. " * 210_000
+    start = time.perf_counter()
+    response = post(server, "/v1/completions", {"prompt": prompt})
+    elapsed = time.perf_counter() - start
+    error = assert_error(response, 400, param="prompt", code="context_length_exceeded",
+                         contains=("512 tokens", "bytes"))
+    assert "certainly" in error["message"]
+    assert elapsed < 1.0, elapsed
+    _assert_nothing_running(server)

@@ -6,6 +6,11 @@ the same messages give the same text in both: a sandboxed, immutable Jinja2 envi
 trim_blocks/lstrip_blocks, the loop-controls extension, `raise_exception`, `strftime_now`, a
 `tojson` that keeps non-ASCII text, and the `{% generation %}` tag. Models without a template
 get ChatML.
+
+The template comes from the model file, so it is rendered under limits (ember.chat_limits: 1 s
+and 1 M characters by default, tighter where the caller knows the context): `check()` renders
+it once on a sample conversation, which is what loading a model does, so a template that loops,
+recurses or builds huge strings fails at load, not on the first request.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ from typing import Any, ClassVar
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ember.chat_limits import (
+    BoundedEnvironment,
+    RenderLimitError,
+    RenderLimits,
+    RenderTimeout,
+    bounded_render,
+)
 
 Message = Mapping[str, Any]
 
@@ -32,12 +44,36 @@ CHATML_TEMPLATE = (
 )
 
 
+SAMPLE_CONVERSATION = (
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi! How can I help?"},
+    {"role": "user", "content": "Tell me a story."},
+)
+
+
 class ChatTemplateError(ValueError):
     """A template failed to compile or render, or refused the messages (raise_exception)."""
 
 
+class ChatTemplateLimitError(ChatTemplateError):
+    """Rendering ran past its time limit (kind "time") or its size limit (kind "size")."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ChatTemplateRefusal(ChatTemplateError):
+    """The template refused the messages itself (raise_exception)."""
+
+
+class _Refused(jinja2.exceptions.TemplateError):
+    pass
+
+
 def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
+    raise _Refused(message)
 
 
 def _strftime_now(fmt: str) -> str:
@@ -65,11 +101,12 @@ class _GenerationTag(jinja2.ext.Extension):
 
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
+    env = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True,
         extensions=[jinja2.ext.loopcontrols, _GenerationTag],
     )
     env.filters["tojson"] = _tojson
+    env.bound_filters()
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     try:
@@ -127,10 +164,21 @@ class ChatTemplate:
 
         return cls.from_metadata(_core.GGUFFile(str(path)).metadata)
 
+    def check(self, limits: RenderLimits | None = None) -> None:
+        """Renders the template once on SAMPLE_CONVERSATION under `limits` (default 1 s, 1 M
+        characters): ChatTemplateError when it fails, loops, recurses or builds too much. A
+        template that refuses the sample itself (raise_exception, e.g. no system role) passes:
+        it is well-behaved, just particular."""
+        try:
+            self.render(SAMPLE_CONVERSATION, limits=limits)
+        except ChatTemplateRefusal:
+            pass
+
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-               **variables: Any) -> str:
-        """The prompt text for `messages`. Extra variables (tools, date_string, ...) are passed
-        to the template as they are."""
+               limits: RenderLimits | None = None, **variables: Any) -> str:
+        """The prompt text for `messages`, rendered under `limits` (default RenderLimits():
+        1 s, 1 M characters). Extra variables (tools, date_string, ...) are passed to the
+        template as they are."""
         if not messages:
             raise ChatTemplateError("messages is empty")
         for i, message in enumerate(messages):
@@ -143,17 +191,34 @@ class ChatTemplate:
             "messages": [_plain_content(m) for m in messages],
             "add_generation_prompt": add_generation_prompt,
         }
+        limits = limits or RenderLimits()
         try:
-            return self._template.render(**context)
+            return bounded_render(lambda: self._template.generate(**context), limits)
+        except RenderLimitError as err:
+            kind = "time" if isinstance(err, RenderTimeout) else "size"
+            raise ChatTemplateLimitError(f"chat template: stopped, {err} (limits: "
+                                         f"{limits.describe()})", kind) from None
+        except _Refused as err:
+            raise ChatTemplateRefusal(f"chat template: {err}") from None
         except jinja2.exceptions.TemplateError as err:
             raise ChatTemplateError(f"chat template: {err}") from None
-        except (TypeError, KeyError, AttributeError, IndexError) as err:
+        except RecursionError:
+            raise ChatTemplateError("chat template: it recursed too deeply") from None
+        except MemoryError:
+            raise ChatTemplateLimitError("chat template: it ran out of memory", "size") from None
+        except (TypeError, KeyError, AttributeError, IndexError, ValueError, OverflowError,
+                ArithmeticError) as err:
             raise ChatTemplateError(f"chat template failed on these messages: {err}") from None
 
-    def encode(self, tokenizer: Any, messages: Sequence[Message], **variables: Any) -> list[int]:
+    def encode(self, tokenizer: Any, messages: Sequence[Message], limits: RenderLimits | None = None,
+               **variables: Any) -> list[int]:
         """The prompt tokens for `messages` (the one chat-encode path of ember.LLM, the CLI and
         the server): rendered, then tokenized with control-token texts as those tokens. BOS is
         added as the vocabulary asks, unless the template wrote it itself (Llama 3, Mistral)."""
-        text = self.render(messages, add_generation_prompt=True, **variables)
+        text = self.render(messages, add_generation_prompt=True, limits=limits, **variables)
+        return self.tokenize(tokenizer, text)
+
+    def tokenize(self, tokenizer: Any, text: str) -> list[int]:
+        """The tokens of a rendered prompt (`encode`'s second half)."""
         add_special = not (self.bos_token and text.startswith(self.bos_token))
         return list(tokenizer.encode(text, add_special, True))

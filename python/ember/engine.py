@@ -64,7 +64,8 @@ class Request:
         self.tokens: list[int] = []         # output so far (no end-of-generation token)
         self.n_cached = 0                   # prompt tokens the prefix cache served
         self.done = False                   # the final Delta has been produced
-        self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, nothing to run
+        self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
+        self._id = 0
         self._decoder = _core.StreamDecoder(engine.tokenizer)
         self._stops = _core.StopStringMatcher(list(params.stop))
         self._start = start
@@ -77,34 +78,52 @@ class Request:
 
     @property
     def id(self) -> int:
-        return self._handle.id if self._handle is not None else 0
+        return self._id
 
     def cancel(self) -> None:
-        """Ends the request now and frees its KV blocks; a no-op once it is done."""
+        """Ends the request now and frees its KV blocks; a no-op once it is done. Also lets go
+        of the C++ handle, so its wake-up descriptor closes now rather than whenever the
+        garbage collector reaches a reference cycle holding this Request (an iteration in
+        progress keeps its own reference until it ends)."""
         if not self.done and self._handle is not None:
             self.engine.cancel(self._handle.id)
         self.done = True
+        self._handle = None
 
     # --- iteration -----------------------------------------------------------------------------
 
+    # A consumer usually stops asking after the final Delta, leaving the iterator suspended at
+    # its last yield until it is garbage collected (often much later: it sits in reference
+    # cycles), and a cancellation's traceback keeps the iterator's frame and its locals. So the
+    # iterators let go of the handle, whose wake-up descriptor is an open file, before they
+    # hand out the final Delta and when they end.
+
     def __iter__(self) -> Iterator[Delta]:
+        handle = self._handle
         try:
-            if self._handle is None:
+            if handle is None and not self.done:
                 yield self._finish("length", None)
-            while not self.done:
-                yield from self._feed(self._handle.next_events(None))
+            while not self.done and handle is not None:
+                for delta in self._feed(handle.next_events(None)):
+                    if self.done:
+                        handle = None
+                        self.cancel()
+                    yield delta
         finally:
             self.cancel()
+            handle = None  # a traceback through here keeps this frame's locals
 
     async def __aiter__(self) -> AsyncIterator[Delta]:
-        if self._handle is None:
-            yield self._finish("length", None)
+        handle = self._handle
+        if handle is None:
+            if not self.done:
+                yield self._finish("length", None)
             return
         loop = asyncio.get_running_loop()
-        handle = self._handle
         ready = asyncio.Event()
         fd = handle.fileno()
         loop.add_reader(fd, ready.set)
+        reading = True
         try:
             while not self.done:
                 events = handle.drain()  # clears the fd first, so no wake-up is lost
@@ -113,10 +132,16 @@ class Request:
                     await ready.wait()
                     continue
                 for delta in self._feed(events):
+                    if self.done:
+                        loop.remove_reader(fd)
+                        reading, handle = False, None
+                        self.cancel()
                     yield delta
         finally:
-            loop.remove_reader(fd)
+            if reading:
+                loop.remove_reader(fd)
             self.cancel()
+            handle = None  # a traceback through here (cancellation) keeps this frame's locals
 
     def result(self) -> GenerationResult:
         """Runs the request to its end (blocking) and returns its result."""
@@ -299,10 +324,11 @@ class Engine:
             return request
         core_params = params.to_core()
         max_tokens = params.max_tokens if params.max_tokens is not None else self.n_ctx
-        request._handle = self._core.submit(
+        request._handle = handle = self._core.submit(
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority)
+        request._id = handle.id
         return request
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None, *,

@@ -78,6 +78,23 @@ def serve(
     shutdown_timeout: Annotated[float, typer.Option(
         "--shutdown-timeout", envvar="EMBER_SHUTDOWN_TIMEOUT",
         help="seconds in-flight requests get to finish on SIGTERM")] = _D.shutdown_timeout,
+    max_connections: Annotated[int, typer.Option(
+        "--max-connections", envvar="EMBER_MAX_CONNECTIONS",
+        help="open connections at most; requests on more get a 503")] = _D.max_connections,
+    header_timeout: Annotated[float, typer.Option(
+        "--header-timeout", envvar="EMBER_HEADER_TIMEOUT",
+        help="seconds a connection has to send a request's headers")] = _D.header_timeout,
+    body_timeout: Annotated[float, typer.Option(
+        "--body-timeout", envvar="EMBER_BODY_TIMEOUT",
+        help="seconds a request's body has to arrive (408 beyond)")] = _D.body_timeout,
+    idle_timeout: Annotated[float, typer.Option(
+        "--idle-timeout", envvar="EMBER_IDLE_TIMEOUT",
+        help="seconds a kept-alive connection may wait between requests")] = _D.idle_timeout,
+    host_allow: Annotated[Optional[str], typer.Option(
+        "--host-allow", envvar="EMBER_HOST_ALLOW",
+        help="comma-separated Host names to answer besides IP addresses, localhost and --host "
+             "('*': any); other Host headers get a 403 (DNS rebinding)",
+        show_default=False)] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -89,7 +106,9 @@ def serve(
         model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         kv_size=kv_size, kv_type=kv_type, threads=threads, api_key=api_key, cors_origins=_names(cors_origins),
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
-        shutdown_timeout=shutdown_timeout)
+        shutdown_timeout=shutdown_timeout, max_connections=max_connections,
+        header_timeout=header_timeout, body_timeout=body_timeout, idle_timeout=idle_timeout,
+        host_allow=_names(host_allow))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

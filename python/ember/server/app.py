@@ -8,7 +8,8 @@ errors.py, metrics.py, config.py, run.py (uvicorn). Responses are shaped by embe
 generation runs on ember.engine.
 
 The model loads in a background thread once the server listens: /health answers 503 while it
-loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set.
+loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set;
+every route needs a Host header that names this server (browser.py).
 Unknown model names in requests are a 400 with code "model_not_found" (DESIGN.md: every client
 mistake is a 400; OpenAI itself answers 404 there). A request may name the model by an alias,
 the file name or the file name without .gguf; omitting `model` means the served model.
@@ -28,16 +29,17 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
 from ember.server import generation
+from ember.server.browser import HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
-from ember.server.errors import APIError, bad_request, internal_error, json_response
+from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
 from ember.server.metrics import CONTENT_TYPE
 from ember.server.protocol import Fields, parse_messages
 
@@ -58,6 +60,10 @@ def _route(path: str, handler: Handler, methods: list[str]) -> Route:
             return await handler(request, ctx)
         except APIError as err:
             return err.response()
+        except ClientDisconnect:
+            log.info("%s %s: the client disconnected before its request body was complete",
+                     request.method, request.url.path)
+            return Response(status_code=499)  # nobody reads it
         except Exception:
             log.exception("bug while handling %s %s", request.method, request.url.path)
             return internal_error().response()
@@ -71,14 +77,14 @@ async def health(request: Request, ctx: AppContext) -> Response:
         return json_response({"status": "ok"})
     code = "shutting_down" if status == "shutting_down" else f"model_{status}"
     err = APIError(503, message, code=code)
-    return json_response({"status": status, **err.body()}, 503)
+    return json_response({"status": status, **err.body()}, 503, err.headers())
 
 
 def _model_card(ctx: AppContext) -> dict[str, Any]:
     engine = ctx.require_ready()
     return {"id": ctx.model_name, "object": "model", "created": ctx.created,
             "owned_by": "ember",
-            "meta": {"path": str(ctx.model_path), "n_ctx": engine.n_ctx,
+            "meta": {"file": ctx.model_path.name, "n_ctx": engine.n_ctx,
                      "n_vocab": engine.n_vocab, "n_slots": engine.parallel}}
 
 
@@ -120,7 +126,8 @@ async def tokenize(request: Request, ctx: AppContext) -> Response:
     parse_special = fields.boolean("parse_special", default=True)
     with_pieces = fields.boolean("with_pieces")
     if body.get("messages") is not None:
-        tokens = await generation.encode_chat(ctx, parse_messages(body))
+        messages = await ctx.offload(request, parse_messages, body)
+        tokens = await generation.encode_chat(ctx, messages, within_context=False)
     else:
         text = fields.string("content")
         if text is None:
@@ -128,17 +135,33 @@ async def tokenize(request: Request, ctx: AppContext) -> Response:
         if text is None:
             raise bad_request("send the text to tokenize as 'content' (or 'prompt'), or chat "
                               "'messages'", param="content", code="missing_required")
-        tokens = await generation.tokenize_text(ctx, text, add_special, parse_special)
-    out: list[Any] = list(tokens)
+        tokens = await generation.tokenize_text(ctx, text, add_special, parse_special,
+                                                param="content", within_context=False)
+    content = await ctx.offload(request, _tokenize_response, engine, tokens, with_pieces)
+    return Response(content, media_type="application/json")
+
+
+def _tokenize_response(engine: Engine, tokens: list[int], with_pieces: bool) -> bytes:
+    """The /tokenize body, serialized in slices: json.dumps holds the GIL for its whole run
+    (40+ ms for a million ids), and this runs beside the event loop."""
+    out: list[Any] = tokens
     if with_pieces:
         piece = engine.tokenizer.token_to_piece
         out = [{"id": t, "piece": piece(t).decode("utf-8", errors="replace")} for t in tokens]
-    return json_response({"tokens": out, "count": len(tokens), "max_model_len": engine.n_ctx})
+    step = 4096
+    items = b",".join(dumps(out[i:i + step])[1:-1] for i in range(0, len(out), step))
+    tail = dumps({"count": len(tokens), "max_model_len": engine.n_ctx})
+    return b'{"tokens":[' + items + b"]," + tail[1:]
 
 
 async def detokenize(request: Request, ctx: AppContext) -> Response:
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
+    text = await ctx.offload(request, _detokenize, engine, body)
+    return json_response({"content": text})
+
+
+def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in tokens):
@@ -148,7 +171,7 @@ async def detokenize(request: Request, ctx: AppContext) -> Response:
     if bad is not None:
         raise bad_request(f"token id {bad} is out of range [0, {engine.n_vocab})",
                           param="tokens", code="invalid_value")
-    return json_response({"content": engine.tokenizer.decode(tokens, skip_special=True)})
+    return engine.tokenizer.decode(tokens, skip_special=True)
 
 
 def _routes() -> list[Route]:
@@ -232,7 +255,8 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
             ctx.cancel_all()
             await asyncio.to_thread(ctx.close)
 
-    middleware = []
+    middleware = [Middleware(HostCheckMiddleware, listen_host=config.host,
+                             allowed=config.host_allow)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,
                                      allow_methods=["*"], allow_headers=["*"]))

@@ -24,13 +24,18 @@ class ServerConfig:
     max_body_bytes: int = 8 << 20     # larger request bodies: 413
     max_n: int = 16                   # most choices per request
     shutdown_timeout: float = 10.0    # on SIGTERM: seconds in-flight requests get to finish
+    max_connections: int = 512        # open connections; more get a 503 (connections.py)
+    header_timeout: float = 10.0      # seconds for a request's headers to arrive
+    body_timeout: float = 30.0        # seconds for a request's whole body to arrive (408 beyond)
+    idle_timeout: float = 5.0         # seconds a kept-alive connection may wait between requests
+    host_allow: list[str] = field(default_factory=list)  # Host names besides the listen address
 
     def __post_init__(self) -> None:
         # Checked here so `ember serve` fails before it listens; the engine checks them again
         # (its own edge) when it loads.
         checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
                   ("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
-                  ("port", self.port, 0)]
+                  ("port", self.port, 0), ("max_connections", self.max_connections, 1)]
         for name, value, low in checks:
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
@@ -40,7 +45,11 @@ class ServerConfig:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if self.kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
-        if self.shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout}")
+        for name, seconds in (("shutdown_timeout", self.shutdown_timeout),
+                              ("header_timeout", self.header_timeout),
+                              ("body_timeout", self.body_timeout),
+                              ("idle_timeout", self.idle_timeout)):
+            if not seconds >= 0:
+                raise ValueError(f"{name} must be >= 0, got {seconds}")
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 
@@ -26,8 +26,20 @@ from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
 from ember.server.metrics import ServerMetrics
+from ember.server.prompt_bound import PromptBound
 
 log = logging.getLogger("ember.server")
+
+T = TypeVar("T")
+
+# Bodies up to this size are parsed and validated on the event loop (well under 1 ms); larger
+# ones in a worker thread, so a few 8 MiB bodies cannot stall /health or running streams.
+INLINE_BODY_BYTES = 64 << 10
+# json.loads holds the GIL for its whole run: 8 MiB of small values ("1,1,1,...") take 340 ms,
+# a stall no worker thread avoids. Commas bound the number of values, so bodies with more than
+# this many (262,144: 12 ms to parse at worst) are refused, after a 4 ms count, before parsing.
+# Legit bodies stay far below: 64 prompts of 4096 token ids is 262,143 commas.
+MAX_BODY_COMMAS = 1 << 18
 
 
 @dataclass
@@ -94,6 +106,7 @@ class AppContext:
         self.make_engine = make_engine or self._load_engine
         self.engine: Engine | None = None
         self.template: ChatTemplate | None = None
+        self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
         self.metrics = ServerMetrics()
         self.slots = Slots(config.parallel)
         self.created = int(time.time())
@@ -101,6 +114,7 @@ class AppContext:
         self.load_error: str | None = None
         self.shutting_down = False
         self.on_load_error: Callable[[], None] | None = None
+        self._worker_lock: asyncio.Lock | None = None  # see in_worker
 
     # --- loading and shutdown ------------------------------------------------------------------
 
@@ -119,6 +133,10 @@ class AppContext:
         try:
             engine = self.make_engine()
             template = engine.chat_template  # read (and compiled) now: a bad one fails the load
+            # Rendered once under the limits (1 s, 1 M characters): a template that loops,
+            # recurses or builds huge strings fails here, visibly, not on the first request.
+            template.check()
+            bound = PromptBound.of(engine)
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self.load_error = f"loading the model failed: {err}"
             log.error("could not load the model: %s", err)
@@ -127,10 +145,10 @@ class AppContext:
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
-        self.loop.call_soon_threadsafe(self._set_loaded, engine, template)
+        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound)
 
-    def _set_loaded(self, engine: Engine, template: ChatTemplate) -> None:
-        self.engine, self.template = engine, template
+    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound) -> None:
+        self.engine, self.template, self.bound = engine, template, bound
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
@@ -196,29 +214,78 @@ class AppContext:
                            code="model_not_found")
         return self.model_name
 
+    async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any) -> T:
+        """work(*args) on the loop for a small body, in a worker thread for a large one (what
+        read_json saw)."""
+        if getattr(request.state, "body_bytes", 0) <= INLINE_BODY_BYTES:
+            return work(*args)
+        return await self.in_worker(work, *args)
+
+    async def in_worker(self, work: Callable[..., T], *args: Any) -> T:
+        """work(*args) in a worker thread, one such job at a time. The jobs (json.loads, UTF-8
+        checks, template rendering, serializing) hold the GIL for up to ~15 ms in C calls that
+        never let go; several at once would queue the event loop behind all of them, one at a
+        time keeps its wait to about one."""
+        if self._worker_lock is None:
+            self._worker_lock = asyncio.Lock()
+        async with self._worker_lock:
+            return await asyncio.to_thread(work, *args)
+
     async def read_json(self, request: HTTPRequest) -> dict[str, Any]:
-        """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON."""
+        """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON (or
+        nested deeper than the parser's recursion limit)."""
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type != "application/json":
+            shown = f"'{media_type[:100]}'" if media_type else "none"
+            raise APIError(415, f"the request body must be sent as Content-Type: application/json "
+                           f"(got {shown}); with curl: -H 'Content-Type: application/json'",
+                           code="unsupported_media_type")
         limit = self.config.max_body_bytes
         too_large = APIError(413, f"the request body is larger than {limit} bytes",
                              code="request_too_large")
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             raise too_large
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        timeout = self.config.body_timeout
         try:
-            body = json.loads(b"".join(chunks), parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise bad_request(f"the request body is not valid JSON: {err}",
-                              code="invalid_json") from None
+            chunks, size = await asyncio.wait_for(_read_body(request, too_large, limit), timeout)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {timeout:g} s "
+                           "(--body-timeout)", code="request_timeout") from None
+        request.state.body_bytes = size
+        body = await self.offload(request, _parse_json, chunks, size)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object", code="invalid_json")
         return body
 
 
+async def _read_body(request: HTTPRequest, too_large: APIError, limit: int
+                     ) -> tuple[list[bytes], int]:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return chunks, size
+
+
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json(chunks: list[bytes], size: int) -> Any:
+    raw = b"".join(chunks)
+    if size > INLINE_BODY_BYTES and (n_commas := raw.count(b",")) > MAX_BODY_COMMAS:
+        raise APIError(413, f"the request body holds {n_commas} commas (JSON values); at most "
+                       f"{MAX_BODY_COMMAS} are accepted, as parsing more would stall the server",
+                       code="request_too_large")
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise bad_request(f"the request body is not valid JSON: {err}",
+                          code="invalid_json") from None
+    except RecursionError:
+        raise bad_request("the request body is nested too deeply (arrays and objects within "
+                          "each other beyond the parser's limit of about 1000 levels)",
+                          code="invalid_json") from None

@@ -2,9 +2,12 @@
 
 Status codes: 400 for every client mistake (malformed JSON, wrong types, an unknown model name,
 a prompt longer than the context, unsupported options), 401 for a missing or wrong API key,
-404 for unknown routes, 405 for a wrong method, 413 for a body over the limit, 503 while the
-model loads, when the queue is full or the server shuts down, 500 only for bugs (logged
-server-side with the traceback; the client gets a generic message and never the traceback).
+403 for a Host header the server does not answer to (DNS rebinding), 404 for unknown routes,
+405 for a wrong method, 408 for a body that does not arrive in time, 413 for a body over the
+limit, 415 for a body not sent as application/json, 503 (with Retry-After) while the model
+loads, when the queue is full, past --max-connections or while the server shuts down, 500
+only for bugs (logged server-side with the traceback; the client gets a generic message and
+never the traceback).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    403: "permission_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     500: "server_error",
     503: "unavailable_error",
 }
@@ -43,8 +49,17 @@ class APIError(Exception):
                           "param": self.param, "code": self.code}}
 
     def response(self) -> Response:
-        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
-        return json_response(self.body(), self.status, headers)
+        return json_response(self.body(), self.status, self.headers())
+
+    def headers(self) -> dict[str, str] | None:
+        if self.status == 401:
+            return {"www-authenticate": "Bearer"}
+        if self.status == 503:  # loading, queue full, too many connections, shutting down
+            return {"retry-after": str(RETRY_AFTER_SECONDS)}
+        return None
+
+
+RETRY_AFTER_SECONDS = 1
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -57,7 +72,11 @@ def internal_error() -> APIError:
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (echoed client text): JSON can escape it
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def json_response(value: Any, status: int = 200,

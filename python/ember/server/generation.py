@@ -20,13 +20,21 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ember.chat import ChatTemplateError, ChatTemplateLimitError
+from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
-from ember.server.protocol import Options, parse_chat_request, parse_completion_request
+from ember.server.prompt_bound import PromptBound
+from ember.server.protocol import (
+    Options,
+    check_text,
+    parse_chat_request,
+    parse_completion_request,
+)
 
 log = logging.getLogger("ember.server")
 
@@ -262,23 +270,62 @@ def _check_prompt(ctx: AppContext, tokens: list[int], param: str) -> None:
             code="context_length_exceeded")
 
 
-async def tokenize_text(ctx: AppContext, text: str, add_special: bool, parse_special: bool
-                    ) -> list[int]:
-    """Short texts are tokenized on the event loop; longer ones in a thread."""
+def _bound(ctx: AppContext) -> PromptBound:
+    ctx.require_ready()
+    assert ctx.bound is not None  # set with the engine
+    return ctx.bound
+
+
+async def tokenize_text(ctx: AppContext, text: str, add_special: bool, parse_special: bool,
+                        param: str = "prompt", within_context: bool = True) -> list[int]:
+    """The tokens of a text: a 400 for text that is not UTF-8 or (within_context: a prompt)
+    certainly longer than the context, checked before tokenizing; short texts on the event
+    loop, longer ones in a thread."""
     engine = ctx.require_ready()
+    check_text(text, param)
+    if within_context:
+        _bound(ctx).check(text, param)
     if len(text) <= _INLINE_TOKENIZE_CHARS:
         return engine.tokenize(text, add_special, parse_special)
     return await asyncio.to_thread(engine.tokenize, text, add_special, parse_special)
 
 
-async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]]) -> list[int]:
-    """The prompt tokens of checked messages in the model's chat template; a 400 when the
-    template refuses them."""
+def render_limits(bound: PromptBound) -> RenderLimits:
+    """Request-time limits of the chat template: 1 s, and no more output than could fit the
+    context (PromptBound), so a long conversation stops rendering once it is certainly too
+    long."""
+    return RenderLimits(max_seconds=1.0, max_chars=bound.max_bytes,
+                        max_total_chars=max(16 * bound.max_bytes, 4 << 20))
+
+
+def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool
+                 ) -> list[int]:
+    """Runs in a worker thread: render (bounded), the context bound, tokenize."""
     engine = ctx.require_ready()
+    assert ctx.template is not None
+    bound = _bound(ctx)
+    limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        return await asyncio.to_thread(engine.chat_template.encode, engine.tokenizer, messages)
-    except ValueError as err:
+        text = ctx.template.render(messages, add_generation_prompt=True, limits=limits)
+    except ChatTemplateLimitError as err:
+        if err.kind == "size":
+            raise bound.too_long("messages", f"more text than that ({err})") from None
+        raise bad_request(f"the chat template took too long on these messages ({err})",
+                          param="messages", code="chat_template_timeout") from None
+    except ChatTemplateError as err:
         raise bad_request(str(err), param="messages", code="invalid_messages") from None
+    check_text(text, "messages")
+    if within_context:
+        bound.check(text, "messages")
+    return ctx.template.tokenize(engine.tokenizer, text)
+
+
+async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
+                      within_context: bool = True) -> list[int]:
+    """The prompt tokens of checked messages in the model's chat template, rendered and
+    tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
+    or the prompt is certainly longer than the context."""
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context)
 
 
 _INLINE_TOKENIZE_CHARS = 4096
@@ -288,7 +335,8 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
-    parsed = parse_chat_request(body, n_vocab=engine.n_vocab, max_n=ctx.config.max_n)
+    parsed = await ctx.offload(request, lambda: parse_chat_request(
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
     options = parsed.options
     model = ctx.check_model(options.model)
     prompt = await encode_chat(ctx, parsed.messages)
@@ -302,7 +350,8 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
-    parsed = parse_completion_request(body, n_vocab=engine.n_vocab, max_n=ctx.config.max_n)
+    parsed = await ctx.offload(request, lambda: parse_completion_request(
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
     options = parsed.options
     model = ctx.check_model(options.model)
     prompts = []

@@ -10,6 +10,7 @@ or the context is full" for chat.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
@@ -22,6 +23,29 @@ Prompt = Union[str, list[int]]
 MAX_STOP_STRINGS = 16
 MAX_PROMPTS = 64
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+# What the C++ engine's types hold (sampling/params.h: int32 top_k, float temperature, ...).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel = 80, 80, 3
+
+
+def show(value: Any) -> str:
+    """A short repr for error messages: bounded in length and depth, whatever the client sent."""
+    return _REPR.repr(value)
+
+
+def check_text(text: str, param: str) -> None:
+    """A 400 naming `param` when `text` cannot be UTF-8 (a lone surrogate, which JSON's \\udXXX
+    escapes can spell but no tokenizer can read)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise bad_request(f"'{param}' is not valid text: it holds a lone surrogate "
+                          f"({show(err.object[err.start:err.end])} at character {err.start}), "
+                          "which UTF-8 cannot encode", param=param, code="invalid_value") from None
 
 
 @dataclass
@@ -71,7 +95,7 @@ class Fields:
 
     def _fail(self, name: str, expected: str) -> APIError:
         got = self.body.get(name)
-        return bad_request(f"'{name}' must be {expected}, got {_type_name(got)} {got!r}"[:300],
+        return bad_request(f"'{name}' must be {expected}, got {_type_name(got)} {show(got)}",
                            param=name, code="invalid_type")
 
     def boolean(self, name: str, default: bool = False) -> bool:
@@ -107,6 +131,11 @@ class Fields:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(name, "a number")
         _check_range(name, value, low, high)
+        # The engine stores these as float32: 1e400 (inf in Python's JSON) or 10**40 cannot be.
+        if isinstance(value, int) and abs(value) > FLOAT32_MAX or (
+                isinstance(value, float) and not abs(value) <= FLOAT32_MAX):
+            raise bad_request(f"'{name}' must be a finite number of at most {FLOAT32_MAX:.4g} in "
+                              f"magnitude, got {show(value)}", param=name, code="invalid_value")
         return float(value)
 
 
@@ -114,7 +143,7 @@ def _check_range(name: str, value: float, low: float | None, high: float | None)
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = (f"between {low} and {high}" if low is not None and high is not None
                   else f">= {low}" if low is not None else f"<= {high}")
-        raise bad_request(f"'{name}' must be {bounds}, got {value}", param=name,
+        raise bad_request(f"'{name}' must be {bounds}, got {show(value)}", param=name,
                           code="invalid_value")
 
 
@@ -133,7 +162,7 @@ def _check_unsupported(body: Fields) -> None:
                                "use {\"type\": \"text\"}")
         if kind != "text":
             raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-                              f"\"json_schema\", ...}}, got {response_format!r}"[:300],
+                              f"\"json_schema\", ...}}, got {show(response_format)}",
                               param="response_format", code="invalid_value")
     if body.get("tools"):
         raise _unsupported("tools", "tool calling")
@@ -153,13 +182,15 @@ def _stop(body: Fields) -> list[str]:
     if stop is None:
         return []
     if isinstance(stop, str):
-        return [stop]
+        stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise bad_request(f"'stop' must be a string or an array of strings, got {stop!r}"[:300],
+        raise bad_request(f"'stop' must be a string or an array of strings, got {show(stop)}",
                           param="stop", code="invalid_type")
     if len(stop) > MAX_STOP_STRINGS:
         raise bad_request(f"'stop' has {len(stop)} strings; at most {MAX_STOP_STRINGS} are "
                           "allowed", param="stop", code="invalid_value")
+    for s in stop:
+        check_text(s, "stop")
     return stop
 
 
@@ -175,24 +206,38 @@ def _logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
         try:
             token = int(key)
         except (TypeError, ValueError):
-            raise bad_request(f"'logit_bias' keys must be token ids, got {key!r}"[:300],
+            raise bad_request(f"'logit_bias' keys must be token ids, got {show(key)}",
                               param="logit_bias", code="invalid_value") from None
         if not 0 <= token < n_vocab:
             raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
                               param="logit_bias", code="invalid_value")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad_request(f"'logit_bias' values must be numbers, got {value!r} for token "
-                              f"{key}"[:300], param="logit_bias", code="invalid_type")
+            raise bad_request(f"'logit_bias' values must be numbers, got {show(value)} for token "
+                              f"{token}", param="logit_bias", code="invalid_type")
         if not -100 <= value <= 100:
-            raise bad_request(f"'logit_bias' values must be between -100 and 100, got {value} "
-                              f"for token {key}", param="logit_bias", code="invalid_value")
+            raise bad_request(f"'logit_bias' values must be between -100 and 100, got "
+                              f"{show(value)} for token {token}", param="logit_bias",
+                              code="invalid_value")
         out[token] = float(value)
     return out
 
 
-def _options(body: Fields, *, chat: bool, n_vocab: int, max_n: int) -> Options:
+def _max_tokens(body: Fields, name: str, n_ctx: int) -> int | None:
+    """At least 1 and at most the context (OpenAI and vLLM answer 400 beyond it too: prompt and
+    completion share the context, so more can never be generated)."""
+    value = body.integer(name, low=1)
+    if value is not None and value > n_ctx:
+        raise bad_request(f"'{name}' is {value}, more than the model's context of {n_ctx} tokens "
+                          "(which prompt and completion share); ask for at most "
+                          f"{n_ctx}", param=name, code="invalid_value")
+    return value
+
+
+def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, max_n: int) -> Options:
     _check_unsupported(body)
     model = body.string("model")
+    if model is not None:
+        check_text(model, "model")
     stream = body.boolean("stream")
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, Mapping):
@@ -210,20 +255,20 @@ def _options(body: Fields, *, chat: bool, n_vocab: int, max_n: int) -> Options:
         if top_logprobs and not logprobs:
             raise bad_request("'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                               code="invalid_value")
-        max_tokens = body.integer("max_completion_tokens", low=1)
+        max_tokens = _max_tokens(body, "max_completion_tokens", n_ctx)
         if max_tokens is None:
-            max_tokens = body.integer("max_tokens", low=1)
+            max_tokens = _max_tokens(body, "max_tokens", n_ctx)
     else:
         n_logprobs = body.integer("logprobs", low=0, high=MAX_TOP_LOGPROBS)
         logprobs, top_logprobs = n_logprobs is not None, n_logprobs or 0
-        max_tokens = body.integer("max_tokens", low=1)
+        max_tokens = _max_tokens(body, "max_tokens", n_ctx)
         if "max_tokens" not in body.body:
-            max_tokens = 16  # OpenAI's default for completions; an explicit null means "no limit"
+            max_tokens = min(16, n_ctx)  # OpenAI's default for completions; an explicit null means "no limit"
 
     sampling: dict[str, Any] = {
         "temperature": body.number("temperature", low=0),
         "top_p": body.number("top_p", low=0, high=1),
-        "top_k": body.integer("top_k"),
+        "top_k": body.integer("top_k", low=INT32_MIN, high=INT32_MAX),
         "min_p": body.number("min_p", low=0, high=1),
         "typical_p": body.number("typical_p", low=0, high=1),
         "repeat_penalty": body.number("repetition_penalty", low=0),
@@ -262,7 +307,7 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
         role = message.get("role")
         if role not in CHAT_ROLES:
             raise bad_request(f"'{param}.role' must be one of {sorted(CHAT_ROLES)}, got "
-                              f"{role!r}"[:300], param=f"{param}.role", code="invalid_value")
+                              f"{show(role)}", param=f"{param}.role", code="invalid_value")
         content = message.get("content")
         if isinstance(content, list):
             for j, part in enumerate(content):
@@ -271,12 +316,13 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
                     raise bad_request(
                         f"'{param}.content[{j}]': only text parts "
                         f"({{\"type\": \"text\", \"text\": ...}}) are supported, got "
-                        f"{kind or _type_name(part)!r}", param=f"{param}.content",
+                        f"{show(kind or _type_name(part))}", param=f"{param}.content",
                         code="unsupported_content")
         elif not (isinstance(content, str) or (content is None and role == "assistant")):
             raise bad_request(f"'{param}.content' must be a string or an array of text parts, "
                               f"got {_type_name(content)}", param=f"{param}.content",
                               code="invalid_type")
+        _check_strings(message, param)
         copy = dict(message)
         if content is None:
             copy["content"] = ""
@@ -284,6 +330,23 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
             copy["role"] = "system"
         out.append(copy)
     return out
+
+
+def _check_strings(value: Any, param: str) -> None:
+    """check_text on every string in a message (the template may render any of its fields),
+    iteratively, so a deeply nested value cannot exhaust the stack."""
+    stack: list[tuple[Any, str]] = [(value, param)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            check_text(item, where)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                check_text(key, where)
+                stack.append((child, f"{where}.{key}" if len(where) < 80 else where))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]" if len(where) < 80 else where)
+                         for i, child in enumerate(item))
 
 
 def _prompts(body: Fields, n_vocab: int) -> list[Prompt]:
@@ -306,6 +369,7 @@ def _prompts(body: Fields, n_vocab: int) -> list[Prompt]:
     out: list[Prompt] = []
     for item in prompts:
         if isinstance(item, str):
+            check_text(item, "prompt")
             out.append(item)
         elif (isinstance(item, list) and item
               and all(isinstance(t, int) and not isinstance(t, bool) for t in item)):
@@ -325,17 +389,17 @@ def parse_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return _messages(Fields(body))
 
 
-def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int,
+def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                        max_n: int) -> ChatCompletionRequest:
     fields = Fields(body)
     messages = _messages(fields)
-    return ChatCompletionRequest(_options(fields, chat=True, n_vocab=n_vocab, max_n=max_n),
-                                 messages)
+    options = _options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, max_n=max_n)
+    return ChatCompletionRequest(options, messages)
 
 
-def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int,
+def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                              max_n: int) -> CompletionRequest:
     fields = Fields(body)
     prompts = _prompts(fields, n_vocab)
-    return CompletionRequest(_options(fields, chat=False, n_vocab=n_vocab, max_n=max_n),
-                             prompts)
+    options = _options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, max_n=max_n)
+    return CompletionRequest(options, prompts)

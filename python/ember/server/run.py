@@ -18,6 +18,7 @@ import uvicorn
 from ember.engine import Engine
 from ember.server.app import create_app
 from ember.server.config import ServerConfig
+from ember.server.connections import protocol_class
 from ember.server.context import AppContext
 
 log = logging.getLogger("ember.server")
@@ -47,7 +48,9 @@ def make_server(config: ServerConfig, make_engine: Callable[[], Engine] | None =
     app = create_app(config, make_engine)
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level=log_level, access_log=access_log,
-        lifespan="on", http="h11", loop="asyncio",
+        lifespan="on", loop="asyncio",
+        http=protocol_class(config.max_connections, config.header_timeout),
+        timeout_keep_alive=config.idle_timeout,  # type: ignore[arg-type]  # a float works
         # A backstop: ember cancels what is left after shutdown_timeout itself.
         timeout_graceful_shutdown=int(config.shutdown_timeout) + 5)
     return EmberServer(uv_config, app.state.ctx)
