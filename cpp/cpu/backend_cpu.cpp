@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_kernels.h"
 
 namespace ember {
 
@@ -52,6 +53,16 @@ Buffer CpuBackend::wrap_host(const void* data, size_t n_bytes) {
   return Buffer(this, const_cast<void*>(data), n_bytes, /*owned=*/false);
 }
 
+Buffer CpuBackend::prepare_matmul_weight(DType wtype, const void* data, int64_t n_in, int64_t n_out) {
+  const cpu::IsaKernels& kernels = cpu::active_kernels();
+  if (kernels.of(wtype).pack == nullptr) {
+    return wrap_host(data, static_cast<size_t>(row_bytes(wtype, n_in) * n_out));
+  }
+  Buffer packed = alloc(static_cast<size_t>(cpu::packed_weight_bytes(wtype, n_in, n_out)));
+  cpu::pack_matmul_weight(kernels, wtype, data, n_in, n_out, packed.data(), pool_);
+  return packed;
+}
+
 void CpuBackend::upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) {
   std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, n_bytes);
 }
@@ -62,11 +73,15 @@ void CpuBackend::download(const Buffer& src, size_t offset, void* dst, size_t n_
 
 void CpuBackend::free_buffer(void* data, size_t) { std::free(data); }
 
-bool CpuBackend::matmul_rows_exact(DType wtype) const { return cpu::matmul_rows_exact(wtype); }
+int64_t CpuBackend::matmul_exact_min_rows(DType wtype) const { return cpu::matmul_exact_min_rows(wtype); }
+
+void CpuBackend::reserve_matmul(int64_t max_rows, int64_t max_n_in) {
+  matmul_workspace_.reserve(cpu::matmul_workspace_bytes(max_rows, max_n_in, pool_.n_threads()));
+}
 
 void CpuBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
                         int64_t n_rows, float* y) {
-  cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_);
+  cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_, matmul_workspace_);
 }
 
 void CpuBackend::get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids,

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cpu/matmul_kernels.h"
+#include "cpu/weight_pack.h"
 
 namespace ember::cpu {
 
@@ -16,6 +17,10 @@ inline constexpr int64_t kGemmColsAvx512 = 16;
 GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
 GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512's panels)
+
+// The packer of the layout the avx512 (and amx) GEMMs read a type's weights in (weight_pack.h),
+// nullptr where they read the file's rows.
+WeightPackFn gemm_weight_packer_avx512(DType type);
 
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);

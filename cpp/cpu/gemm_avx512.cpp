@@ -178,14 +178,63 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
 }
 
+// gemv_panel on the packed layout (weight_pack.h): a block of 16 columns is 8 u vectors that
+// vpdpbusd takes as they are, against each row's broadcast 4-byte groups: tile_quant's integer
+// work and float steps, without its panel. A thread's columns are one contiguous stream, read
+// once: the prefetch asks for the block kPrefetchBlocks ahead of the one in use.
+constexpr int64_t kPackedPrefetchBytes = 2048;
+
+template <typename F, int R>
+void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
+  using Reader = Packed16Reader<F>;
+  using Block = typename Reader::Block;
+  static_assert(!F::kSub16);
+  const int64_t n_blocks = g.n_in / 32;
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 * g.w_row_bytes);  // [n_blocks]
+  const BlockQ8A* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(g.act + r * g.act_row_bytes);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPackedPrefetchBytes;
+    for (int64_t line = 0; line < int64_t(sizeof(Block)); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    __m512i u[8];
+    Reader::quants(blocks[b], u);
+    const ColumnScales s = Reader::scales(blocks[b]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {  // tile_quant's integer and float steps
+      const BlockQ8A& a = rows[r][b];
+      __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        dot0 = _mm512_dpbusd_epi32(dot0, u[2 * k], bcast_group(a, 2 * k));
+        dot1 = _mm512_dpbusd_epi32(dot1, u[2 * k + 1], bcast_group(a, 2 * k + 1));
+      }
+      const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
+      acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s.scale0, _mm512_set1_ps(a.d)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
+}
+
 template <typename F>
 void gemv_quant(const GemmArgs& g) {
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
-    switch (g.n_rows) {
-      case 1: gemv_panel<F, 1>(g, c0, nc); break;
-      case 2: gemv_panel<F, 2>(g, c0, nc); break;
-      default: gemv_panel<F, 3>(g, c0, nc); break;
+    if constexpr (Packed16Reader<F>::kPacked) {
+      switch (g.n_rows) {
+        case 1: gemv_packed<F, 1>(g, c0, nc); break;
+        case 2: gemv_packed<F, 2>(g, c0, nc); break;
+        default: gemv_packed<F, 3>(g, c0, nc); break;
+      }
+    } else {
+      switch (g.n_rows) {
+        case 1: gemv_panel<F, 1>(g, c0, nc); break;
+        case 2: gemv_panel<F, 2>(g, c0, nc); break;
+        default: gemv_panel<F, 3>(g, c0, nc); break;
+      }
     }
   }
 }
@@ -201,7 +250,7 @@ void gemm_quant(const GemmArgs& g) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     for (int64_t kb = 0; kb < n_blocks; kb += kChunkBlocks) {
       const int64_t n_chunk = std::min(kChunkBlocks, n_blocks - kb);
-      pack_panel16<F>(g.w, g.w_row_bytes, c0, nc, kb, n_chunk, panel);
+      pack_panel16_any<F>(g.w, g.w_row_bytes, c0, nc, kb, n_chunk, panel);
       for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
         kQuantTiles<F::kSub16>[nr](panel, n_chunk,
@@ -275,6 +324,15 @@ constexpr GemmEntry kGemms[] = {
 };
 
 }  // namespace
+
+WeightPackFn gemm_weight_packer_avx512(DType type) {
+  switch (type) {  // the types with a Packed16Reader
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q8_0: return weight_packer(type);
+    default: return nullptr;
+  }
+}
 
 GemmFn gemm_kernel_avx512(DType type) {
   for (const GemmEntry& e : kGemms) {

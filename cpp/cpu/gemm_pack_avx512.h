@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cpu/gemm_pack_x86.h"
+#include "cpu/weight_pack.h"
 
 namespace ember::cpu {
 namespace {
@@ -253,6 +254,96 @@ void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int
       _mm512_store_si512(p.u[2 * m], _mm512_permutex2var_epi32(s2[m], s3_index[0], s2[4 + m]));
       _mm512_store_si512(p.u[2 * m + 1], _mm512_permutex2var_epi32(s2[m], s3_index[1], s2[4 + m]));
     }
+  }
+}
+
+// --- the packed layout (weight_pack.h) --------------------------------------------------------
+// Readers of one packed block of 16 columns: the u vectors of its 8 four-element groups (u[g]:
+// lane c = column c's elements 4g .. 4g + 3, a Panel16 u row as is) and its ColumnScales,
+// computed with the same operations as ColumnScaleReader on the file's fields, so packed and
+// unpacked weights give the same bits. kPacked is false for types without a packed layout.
+template <typename F>
+struct Packed16Reader {
+  static constexpr bool kPacked = false;
+};
+
+// Scales of the one-scale-per-block formats, as ColumnScaleReader computes them.
+inline ColumnScales packed_scales(const uint16_t* d, const uint16_t* m, int bias) {
+  ColumnScales s;
+  s.scale0 = s.scale1 = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+  const __m512 min = m ? _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m)))
+                       : _mm512_setzero_ps();
+  s.coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(bias)), s.scale0));
+  s.coef_s_lo = _mm512_setzero_ps();
+  return s;
+}
+
+// Groups k and k + 4 from the nibbles of qs[k] (see PackedQ4_0).
+inline void packed_nibbles(const uint8_t (*qs)[kPackCols][4], __m512i u[8]) {
+  const __m512i mask = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v = _mm512_loadu_si512(qs[k]);
+    u[k] = _mm512_and_si512(v, mask);
+    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+  }
+}
+
+template <>
+struct Packed16Reader<FormatQ4_0> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ4_0;
+  static void quants(const Block& p, __m512i u[8]) { packed_nibbles(p.qs, u); }
+  static ColumnScales scales(const Block& p) { return packed_scales(p.d, nullptr, FormatQ4_0::kBias); }
+};
+
+template <>
+struct Packed16Reader<FormatQ4_1> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ4_1;
+  static void quants(const Block& p, __m512i u[8]) { packed_nibbles(p.qs, u); }
+  static ColumnScales scales(const Block& p) { return packed_scales(p.d, p.m, FormatQ4_1::kBias); }
+};
+
+template <>
+struct Packed16Reader<FormatQ8_0> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ8_0;
+  static void quants(const Block& p, __m512i u[8]) {
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) u[g] = _mm512_loadu_si512(p.u[g]);
+  }
+  static ColumnScales scales(const Block& p) { return packed_scales(p.d, nullptr, FormatQ8_0::kBias); }
+};
+
+// pack_panel16 from the packed layout: the quants are already interleaved, so a panel block is
+// 8 stores of u rows and the scales (missing columns are the layout's zero columns).
+template <typename F>
+void pack_panel16_packed(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int64_t b0, int64_t n_blocks,
+                         Panel16* panel) {
+  using R = Packed16Reader<F>;
+  const auto* blocks = reinterpret_cast<const typename R::Block*>(w + c0 * w_row_bytes) + b0;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    __m512i u[8];
+    R::quants(blocks[i], u);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) _mm512_store_si512(panel[i].u[g], u[g]);
+    const ColumnScales s = R::scales(blocks[i]);
+    _mm512_store_ps(panel[i].scale[0], s.scale0);
+    _mm512_store_ps(panel[i].scale[1], s.scale1);
+    _mm512_store_ps(panel[i].coef_s, s.coef_s);
+    _mm512_store_ps(panel[i].coef_s_lo, s.coef_s_lo);
+  }
+}
+
+// A panel chunk from whichever layout the avx512 / amx tables keep F's weights in.
+template <typename F>
+void pack_panel16_any(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
+                      int64_t n_blocks, Panel16* panel) {
+  if constexpr (Packed16Reader<F>::kPacked) {
+    pack_panel16_packed<F>(w, w_row_bytes, c0, b0, n_blocks, panel);
+  } else {
+    pack_panel16<F>(w, w_row_bytes, c0, nc, b0, n_blocks, panel);
   }
 }
 
