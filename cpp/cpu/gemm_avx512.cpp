@@ -178,42 +178,61 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
 }
 
-// gemv_panel on the packed layout (weight_pack.h): a block of 16 columns is 8 u vectors that
-// vpdpbusd takes as they are, against each row's broadcast 4-byte groups: tile_quant's integer
-// work and float steps, without its panel. A thread's columns are one contiguous stream, read
-// once: the prefetch asks for the block kPrefetchBlocks ahead of the one in use.
+// gemv_panel on the packed layout (weight_pack.h): a 32-element block of 16 columns is 8 u
+// vectors that vpdpbusd takes as they are, against each row's broadcast 4-byte groups:
+// tile_quant's integer work and float steps, without its panel. A thread's columns are one
+// contiguous stream, read once: the prefetch asks for the bytes kPackedPrefetchBytes ahead.
 constexpr int64_t kPackedPrefetchBytes = 2048;
 
 template <typename F, int R>
 void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
   using Reader = Packed16Reader<F>;
   using Block = typename Reader::Block;
-  static_assert(!F::kSub16);
-  const int64_t n_blocks = g.n_in / 32;
+  constexpr int kPer = F::kBlocksPer;
+  const int64_t n_super = g.n_in / 32 / kPer;
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-  const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 * g.w_row_bytes);  // [n_blocks]
+  const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 * g.w_row_bytes);  // [n_super]
   const BlockQ8A* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(g.act + r * g.act_row_bytes);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPackedPrefetchBytes;
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const char* ahead = reinterpret_cast<const char*>(blocks + sb) + kPackedPrefetchBytes;
     for (int64_t line = 0; line < int64_t(sizeof(Block)); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-    __m512i u[8];
-    Reader::quants(blocks[b], u);
-    const ColumnScales s = Reader::scales(blocks[b]);
+    ColumnScales s[kPer];
+    Reader::scales(blocks[sb], s);
+#pragma GCC unroll 1
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t b = sb * kPer + j;
+      __m512i u[8];
+      Reader::quants(blocks[sb], j, u);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {  // tile_quant's integer and float steps
-      const BlockQ8A& a = rows[r][b];
-      __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) {  // tile_quant's integer and float steps
+        const BlockQ8A& a = rows[r][b];
+        if constexpr (F::kSub16) {
+          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        dot0 = _mm512_dpbusd_epi32(dot0, u[2 * k], bcast_group(a, 2 * k));
-        dot1 = _mm512_dpbusd_epi32(dot1, u[2 * k + 1], bcast_group(a, 2 * k + 1));
+          for (int k = 0; k < 4; ++k) {
+            lo = _mm512_dpbusd_epi32(lo, u[k], bcast_group(a, k));
+            hi = _mm512_dpbusd_epi32(hi, u[k + 4], bcast_group(a, k + 4));
+          }
+          __m512 t = _mm512_mul_ps(to_float(lo), s[j].scale0);
+          t = _mm512_fmadd_ps(to_float(hi), s[j].scale1, t);
+          acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), acc[r]);
+          acc[r] = _mm512_fmadd_ps(s[j].coef_s, _mm512_set1_ps(a.s), acc[r]);
+          acc[r] = _mm512_fmadd_ps(s[j].coef_s_lo, _mm512_set1_ps(a.s_lo), acc[r]);
+        } else {
+          __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            dot0 = _mm512_dpbusd_epi32(dot0, u[2 * k], bcast_group(a, 2 * k));
+            dot1 = _mm512_dpbusd_epi32(dot1, u[2 * k + 1], bcast_group(a, 2 * k + 1));
+          }
+          const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
+          acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s[j].scale0, _mm512_set1_ps(a.d)), acc[r]);
+          acc[r] = _mm512_fmadd_ps(s[j].coef_s, _mm512_set1_ps(a.s), acc[r]);
+        }
       }
-      const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
-      acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s.scale0, _mm512_set1_ps(a.d)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(s.coef_s, _mm512_set1_ps(a.s), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
@@ -329,7 +348,9 @@ WeightPackFn gemm_weight_packer_avx512(DType type) {
   switch (type) {  // the types with a Packed16Reader
     case DType::q4_0:
     case DType::q4_1:
-    case DType::q8_0: return weight_packer(type);
+    case DType::q8_0:
+    case DType::q4_k:
+    case DType::q6_k: return weight_packer(type);
     default: return nullptr;
   }
 }
