@@ -18,32 +18,22 @@ one sequence); tg also prints the weight bandwidth it reaches: the bytes of ever
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shutil
+import random
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from llamacpp_peer import llama_bench, peer_binary
 
 
 @dataclass
 class Result:
     mean: float  # tokens/s
     stdev: float
-
-
-def default_llama_bench() -> str | None:
-    peer = Path(os.environ.get("EMBER_PEER_DIR", Path.home() / ".cache" / "ember-peer"))
-    candidate = peer / "llama.cpp" / "build" / "bin" / "llama-bench"
-    if candidate.is_file():
-        return str(candidate)
-    return shutil.which("llama-bench")
 
 
 def cpu_name() -> str:
@@ -91,22 +81,11 @@ class Ember:
         return time.perf_counter() - start
 
     def measure(self, kind: str, n: int, reps: int) -> Result:
-        rng = np.random.default_rng(0)
+        rng = random.Random(0)
         timer = self.time_prompt if kind == "pp" else self.time_generation
-        timer(rng.integers(0, self.n_vocab, min(n, 16)).tolist())  # warm-up
-        speeds = [n / timer(rng.integers(0, self.n_vocab, n).tolist()) for _ in range(reps)]
+        timer([rng.randrange(self.n_vocab) for _ in range(min(n, 16))])  # warm-up
+        speeds = [n / timer([rng.randrange(self.n_vocab) for _ in range(n)]) for _ in range(reps)]
         return Result(statistics.fmean(speeds), statistics.stdev(speeds) if reps > 1 else 0.0)
-
-
-def llama_bench(exe: str, model: str, kind: str, n: int, n_threads: int, reps: int) -> tuple[Result, dict]:
-    args = [exe, "-m", model, "-t", str(n_threads), "-r", str(reps), "-o", "json"]
-    args += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        sys.exit(f"llama-bench failed ({proc.returncode}): {' '.join(args)}\n{proc.stderr[-2000:]}")
-    rows = json.loads(proc.stdout)
-    row = rows[-1]
-    return Result(float(row["avg_ts"]), float(row["stddev_ts"])), row
 
 
 def main() -> None:
@@ -119,7 +98,7 @@ def main() -> None:
     ap.add_argument("--llama-bench", default=None, help="llama-bench binary (default: the peer build)")
     ap.add_argument("--markdown", action="store_true", help="also print one README-style table row")
     args = ap.parse_args()
-    exe = args.llama_bench or default_llama_bench()
+    exe = peer_binary("llama-bench", args.llama_bench)
     if not exe:
         sys.exit("no llama-bench: build the peer with ../shared/bench/build_llamacpp.sh or pass --llama-bench")
     from ember import _core
@@ -139,7 +118,8 @@ def main() -> None:
         if n <= 0:
             continue  # -p 0 or -n 0 skips that test
         e = ember.measure(kind, n, args.repetitions)
-        peer, peer_info = llama_bench(exe, args.model, kind, n, args.threads, args.repetitions)
+        peer_info = llama_bench(exe, args.model, kind, n, args.threads, args.repetitions)
+        peer = Result(float(peer_info["avg_ts"]), float(peer_info["stddev_ts"]))
         results[kind] = (e, peer)
         gbs = f"{e.mean * weight_bytes / 1e9:10.1f}" if kind == "tg" else " " * 10
         print(f"| {kind}{n:<3} | {e.mean:9.2f} ± {e.stdev:5.2f} | {peer.mean:9.2f} ± {peer.stdev:5.2f} "
