@@ -21,6 +21,7 @@ GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512
 // The packer of the layout the avx512 (and amx) GEMMs read a type's weights in (weight_pack.h),
 // nullptr where they read the file's rows.
 WeightPackFn gemm_weight_packer_avx512(DType type);
+WeightPackFn gemm_weight_packer_avx2(DType type);  // these types' GEMMs also take 1..3 rows
 
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);
