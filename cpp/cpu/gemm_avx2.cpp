@@ -130,13 +130,129 @@ struct PackedSource<FormatQ8_0> {
   }
 };
 
+// K-quants: the scales of a super-block's 8 blocks, decoded for 8 columns when the first block
+// of a super-block is loaded (blocks come in order) with the scalar code's operations
+// (k4_scales, FormatQ6_K::one, then pack_quant_panel's corrections), vectorized.
+struct SuperScales8 {
+  __m256 scale0[8], scale1[8], coef_s[8], coef_s_lo[8];
+};
+
+// 8 f16 values held in the low 16 bits of 8 dwords, as f32.
+inline __m256 half_lo8(__m256i v) {
+  const __m256i low = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+}
+inline __m256i byte8(const __m256i* words, int k) {  // byte k of the bytes the dwords hold
+  return _mm256_and_si256(_mm256_srli_epi32(words[k / 4], 8 * (k % 4)), _mm256_set1_epi32(0xff));
+}
+inline __m256i load8_u32(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline void decode_q4_k_scales8(const PackedQ4_K& p, int h, SuperScales8* s) {
+  const __m256i ddmin = load8_u32(p.dm + 8 * h);
+  const __m256 d = half_lo8(ddmin), dmin = half_lo8(_mm256_srli_epi32(ddmin, 16));
+  const __m256i t[3] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h)};
+  const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15), m48 = _mm256_set1_epi32(0x30);
+  for (int j = 0; j < 8; ++j) {  // k4_scale_min
+    __m256i sc, m;
+    if (j < 4) {
+      sc = _mm256_and_si256(byte8(t, j), m63);
+      m = _mm256_and_si256(byte8(t, j + 4), m63);
+    } else {
+      const __m256i hi4 = byte8(t, j + 4);
+      sc = _mm256_or_si256(_mm256_and_si256(hi4, m15), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j - 4), 2), m48));
+      m = _mm256_or_si256(_mm256_srli_epi32(hi4, 4), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j), 2), m48));
+    }
+    const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    const __m256 min = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(-0.0f));
+    s->scale0[j] = s->scale1[j] = scale;
+    s->coef_s[j] = _mm256_sub_ps(min, _mm256_mul_ps(_mm256_set1_ps(float(FormatQ4_K::kBias)), scale));
+    s->coef_s_lo[j] = _mm256_setzero_ps();
+  }
+}
+
+inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d + 8 * h)));
+  const __m256i sc[4] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h),
+                         load8_u32(p.sc[3] + 8 * h)};
+  const __m256 bias = _mm256_set1_ps(float(FormatQ6_K::kBias));
+  for (int j = 0; j < 8; ++j) {
+    __m256 corr[2], scale[2];
+    for (int hh = 0; hh < 2; ++hh) {  // int8 scales[2j + hh], sign-extended; min 0
+      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(byte8(sc, 2 * j + hh), 24), 24);
+      scale[hh] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8));
+      corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale[hh]));
+    }
+    s->scale0[j] = scale[0];
+    s->scale1[j] = scale[1];
+    s->coef_s[j] = corr[1];
+    s->coef_s_lo[j] = _mm256_sub_ps(corr[0], corr[1]);
+  }
+}
+
+template <>
+struct PackedSource<FormatQ4_K> {
+  const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
+  int h;
+  mutable SuperScales8 scales;
+  void prefetch(int64_t b) const {
+    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
+  }
+  void load(int64_t b, Block8* x) const {
+    const PackedQ4_K& p = blocks[b / 8];
+    const int j = static_cast<int>(b % 8);
+    if (j == 0) decode_q4_k_scales8(p, h, &scales);
+    const __m256i mask = _mm256_set1_epi8(15);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[j / 2][g][8 * h]));
+      x->w[g] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, mask);
+    }
+    x->scale0 = scales.scale0[j];
+    x->scale1 = scales.scale1[j];
+    x->coef_s = scales.coef_s[j];
+    x->coef_s_lo = scales.coef_s_lo[j];
+  }
+};
+
+template <>
+struct PackedSource<FormatQ6_K> {
+  const PackedQ6_K* blocks;
+  int h;
+  mutable SuperScales8 scales;
+  void prefetch(int64_t b) const {
+    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
+  }
+  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g].
+  void load(int64_t b, Block8* x) const {
+    const PackedQ6_K& p = blocks[b / 8];
+    const int j = static_cast<int>(b % 8), hh = j / 4, k = j % 4;
+    if (j == 0) decode_q6_k_scales8(p, h, &scales);
+    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
+    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
+      const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, low_shift), m15);
+      const __m256i high = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, high_shift), 4), m48);
+      x->w[g] = _mm256_or_si256(low, high);
+    }
+    x->scale0 = scales.scale0[j];
+    x->scale1 = scales.scale1[j];
+    x->coef_s = scales.coef_s[j];
+    x->coef_s_lo = scales.coef_s_lo[j];
+  }
+};
+
 template <typename F>
 using PackedBlock = decltype(*PackedSource<F>::blocks);
 
 // Types whose avx2 kernels read the packed layout.
 template <typename F>
 constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, FormatQ4_1> ||
-                         std::is_same_v<F, FormatQ8_0>;
+                         std::is_same_v<F, FormatQ8_0> || std::is_same_v<F, FormatQ4_K> ||
+                         std::is_same_v<F, FormatQ6_K>;
 
 template <int R, typename F, typename Source>
 void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
@@ -317,7 +433,9 @@ WeightPackFn gemm_weight_packer_avx2(DType type) {
   switch (type) {  // the types with a PackedSource (kPacked)
     case DType::q4_0:
     case DType::q4_1:
-    case DType::q8_0: return weight_packer(type);
+    case DType::q8_0:
+    case DType::q4_k:
+    case DType::q6_k: return weight_packer(type);
     default: return nullptr;
   }
 }
