@@ -1,7 +1,9 @@
 // cpu/matmul.cpp: y = x · Wᵀ for every supported weight type: quantizes the activations once
-// (into the caller's workspace), then splits output columns over the thread pool. Decode-shaped calls (few rows) stream each
-// weight row once through vec_dot (memory-bound); prefill-shaped calls go to the ISA's GEMM,
-// which repacks weight panels so one weight read serves many rows (compute-bound).
+// (into the caller's workspace), then splits output columns over the thread pool. Decode-shaped
+// calls (few rows) stream the weights once (memory-bound): through the GEMM's few-row path over
+// weights packed at load (weight_pack.h) where the table has one, else vec_dot per weight row;
+// prefill-shaped calls go to the ISA's GEMM, which packs weight panels so one weight read
+// serves many rows (compute-bound).
 #include "cpu/matmul.h"
 
 #include <algorithm>
