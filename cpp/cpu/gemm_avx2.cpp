@@ -73,11 +73,12 @@ inline void packed_scales8(const Packed& p, int h, const uint16_t* m, Block8* x)
   x->coef_s_lo = _mm256_setzero_ps();
 }
 
-// The first pass over a group (h = 0) streams it from memory: ask for the bytes 2 KiB ahead.
+// The first pass over a group (h = 0) streams it from memory: ask for the bytes 8 KiB ahead (as
+// gemm_avx512.cpp's kPackedPrefetchBytes, measured there).
 template <typename Packed>
 inline void packed_prefetch(const Packed* block, int h) {
   if (h != 0) return;  // the second half's pass finds the group in L2
-  const char* ahead = reinterpret_cast<const char*>(block) + 2048;
+  const char* ahead = reinterpret_cast<const char*>(block) + 8192;
   for (int64_t line = 0; line < int64_t(sizeof(Packed)); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
 }
 
