@@ -6,8 +6,10 @@ llama.cpp's batched decoding (when llama-cpp-python is importable), in one run.
 Throughput: N requests with distinct random prompts of -p tokens each generate -n tokens
 greedily (no end token), all submitted at once; aggregate tokens/s = N * n / wall time from
 submit to the last token (prefill included), and the decode-only rate after every request has
-its first token. llama.cpp: one context with n_seq_max = 16, the N prompts in one llama_batch,
-then one llama_batch of N tokens per step, greedy argmax in numpy — the same work.
+its first token. llama.cpp: its own llama-batched-bench (the peer build of
+../shared/bench/build_llamacpp.sh, or --llama-batched-bench PATH) with -npl N -npp p -ntg n:
+the N prompts in one batch, then one batch of N tokens per step; N * n / its total time t is
+the same figure.
 
 Time to first token: a 1,000-token prompt whose first 900 tokens are in the prefix cache (a
 1,000-token prompt sharing them ran before) against a cold 1,000-token prompt.
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from ember import _core
-from llamacpp_driver import LlamaCppContext
+from llamacpp_peer import batched_bench, peer_binary
 
 GREEDY = _core.SamplingParams(temperature=0.0)
 
@@ -82,37 +84,6 @@ def ember_ttft(engine: _core.Engine, prompt: list[int]) -> float:
     return ttft
 
 
-# --- llama.cpp -----------------------------------------------------------------------------
-
-class LlamaCppBatched(LlamaCppContext):
-    """llama.cpp's batched decoding through llama-cpp-python's low-level API."""
-
-    def __init__(self, path: str, n_threads: int, n_seq_max: int, n_ctx_per_seq: int) -> None:
-        super().__init__(path, n_threads, n_seq_max * n_ctx_per_seq, n_batch=1024, n_ubatch=512,
-                         n_seq_max=n_seq_max, quiet=True)
-
-    def argmax(self, i: int) -> int:
-        return int(np.argmax(self.logits(i)))
-
-    def throughput(self, prompts: list[list[int]], n_gen: int) -> float:
-        self.clear()
-        start = time.perf_counter()
-        rows = []
-        out_rows = []
-        for s, p in enumerate(prompts):
-            for j, tok in enumerate(p):
-                rows.append((tok, j, s, j == len(p) - 1))
-            out_rows.append(len(rows) - 1)
-        self.decode(rows)
-        next_tokens = [self.argmax(r) for r in out_rows]
-        positions = [len(p) for p in prompts]
-        for _ in range(n_gen - 1):
-            self.decode([(t, positions[s], s, True) for s, t in enumerate(next_tokens)])
-            next_tokens = [self.argmax(i) for i in range(len(prompts))]
-            positions = [p + 1 for p in positions]
-        return len(prompts) * n_gen / (time.perf_counter() - start)
-
-
 # --- the run -------------------------------------------------------------------------------
 
 def bench_model(path: Path, args: argparse.Namespace) -> None:
@@ -123,13 +94,9 @@ def bench_model(path: Path, args: argparse.Namespace) -> None:
                           max_batch_tokens=512)
     rng = np.random.default_rng(0)
     ember_throughput(engine, [random_prompt(rng, engine.n_vocab, args.prompt)], 4)  # warm-up
-    llama = None
-    if args.llama_cpp:
-        try:
-            llama = LlamaCppBatched(str(path), args.threads, max(concurrency), args.prompt + args.gen + 16)
-            llama.throughput([random_prompt(rng, llama.n_vocab, args.prompt)], 4)
-        except ImportError:
-            print("(llama-cpp-python is not importable: ember only)")
+    llama = peer_binary("llama-batched-bench", args.llama_batched_bench) if args.llama_cpp else None
+    if args.llama_cpp and not llama:
+        print("(no llama-batched-bench: build the peer with ../shared/bench/build_llamacpp.sh; ember only)")
     header = "| concurrent | ember agg tok/s | ember decode tok/s | ember speed-up |"
     if llama:
         header += " llama.cpp agg tok/s | ember / llama.cpp |"
@@ -146,7 +113,8 @@ def bench_model(path: Path, args: argparse.Namespace) -> None:
         base = base or agg
         line = f"| {n} | {agg:.1f} | {dec:.1f} | {agg / base:.2f}x |"
         if llama:
-            theirs = statistics.median(llama.throughput(prompts, args.gen) for _ in range(args.reps))
+            rows = [batched_bench(llama, str(path), args.threads, n, args.prompt, args.gen) for _ in range(args.reps)]
+            theirs = statistics.median(n * args.gen / row["t"] for row in rows)
             line += f" {theirs:.1f} | {agg / theirs:.2f} |"
         print(line, flush=True)
 
@@ -178,6 +146,7 @@ def main() -> None:
     ap.add_argument("-r", "--reps", type=int, default=1)
     ap.add_argument("--no-ttft", dest="ttft", action="store_false")
     ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false")
+    ap.add_argument("--llama-batched-bench", default=None, help="llama-batched-bench binary (default: the peer build)")
     args = ap.parse_args()
     models = args.models
     if not models:

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_kernels.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
 
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
              DType::f16,  DType::bf16, DType::f32};
   }
   ThreadPool pool(n_threads);
+  cpu::MatmulWorkspace workspace;  // reused by every call, as in the backend
   std::mt19937_64 rng(1);
   std::printf("isa %s, %d threads, W %lld x %lld\n", cpu::isa_name(cpu::active_isa_level()), n_threads,
               static_cast<long long>(n_in), static_cast<long long>(n_out));
@@ -79,8 +81,13 @@ int main(int argc, char** argv) {
     // Random bytes with sane f16 fields would matter for accuracy, not speed: fill with a
     // pattern whose f16 scale fields are finite (0x3c3c = 1.06).
     std::vector<uint8_t> w(w_bytes, 0x3c);
-    const double pp = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), pp_rows, y.data(), pool); }, 3);
-    const double tg = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), 1, y.data(), pool); }, 20);
+    if (cpu::active_kernels().of(t).pack) {  // the layout the backend repacks the type into at load
+      std::vector<uint8_t> packed(cpu::packed_weight_bytes(t, n_in, n_out));
+      cpu::pack_matmul_weight(cpu::active_kernels(), t, w.data(), n_in, n_out, packed.data(), pool);
+      w = std::move(packed);
+    }
+    const double pp = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), pp_rows, y.data(), pool, workspace); }, 3);
+    const double tg = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), 1, y.data(), pool, workspace); }, 20);
     std::printf("%-7s %10.2f %12.1f %10.3f %12.2f\n", dtype_name(t), pp * 1e3,
                 2.0 * pp_rows * n_in * n_out / pp / 1e9, tg * 1e3, w_bytes / tg / 1e9);
   }

@@ -4,10 +4,12 @@
 //
 // Conventions shared by every op:
 //  - activations are float32, row-major, and live in the backend's memory (host memory on CPU);
-//  - weights are GGUF tensors in any dtype the backend supports, laid out as in the file;
+//  - weights are GGUF tensors in any dtype the backend supports, laid out as in the file, except
+//    matmul weights, which go through prepare_matmul_weight() once (the backend may repack them);
 //  - ops may run asynchronously; synchronize() waits for all of them (the CPU runs each op to
 //    completion before returning, so its synchronize() does nothing);
-//  - ops never throw and never allocate: callers check supports() and sizes once, at load.
+//  - ops never throw and never allocate: callers check supports() and sizes once, at load, and
+//    size the ops' scratch there (reserve_matmul).
 #pragma once
 
 #include <cstddef>
@@ -113,9 +115,13 @@ class Backend {
   // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only); for
   // store_kv and attention, `dtype` is the KV cache's element type (KVView::type).
   virtual bool supports(Op op, DType dtype) const = 0;
-  // True if each row of matmul() with `wtype` weights gives the same bits whatever n_rows is,
-  // so a row's result never depends on the rows batched with it.
-  virtual bool matmul_rows_exact(DType wtype) const { return false; }
+  // The smallest row count from which each row of matmul() with `wtype` weights gives the same
+  // bits whatever the call's n_rows (>= this count) is: 1 if a row's result never depends on the
+  // rows batched with it. A caller that needs batch-invariant rows pads smaller calls to it.
+  virtual int64_t matmul_exact_min_rows(DType wtype) const = 0;
+  // Sizes matmul()'s scratch for calls of up to max_rows rows of up to max_n_in inputs, so that
+  // those calls never allocate. Called at load (once per activation scratch); grows, never shrinks.
+  virtual void reserve_matmul(int64_t max_rows, int64_t max_n_in) = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
 
@@ -127,8 +133,15 @@ class Backend {
   virtual void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) = 0;
   virtual void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) = 0;
 
+  // The weights matmul() reads for the GGUF tensor {n_in, n_out} of `wtype` at `data` (in the
+  // file mapping), made once at load: a view of `data` where the backend reads the file's layout
+  // (no copy), else memory of its own holding the layout its kernels read fastest (a repacked
+  // copy the caller keeps alive). matmul() must be given the returned buffer's data().
+  virtual Buffer prepare_matmul_weight(DType wtype, const void* data, int64_t n_in, int64_t n_out) = 0;
+
   // --- ops ---
-  // y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ; W is a GGUF tensor {n_in, n_out} of `wtype`.
+  // y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ; W is prepare_matmul_weight()'s buffer of a GGUF
+  // tensor {n_in, n_out} of `wtype`.
   virtual void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
                       const float* x, int64_t n_rows, float* y) = 0;
   // y[n_ids, n_cols] = table[ids[i], :] dequantized; table is {n_cols, n_table_rows} of `type`.

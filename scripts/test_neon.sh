@@ -12,7 +12,7 @@ cd "$root"
 
 common=(-O2 -std=c++20 -Icpp -DEMBER_HAS_X86=0 -DEMBER_HAS_ARM=1 -DEMBER_HAS_AMX=0 -Wall -Wextra -Wno-unused-parameter)
 sources=(cpp/core/thread_pool.cpp cpp/quant/*.cpp cpp/cpu/cpu_features.cpp cpp/cpu/quantize_act.cpp
-         cpp/cpu/vec_dot_scalar.cpp cpp/cpu/matmul_kernels.cpp cpp/cpu/matmul.cpp cpp/cpu/*_neon.cpp
+         cpp/cpu/vec_dot_scalar.cpp cpp/cpu/matmul_kernels.cpp cpp/cpu/matmul.cpp cpp/cpu/weight_pack.cpp cpp/cpu/*_neon.cpp
          tests/cpp/test_matmul.cpp)
 objects=()
 for src in "${sources[@]}"; do

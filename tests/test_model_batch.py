@@ -13,7 +13,8 @@ from conftest import build_cpp_test
 from cpp_cases import run_cases
 
 TARGET = "test_model_batch"
-EXPECTED_CASES = ["batched_sequences_match_each_sequence_alone", "invalid_batches_are_refused"]
+EXPECTED_CASES = ["batched_sequences_match_each_sequence_alone", "invalid_batches_are_refused",
+                  "runner_rows_do_not_depend_on_the_batch", "runner_steps_never_allocate_matmul_scratch"]
 
 
 def test_model_batch_cases_pass(stories_path: Path) -> None:

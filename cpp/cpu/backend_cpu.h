@@ -1,12 +1,13 @@
 // cpu/backend_cpu.h: the CPU backend — the reference every other backend is tested against.
-// Owns the thread pool its ops run on; buffers are plain host memory, and weights are read in
-// place from the GGUF mapping.
+// Owns the thread pool its ops run on and their scratch; buffers are plain host memory, and
+// weights are read in place from the GGUF mapping.
 #pragma once
 
 #include <memory>
 
 #include "backend.h"
 #include "core/thread_pool.h"
+#include "cpu/matmul_workspace.h"
 #include "cpu/ops.h"
 
 namespace ember {
@@ -18,13 +19,17 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   bool supports(Op op, DType dtype) const override;
-  bool matmul_rows_exact(DType wtype) const override;
+  int64_t matmul_exact_min_rows(DType wtype) const override;
+  void reserve_matmul(int64_t max_rows, int64_t max_n_in) override;
+  // The matmul scratch (tests check that a loaded model's steps never grow it).
+  const cpu::MatmulWorkspace& matmul_workspace() const { return matmul_workspace_; }
   void synchronize() override {}
   int n_threads() const override { return pool_.n_threads(); }
   ThreadPool& pool() { return pool_; }
 
   Buffer alloc(size_t n_bytes) override;
   Buffer wrap_host(const void* data, size_t n_bytes) override;
+  Buffer prepare_matmul_weight(DType wtype, const void* data, int64_t n_in, int64_t n_out) override;
   void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) override;
   void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) override;
 
@@ -53,6 +58,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   cpu::OpsIsa isa_;
+  cpu::MatmulWorkspace matmul_workspace_;  // every matmul's scratch, sized by reserve_matmul
 };
 
 }  // namespace ember

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cpu/matmul_kernels.h"
+#include "cpu/weight_pack.h"
 
 namespace ember::cpu {
 
@@ -15,7 +16,13 @@ inline constexpr int64_t kGemmColsAvx512 = 16;
 // nullptr where the ISA has no GEMM for the type.
 GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
-GemmFn gemm_kernel_amx(DType type);  // quantized types only (16 columns, avx512's panels)
+GemmFn gemm_kernel_amx(DType type);
+GemmFn gemm_kernel_neon(DType type);  // packed types only (q4_0, q4_1, q8_0), any row count  // quantized types only (16 columns, avx512's panels)
+
+// The packer of the layout the avx512 (and amx) GEMMs read a type's weights in (weight_pack.h),
+// nullptr where they read the file's rows.
+WeightPackFn gemm_weight_packer_avx512(DType type);
+WeightPackFn gemm_weight_packer_avx2(DType type);  // these types' GEMMs also take 1..3 rows
 
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);

@@ -274,7 +274,7 @@ void gemm_quant(const GemmArgs& g) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     for (int64_t kb = 0; kb < n_blocks; kb += kChunkBlocks) {
       const int64_t n_chunk = std::min(kChunkBlocks, n_blocks - kb);
-      pack_panel16<F>(g.w, g.w_row_bytes, c0, nc, kb, n_chunk, panel);
+      pack_panel16_any<F>(g.w, g.w_row_bytes, c0, nc, kb, n_chunk, panel);
       // tileloadd's asm statement does not tell the compiler it reads memory: keep the panel's
       // stores before it.
       asm volatile("" ::: "memory");

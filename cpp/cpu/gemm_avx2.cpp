@@ -4,6 +4,7 @@
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
 // 2-5 bit types.
 #include <algorithm>
+#include <type_traits>
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_pack_x86.h"
@@ -34,8 +35,228 @@ inline __m256i bcast_group(const BlockQ8A& a, int g) {
   return _mm256_set1_epi32(v);
 }
 
-template <int R, typename F>
-void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
+// One 32-element block of 8 columns as tile_quant consumes it: the 8 u vectors (u[g]: lane c =
+// column c's elements 4g .. 4g + 3; signed q where kSigned) and the panel's scale vectors.
+struct Block8 {
+  __m256i w[8];
+  __m256 scale0, scale1, coef_s, coef_s_lo;
+};
+
+// Blocks from packed panels (the GEMM's).
+struct PanelSource {
+  const Panel* panel;
+  void prefetch(int64_t) const {}  // the panel is in L1
+  void load(int64_t b, Block8* x) const {
+    const Panel& p = panel[b];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
+    x->scale0 = _mm256_load_ps(p.scale[0]);
+    x->scale1 = _mm256_load_ps(p.scale[1]);
+    x->coef_s = _mm256_load_ps(p.coef_s);
+    x->coef_s_lo = _mm256_load_ps(p.coef_s_lo);
+  }
+};
+
+// Blocks straight from the packed weight layout (weight_pack.h): columns 8h .. 8h + 7 of a
+// 16-column group, the same values pack_quant_panel stores from the file's rows (the scales by
+// the same IEEE operations: scale = d, coef_s = min - kBias * scale).
+template <typename F>
+struct PackedSource;
+
+template <typename Packed, typename F>
+inline void packed_scales8(const Packed& p, int h, const uint16_t* m, Block8* x) {
+  constexpr int kBias = kSigned<F> ? 0 : F::kBias;
+  x->scale0 = x->scale1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d + 8 * h)));
+  const __m256 min = m ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + 8 * h)))
+                       : _mm256_setzero_ps();
+  x->coef_s = _mm256_sub_ps(min, _mm256_mul_ps(_mm256_set1_ps(float(kBias)), x->scale0));
+  x->coef_s_lo = _mm256_setzero_ps();
+}
+
+// The first pass over a group (h = 0) streams it from memory: ask for the bytes 8 KiB ahead (as
+// gemm_avx512.cpp's kPackedPrefetchBytes, measured there).
+template <typename Packed>
+inline void packed_prefetch(const Packed* block, int h) {
+  if (h != 0) return;  // the second half's pass finds the group in L2
+  const char* ahead = reinterpret_cast<const char*>(block) + 8192;
+  for (int64_t line = 0; line < int64_t(sizeof(Packed)); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+}
+
+template <typename Packed>
+inline void packed_nibbles8(const Packed& p, int h, Block8* x) {
+  const __m256i mask = _mm256_set1_epi8(15);
+  #pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[k][8 * h]));
+    x->w[k] = _mm256_and_si256(v, mask);
+    x->w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+  }
+}
+
+template <>
+struct PackedSource<FormatQ4_0> {
+  const PackedQ4_0* blocks;  // the group's [n_blocks]
+  int h;                     // which 8 of its 16 columns
+  void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
+  void load(int64_t b, Block8* x) const {
+    packed_nibbles8(blocks[b], h, x);
+    packed_scales8<PackedQ4_0, FormatQ4_0>(blocks[b], h, nullptr, x);
+  }
+};
+
+template <>
+struct PackedSource<FormatQ4_1> {
+  const PackedQ4_1* blocks;
+  int h;
+  void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
+  void load(int64_t b, Block8* x) const {
+    packed_nibbles8(blocks[b], h, x);
+    packed_scales8<PackedQ4_1, FormatQ4_1>(blocks[b], h, blocks[b].m, x);
+  }
+};
+
+template <>
+struct PackedSource<FormatQ8_0> {
+  const PackedQ8_0* blocks;
+  int h;
+  void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
+  void load(int64_t b, Block8* x) const {
+    static_assert(kSigned<FormatQ8_0>);  // the panel holds q = u - 128
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      x->w[g] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].u[g][8 * h])),
+                                 _mm256_set1_epi8(-128));
+    }
+    packed_scales8<PackedQ8_0, FormatQ8_0>(blocks[b], h, nullptr, x);
+  }
+};
+
+// K-quants: the scales of a super-block's 8 blocks, decoded for 8 columns when the first block
+// of a super-block is loaded (blocks come in order) with the scalar code's operations
+// (k4_scales, FormatQ6_K::one, then pack_quant_panel's corrections), vectorized.
+struct SuperScales8 {
+  __m256 scale0[8], scale1[8], coef_s[8], coef_s_lo[8];
+};
+
+// 8 f16 values held in the low 16 bits of 8 dwords, as f32.
+inline __m256 half_lo8(__m256i v) {
+  const __m256i low = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+}
+inline __m256i byte8(const __m256i* words, int k) {  // byte k of the bytes the dwords hold
+  return _mm256_and_si256(_mm256_srli_epi32(words[k / 4], 8 * (k % 4)), _mm256_set1_epi32(0xff));
+}
+inline __m256i load8_u32(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline void decode_q4_k_scales8(const PackedQ4_K& p, int h, SuperScales8* s) {
+  const __m256i ddmin = load8_u32(p.dm + 8 * h);
+  const __m256 d = half_lo8(ddmin), dmin = half_lo8(_mm256_srli_epi32(ddmin, 16));
+  const __m256i t[3] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h)};
+  const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15), m48 = _mm256_set1_epi32(0x30);
+  for (int j = 0; j < 8; ++j) {  // k4_scale_min
+    __m256i sc, m;
+    if (j < 4) {
+      sc = _mm256_and_si256(byte8(t, j), m63);
+      m = _mm256_and_si256(byte8(t, j + 4), m63);
+    } else {
+      const __m256i hi4 = byte8(t, j + 4);
+      sc = _mm256_or_si256(_mm256_and_si256(hi4, m15), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j - 4), 2), m48));
+      m = _mm256_or_si256(_mm256_srli_epi32(hi4, 4), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j), 2), m48));
+    }
+    const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    const __m256 min = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(-0.0f));
+    s->scale0[j] = s->scale1[j] = scale;
+    s->coef_s[j] = _mm256_sub_ps(min, _mm256_mul_ps(_mm256_set1_ps(float(FormatQ4_K::kBias)), scale));
+    s->coef_s_lo[j] = _mm256_setzero_ps();
+  }
+}
+
+inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d + 8 * h)));
+  const __m256i sc[4] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h),
+                         load8_u32(p.sc[3] + 8 * h)};
+  const __m256 bias = _mm256_set1_ps(float(FormatQ6_K::kBias));
+  for (int j = 0; j < 8; ++j) {
+    __m256 corr[2], scale[2];
+    for (int hh = 0; hh < 2; ++hh) {  // int8 scales[2j + hh], sign-extended; min 0
+      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(byte8(sc, 2 * j + hh), 24), 24);
+      scale[hh] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8));
+      corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale[hh]));
+    }
+    s->scale0[j] = scale[0];
+    s->scale1[j] = scale[1];
+    s->coef_s[j] = corr[1];
+    s->coef_s_lo[j] = _mm256_sub_ps(corr[0], corr[1]);
+  }
+}
+
+template <>
+struct PackedSource<FormatQ4_K> {
+  const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
+  int h;
+  mutable SuperScales8 scales;
+  void prefetch(int64_t b) const {
+    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
+  }
+  void load(int64_t b, Block8* x) const {
+    const PackedQ4_K& p = blocks[b / 8];
+    const int j = static_cast<int>(b % 8);
+    if (j == 0) decode_q4_k_scales8(p, h, &scales);
+    const __m256i mask = _mm256_set1_epi8(15);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[j / 2][g][8 * h]));
+      x->w[g] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, mask);
+    }
+    x->scale0 = scales.scale0[j];
+    x->scale1 = scales.scale1[j];
+    x->coef_s = scales.coef_s[j];
+    x->coef_s_lo = scales.coef_s_lo[j];
+  }
+};
+
+template <>
+struct PackedSource<FormatQ6_K> {
+  const PackedQ6_K* blocks;
+  int h;
+  mutable SuperScales8 scales;
+  void prefetch(int64_t b) const {
+    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
+  }
+  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g].
+  void load(int64_t b, Block8* x) const {
+    const PackedQ6_K& p = blocks[b / 8];
+    const int j = static_cast<int>(b % 8), hh = j / 4, k = j % 4;
+    if (j == 0) decode_q6_k_scales8(p, h, &scales);
+    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
+    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
+      const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, low_shift), m15);
+      const __m256i high = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, high_shift), 4), m48);
+      x->w[g] = _mm256_or_si256(low, high);
+    }
+    x->scale0 = scales.scale0[j];
+    x->scale1 = scales.scale1[j];
+    x->coef_s = scales.coef_s[j];
+    x->coef_s_lo = scales.coef_s_lo[j];
+  }
+};
+
+template <typename F>
+using PackedBlock = decltype(*PackedSource<F>::blocks);
+
+// Types whose avx2 kernels read the packed layout.
+template <typename F>
+constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, FormatQ4_1> ||
+                         std::is_same_v<F, FormatQ8_0> || std::is_same_v<F, FormatQ4_K> ||
+                         std::is_same_v<F, FormatQ6_K>;
+
+template <int R, typename F, typename Source>
+void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
                 float* y, int64_t ldy, int nc) {
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -46,12 +267,10 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const Panel& p = panel[b];
-    __m256i w[8];
-    #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
-    }
+    source.prefetch(b);
+    Block8 p;
+    source.load(b, &p);
+    const __m256i* w = p.w;
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
@@ -74,15 +293,15 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
         half[h] = sum32;
       }
       if constexpr (F::kSub16) {
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), _mm256_load_ps(p.scale[0]));
-        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), _mm256_load_ps(p.scale[1]), t);
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
+        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_load_ps(p.coef_s_lo), _mm256_set1_ps(a.s_lo), acc[r]);
+        acc[r] = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), acc[r]);
       } else {
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
-        acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(_mm256_load_ps(p.scale[0]), _mm256_set1_ps(a.d)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_load_ps(p.coef_s), _mm256_set1_ps(a.s), acc[r]);
+      acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
     }
   }
   alignas(32) float out[kCols];
@@ -93,20 +312,57 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
   }
 }
 
+// A panel from the packed layout: what PackedSource gives, stored.
+template <typename F>
+void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Panel* panel) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    Block8 x;
+    source.load(b, &x);
+    #pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
+    _mm256_store_ps(panel[b].scale[0], x.scale0);
+    _mm256_store_ps(panel[b].scale[1], x.scale1);
+    _mm256_store_ps(panel[b].coef_s, x.coef_s);
+    _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+  }
+}
+
+// Packed types: below kMaxRows rows the tiles read the packed layout directly (decode: the
+// weights stream once, no panel), from kMaxRows rows on through a panel packed from it. Both
+// run tile_quant on the same values, so a row's result never depends on the row count.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
-  using TileFn = void (*)(const Panel*, int64_t, const uint8_t*, int64_t, float*, int64_t, int);
-  constexpr TileFn kTiles[kMaxRows + 1] = {nullptr, tile_quant<1, F>, tile_quant<2, F>,
-                                           tile_quant<3, F>, tile_quant<4, F>};
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
-    pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+    if constexpr (kPacked<F>) {
+      using Block = std::remove_cvref_t<PackedBlock<F>>;
+      const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
+                                   static_cast<int>(c0 % 16 / 8)};
+      if (g.n_rows < kMaxRows) {
+        switch (g.n_rows) {
+          case 1: tile_quant<1, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
+          case 2: tile_quant<2, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
+          default: tile_quant<3, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
+        }
+        continue;
+      }
+      pack_panel_from_packed<F>(source, n_blocks, panel);
+    } else {
+      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+    }
+    const PanelSource panels{panel};
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
-      kTiles[nr](panel, n_blocks, g.act + r0 * g.act_row_bytes, g.act_row_bytes,
-                 g.y + r0 * g.ldy + c0, g.ldy, nc);
+      const uint8_t* act = g.act + r0 * g.act_row_bytes;
+      float* y = g.y + r0 * g.ldy + c0;
+      switch (nr) {
+        case 1: tile_quant<1, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 2: tile_quant<2, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 3: tile_quant<3, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        default: tile_quant<4, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+      }
     }
   }
 }
@@ -173,6 +429,17 @@ constexpr GemmEntry kGemms[] = {
 };
 
 }  // namespace
+
+WeightPackFn gemm_weight_packer_avx2(DType type) {
+  switch (type) {  // the types with a PackedSource (kPacked)
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q8_0:
+    case DType::q4_k:
+    case DType::q6_k: return weight_packer(type);
+    default: return nullptr;
+  }
+}
 
 GemmFn gemm_kernel_avx2(DType type) {
   for (const GemmEntry& e : kGemms) {

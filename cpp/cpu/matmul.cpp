@@ -1,11 +1,12 @@
-// cpu/matmul.cpp: y = x · Wᵀ for every supported weight type: quantizes the activations once,
-// then splits output columns over the thread pool. Decode-shaped calls (few rows) stream each
-// weight row once through vec_dot (memory-bound); prefill-shaped calls go to the ISA's GEMM,
-// which repacks weight panels so one weight read serves many rows (compute-bound).
+// cpu/matmul.cpp: y = x · Wᵀ for every supported weight type: quantizes the activations once
+// (into the caller's workspace), then splits output columns over the thread pool. Decode-shaped
+// calls (few rows) stream the weights once (memory-bound): through the GEMM's few-row path over
+// weights packed at load (weight_pack.h) where the table has one, else vec_dot per weight row;
+// prefill-shaped calls go to the ISA's GEMM, which packs weight panels so one weight read
+// serves many rows (compute-bound).
 #include "cpu/matmul.h"
 
 #include <algorithm>
-#include <new>
 
 #include "core/error.h"
 #include "cpu/matmul_kernels.h"
@@ -17,45 +18,80 @@ namespace {
 // every weight block once per row in vec_dot.
 constexpr int64_t kGemmMinRows = 4;
 
-// A 64-byte aligned byte buffer, one allocation per matmul call (never inside the kernels).
-class ScratchBuffer {
- public:
-  explicit ScratchBuffer(int64_t n_bytes)
-      : data_(n_bytes > 0 ? static_cast<uint8_t*>(::operator new(n_bytes, std::align_val_t{64}))
-                          : nullptr) {}
-  ~ScratchBuffer() {
-    if (data_) ::operator delete(data_, std::align_val_t{64});
-  }
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  uint8_t* data_;
-};
-
 int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
+// How one call carves the workspace: [quantized activations][their tiles][a panel per thread],
+// each region 64-byte aligned (sizes 0 where the call's path does not use it).
+struct ScratchLayout {
+  int64_t act_bytes = 0, tiles_bytes = 0, panel_bytes = 0;  // panel_bytes: per thread
+  int n_threads = 0;
+  int64_t total() const { return act_bytes + tiles_bytes + panel_bytes * n_threads; }
+};
+
+ScratchLayout scratch_layout(const IsaKernels& kernels, bool q8a, bool tiled, bool gemm,
+                             int64_t n_rows, int64_t n_in, int n_threads) {
+  ScratchLayout l;
+  l.n_threads = n_threads;
+  if (q8a) l.act_bytes = round_up(n_rows * (n_in / 32) * int64_t(sizeof(BlockQ8A)), 64);
+  if (tiled) l.tiles_bytes = round_up(kernels.act_tiling.bytes(n_rows, n_in), 64);
+  if (gemm && kernels.panel_bytes) l.panel_bytes = round_up(kernels.panel_bytes(n_in), 64);
+  return l;
+}
+
+bool uses_gemm(const TypeKernels& k, int64_t n_rows) {
+  return k.gemm != nullptr && (n_rows >= kGemmMinRows || k.gemm_any_rows);
+}
+
 }  // namespace
+
+int64_t matmul_exact_min_rows(DType wtype) { return matmul_exact_min_rows(active_kernels(), wtype); }
+
+int64_t matmul_workspace_bytes(int64_t n_rows, int64_t n_in, int n_threads) {
+  return matmul_workspace_bytes(active_kernels(), n_rows, n_in, n_threads);
+}
 
 bool matmul_supports(DType wtype) {
   return isa_kernels_scalar().of(wtype).act != ActFormat::none;
 }
 
-bool matmul_rows_exact(DType wtype) {
+int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype) {
+  const TypeKernels& k = kernels.of(wtype);
+  // One code path at every row count (vec_dot alone, or a GEMM that takes any count) gives a
+  // row the same bits whatever came with it; otherwise rows agree from the GEMM's count on.
+  return k.gemm == nullptr || k.gemm_any_rows ? 1 : kGemmMinRows;
+}
+
+int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads) {
+  // The largest of any weight type's needs: q8a activations, tiles where the table has them, panels.
+  const ActTiling& tiling = kernels.act_tiling;
+  const bool tiled = tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
+  return scratch_layout(kernels, true, tiled, true, n_rows, n_in, n_threads).total();
+}
+
+const IsaKernels& active_kernels() {
   const IsaKernels* kernels = isa_kernels(active_isa_level());
-  const TypeKernels& k = (kernels ? *kernels : isa_kernels_scalar()).of(wtype);
-  return k.gemm != nullptr && k.gemm_any_rows;
+  return kernels ? *kernels : isa_kernels_scalar();
+}
+
+void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
+                        int64_t n_out, void* out, ThreadPool& pool) {
+  const WeightPackFn pack = kernels.of(wtype).pack;
+  const int64_t n_groups = (n_out + kPackCols - 1) / kPackCols;
+  pool.run([&](int ith, int nth) {
+    int64_t begin, end;
+    split_range(n_groups, ith, nth, &begin, &end);
+    if (begin < end) pack(w, n_in, n_out, out, begin, end);
+  });
 }
 
 void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
-            int64_t n_rows, float* y, ThreadPool& pool) {
-  const IsaKernels* kernels = isa_kernels(active_isa_level());
-  matmul_with(kernels ? *kernels : isa_kernels_scalar(), wtype, w, n_in, n_out, x, n_rows, y, pool);
+            int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace) {
+  matmul_with(active_kernels(), wtype, w, n_in, n_out, x, n_rows, y, pool, workspace);
 }
 
 void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
-                 int64_t n_out, const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
+                 int64_t n_out, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
+                 MatmulWorkspace& workspace) {
   const TypeKernels& k = kernels.of(wtype);
   const int64_t block = type_traits(wtype).block_size;
   if (k.act == ActFormat::none) {
@@ -69,20 +105,24 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   const auto* w_bytes = static_cast<const uint8_t*>(w);
   const int64_t w_row_bytes = row_bytes(wtype, n_in);
 
-  const bool use_gemm = k.gemm != nullptr && (n_rows >= kGemmMinRows || k.gemm_any_rows);
+  const bool use_gemm = uses_gemm(k, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
   const ActTiling& tiling = kernels.act_tiling;
   const bool tiled = use_gemm && k.act == ActFormat::q8a && tiling.tile_rows > 0 &&
                      n_rows >= tiling.min_rows;
-  ScratchBuffer act_tiles(tiled ? tiling.bytes(n_rows, n_in) : 0);
+  // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
+  const ScratchLayout layout =
+      scratch_layout(kernels, k.act == ActFormat::q8a, tiled, use_gemm, n_rows, n_in, pool.n_threads());
+  uint8_t* const scratch = workspace.reserve(layout.total());
+  uint8_t* const act_tiles = scratch + layout.act_bytes;                    // [tiling.bytes(n_rows, n_in)]
+  uint8_t* const panels = act_tiles + layout.tiles_bytes;                   // [n_threads][panel_bytes]
 
   // Activations in the kernels' format: [n_rows][act_row_bytes].
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   int64_t act_row_bytes = n_in * static_cast<int64_t>(sizeof(float));
-  ScratchBuffer act_buffer(k.act == ActFormat::q8a ? n_rows * (n_in / 32) * int64_t(sizeof(BlockQ8A)) : 0);
   if (k.act == ActFormat::q8a) {
     act_row_bytes = (n_in / 32) * static_cast<int64_t>(sizeof(BlockQ8A));
-    auto* q = act_buffer.data();
+    uint8_t* q = scratch;  // [n_rows][act_row_bytes]
     // Rows are handed out in whole tiles, so each thread packs the tiles of the rows it just
     // quantized (still in its cache).
     const int64_t unit = tiled ? tiling.tile_rows : 1;
@@ -91,7 +131,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
       for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
         kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in);
       }
-      if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles.data());
+      if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };
     if (n_rows < 2 * pool.n_threads()) {
       quantize_units(0, n_units);  // a few rows: not worth waking the workers twice
@@ -106,8 +146,6 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   }
 
   if (use_gemm) {
-    const int64_t panel_bytes = round_up(kernels.panel_bytes(n_in), 64);
-    ScratchBuffer panels(panel_bytes * pool.n_threads());
     const int64_t n_panels = (n_out + k.gemm_cols - 1) / k.gemm_cols;
     pool.run([&](int ith, int nth) {
       int64_t begin, end;
@@ -115,7 +153,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
       if (begin == end) return;
       GemmArgs args{w_bytes, w_row_bytes, n_in, begin * k.gemm_cols,
                     std::min(end * k.gemm_cols, n_out), act, act_row_bytes, n_rows,
-                    y, n_out, panels.data() + ith * panel_bytes, tiled ? act_tiles.data() : nullptr};
+                    y, n_out, panels + ith * layout.panel_bytes, tiled ? act_tiles : nullptr};
       k.gemm(args);
     });
     return;

@@ -7,7 +7,9 @@
 
 #include "core/thread_pool.h"
 #include "cpu/cpu_features.h"
+#include "cpu/matmul_workspace.h"
 #include "cpu/quantize_act.h"
+#include "cpu/weight_pack.h"
 #include "quant/types.h"
 
 namespace ember::cpu {
@@ -23,7 +25,8 @@ using VecDotFn = float (*)(int64_t n_in, const void* w_row, const void* act_row)
 // col_end) = act row r · weight row c. The kernel repacks weight rows into `panel` (at least
 // panel_bytes(n_in) bytes, 64-byte aligned) so that each weight byte read serves many rows.
 struct GemmArgs {
-  const uint8_t* w;         // [n_out][w_row_bytes] the whole weight matrix
+  const uint8_t* w;         // the whole weight matrix: [n_out][w_row_bytes] in the file's layout,
+                            // or packed (TypeKernels::pack; column c0's group at c0 * w_row_bytes)
   int64_t w_row_bytes;
   int64_t n_in;
   int64_t col_begin, col_end;
@@ -60,8 +63,12 @@ struct TypeKernels {
   GemmFn gemm = nullptr;            // nullptr: matmul loops over vec_dot
   int64_t gemm_cols = 1;            // columns per panel; thread shares are multiples of it
   // The GEMM also takes 1..3 rows, and each row's result is then bit-identical whatever the
-  // row count (see matmul_rows_exact).
+  // row count (see matmul_exact_min_rows).
   bool gemm_any_rows = false;
+  // The layout matmul() reads this type's weights in: nullptr, the file's rows; otherwise the
+  // packed layout of weight_pack.h, which this packer writes from the file's rows (once, at
+  // load: CpuBackend::prepare_matmul_weight). vec_dot always reads the file's rows.
+  WeightPackFn pack = nullptr;
 };
 
 inline constexpr int kNumDTypeIds = 36;  // DType raw ids are < 36
@@ -91,8 +98,18 @@ const IsaKernels& isa_kernels_neon();
 
 namespace ember::cpu {
 
-// cpu::matmul with an explicit kernel table (tests run every ISA this CPU supports through it).
+// cpu::matmul and its queries with an explicit kernel table (tests run every ISA this CPU
+// supports through them). matmul_with's w is in the table's layout for wtype: the file's rows,
+// or where TypeKernels::pack is set, what pack_matmul_weight made of them.
 void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
-                 const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+                 const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace);
+int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype);
+int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads);
+// Writes w (the file's rows, {n_in, n_out}) in the layout kernels.of(wtype).pack defines into
+// out (packed_weight_bytes(wtype, n_in, n_out) bytes), column groups split over the pool.
+void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
+                        int64_t n_out, void* out, ThreadPool& pool);
+// The table cpu::matmul uses: the active ISA level's (scalar where this build lacks it).
+const IsaKernels& active_kernels();
 
 }  // namespace ember::cpu

@@ -53,6 +53,9 @@ IsaKernels make_table() {
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx2(static_cast<DType>(i));
+    // Packed types' GEMMs stream the packed weights for 1..3 rows, with the same bits.
+    t.types[i].pack = gemm_weight_packer_avx2(static_cast<DType>(i));
+    t.types[i].gemm_any_rows = t.types[i].pack != nullptr;
   }
   return t;
 }

@@ -47,6 +47,7 @@ IsaKernels make_table() {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx512(static_cast<DType>(i));
     // The quantized GEMMs take 1..3 rows without packing (gemm_avx512.cpp: gemv_quant).
     t.types[i].gemm_any_rows = t.types[i].act == ActFormat::q8a;
+    t.types[i].pack = gemm_weight_packer_avx512(static_cast<DType>(i));
   }
   return t;
 }

@@ -1,10 +1,12 @@
 // cpu/vec_dot_neon.cpp: aarch64 NEON + dotprod dot products and the neon kernel table.
 // sdot multiplies s8 x s8, so each block's u = q + kBias is turned back into the signed q before
 // the dot product and no bias term is needed; only the formats' real mins remain.
-// No GEMM yet: matmul loops over vec_dot for every shape on this ISA.
+// q4_0, q4_1 and q8_0 weights are packed at load and run gemm_neon.cpp's kernel for every row
+// count; the other types loop over vec_dot for every shape.
 #include <arm_neon.h>
 
 #include "cpu/block_formats.h"
+#include "cpu/gemm.h"
 #include "cpu/matmul_kernels.h"
 
 namespace ember::cpu {
@@ -168,7 +170,7 @@ constexpr TypeKernels quant_kernels() {
   return {ActFormat::q8a, vec_dot_quant<F>, nullptr, 1};
 }
 
-constexpr IsaKernels make_table() {
+IsaKernels make_table() {
   IsaKernels t;
   t.level = IsaLevel::neon;
   t.quantize_act = quantize_act_row_ref;  // scalar: a small share of any matmul's time
@@ -187,13 +189,21 @@ constexpr IsaKernels make_table() {
   set(DType::q4_k, quant_kernels<FormatQ4_K>());
   set(DType::q5_k, quant_kernels<FormatQ5_K>());
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
+  for (DType type : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+    TypeKernels& k = t.types[static_cast<uint32_t>(type)];
+    k.gemm = gemm_kernel_neon(type);
+    k.gemm_cols = kPackCols;
+    k.gemm_any_rows = true;  // one tile kernel for every row count
+    k.pack = weight_packer(type);
+  }
   return t;
 }
 
-constexpr IsaKernels kNeonKernels = make_table();
-
 }  // namespace
 
-const IsaKernels& isa_kernels_neon() { return kNeonKernels; }
+const IsaKernels& isa_kernels_neon() {
+  static const IsaKernels table = make_table();
+  return table;
+}
 
 }  // namespace ember::cpu

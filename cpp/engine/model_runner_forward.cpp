@@ -11,17 +11,18 @@
 namespace ember {
 namespace {
 
-// True if every matmul of the model's forward pass gives each row the same bits at any row count.
-bool matmuls_rows_exact(const Model& model) {
+// The row count from which every matmul of the model's forward pass gives each row the same
+// bits whatever the batch (the largest of the backend's answers for the model's weight types).
+int64_t matmul_exact_min_rows(const Model& model) {
   const Backend& be = model.backend();
   const ModelWeights& w = model.weights();
-  if (!be.matmul_rows_exact(w.output.type)) return false;
+  int64_t n = be.matmul_exact_min_rows(w.output.type);
   for (const LayerWeights& l : w.layers) {
     for (const WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      if (!be.matmul_rows_exact(t->type)) return false;
+      n = std::max(n, be.matmul_exact_min_rows(t->type));
     }
   }
-  return true;
+  return n;
 }
 
 }  // namespace
@@ -38,17 +39,18 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
     throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ", config.n_blocks,
                               " and ", config.block_size));
   }
-  pad_rows_ = config.rows_independent && !matmuls_rows_exact(*model_);
-  const int64_t n_pad_blocks = (kGemmMinRows + config.block_size - 1) / config.block_size;
+  min_rows_ = config.rows_independent ? matmul_exact_min_rows(*model_) : 1;
+  const int64_t n_pad_rows = min_rows_ - 1;  // at most this many throwaway rows per step
+  const int64_t n_pad_blocks = (n_pad_rows + config.block_size - 1) / config.block_size;
   for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
   PagedKVCache::check_type(config.kv_type, c.head_dim);
   cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks + n_pad_blocks,
                         config.block_size, config.kv_type);
   // Room for the largest step plus its throwaway rows.
-  const int64_t n_batch = config.max_num_batched_tokens + kGemmMinRows;
+  const int64_t n_batch = config.max_num_batched_tokens + n_pad_rows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
   rows_.reserve(n_batch);
-  logits_.reserve(static_cast<size_t>(config.max_num_seqs + kGemmMinRows) * c.n_vocab);
+  logits_.reserve(static_cast<size_t>(config.max_num_seqs + n_pad_rows) * c.n_vocab);
 }
 
 void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
@@ -109,12 +111,9 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
     add_rows(s.row_begin, s.n_rows, batch.block_tables.data() + s.block_table_begin);
   }
   // Throwaway rows (token 0 at positions 0, 1, ... of the padding blocks) lift the batch, and its
-  // outputs when it has any, to the GEMM's row count; their logits are ignored.
-  int64_t n_pad = 0;
-  if (pad_rows_) {
-    n_pad = std::max<int64_t>(0, kGemmMinRows - n_rows);
-    if (n_outputs > 0) n_pad = std::max(n_pad, kGemmMinRows - n_outputs);
-  }
+  // outputs when it has any, to min_rows_; their logits are ignored.
+  int64_t n_pad = std::max<int64_t>(0, min_rows_ - n_rows);
+  if (n_outputs > 0) n_pad = std::max(n_pad, min_rows_ - n_outputs);
   for (int64_t i = 0; i < n_pad; ++i) {
     tokens_.push_back(0);
     positions_.push_back(static_cast<int32_t>(i));

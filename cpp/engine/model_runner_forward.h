@@ -27,18 +27,14 @@ struct ForwardRunnerConfig {
   DType kv_type = DType::f16;            // the cache's rows: f16, or q8_0 (head_dim % 32 == 0)
   // Every row's result depends only on its token, its position and its sequence's cache, never
   // on the rest of the batch, so batching, chunking, prefix hits and preemption cannot change a
-  // request's output. The CPU kernels give a row different rounding depending on the call's
-  // shape (matmul: vec_dot below kGemmMinRows rows, a GEMM from there on; attention: a per-head
-  // kernel for one row, a blocked one for several), so the runner runs attention one row at a
-  // time and, unless the backend's matmul is row-exact for every weight type of the model
-  // (Backend::matmul_rows_exact), pads every batch to at least kGemmMinRows rows and outputs with
-  // throwaway rows.
+  // request's output. The CPU kernels may give a row different rounding depending on the call's
+  // shape (matmul: a kernel for few rows and a GEMM for many, unless the GEMM takes every count;
+  // attention: a per-head kernel for one row, a blocked one for several), so the runner runs
+  // attention one row at a time and pads every batch, and its outputs, with throwaway rows up
+  // to the row count from which the backend's matmul is batch-invariant for every weight type
+  // of the model (Backend::matmul_exact_min_rows; no padding where that is 1).
   bool rows_independent = true;
 };
-
-// The row count from which cpu::matmul switches from vec_dot to its GEMM (cpu/matmul.cpp):
-// GEMM rows are bit-identical whatever the row count, vec_dot rows differ from them.
-inline constexpr int64_t kGemmMinRows = 4;
 
 class ForwardRunner : public ModelRunner {
  public:
@@ -74,8 +70,10 @@ class ForwardRunner : public ModelRunner {
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
-  std::vector<int32_t> pad_table_;                       // [ceil(kGemmMinRows / block_size)]
-  bool pad_rows_ = false;  // rows_independent and some weight type's matmul is not row-exact
+  std::vector<int32_t> pad_table_;                       // [ceil(min_rows_ / block_size)]
+  // Batches (and their outputs) are lifted to this many rows: the backend's
+  // matmul_exact_min_rows over the model's weight types when rows_independent, else 1.
+  int64_t min_rows_ = 1;
   // Reused every step (no allocation once they reached the largest batch).
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
   std::vector<SequenceRows> rows_;                       // [n_seqs], or [n_rows] one row each

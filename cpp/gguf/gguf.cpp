@@ -450,4 +450,14 @@ const GGUFTensorInfo* GGUFFile::find_tensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
+void GGUFFile::drop_pages(const void* data, size_t n_bytes) const {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(data) + n_bytes) / page * page;
+  const auto map_begin = reinterpret_cast<uintptr_t>(base_), map_end = map_begin + size_;
+  if (begin < end && begin >= map_begin && end <= map_end) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is harmless
+  }
+}
+
 }  // namespace ember

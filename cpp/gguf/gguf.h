@@ -82,6 +82,11 @@ class GGUFFile {
   std::vector<float> get_floats(std::string_view key) const;              // empty when absent
   std::vector<int64_t> get_ints(std::string_view key) const;              // empty when absent
 
+  // Drops the whole pages inside [data, data + n_bytes) of the mapping from the process's
+  // resident memory (MADV_DONTNEED: read again, they come back from the file): for tensors a
+  // backend copied at load and never reads from the file again.
+  void drop_pages(const void* data, size_t n_bytes) const;
+
   const std::vector<GGUFTensorInfo>& tensors() const { return tensors_; }
   const GGUFTensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent
 

@@ -13,6 +13,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   model->config_ = read_config(*model->file_);
   model->backend_ = make_backend(options.backend, options.n_threads);
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
+  model->prepare_matmul_weights();
 
   // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it.
   const ModelConfig& c = model->config_;
@@ -38,6 +39,24 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     }
   }
   return model;
+}
+
+void Model::prepare_matmul_weights() {
+  ModelWeights& w = weights_;
+  std::vector<WeightTensor*> tensors = {&w.output};
+  for (LayerWeights& l : w.layers) {
+    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) tensors.push_back(t);
+  }
+  for (WeightTensor* t : tensors) {
+    Buffer b = backend_->prepare_matmul_weight(t->type, t->data, t->ne0, t->ne1);
+    if (b.data() != t->data) {
+      // A copy: the file's bytes are read again only where another use shares them (a tied
+      // output's token_embd rows, read by get_rows, come back from the page cache as needed).
+      file_->drop_pages(t->data, static_cast<size_t>(row_bytes(t->type, t->ne0) * t->ne1));
+      t->data = b.data();
+    }
+    matmul_weights_.push_back(std::move(b));
+  }
 }
 
 RopeParams Model::rope_params(int64_t il) const {

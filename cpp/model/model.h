@@ -35,11 +35,16 @@ class Model {
 
  private:
   Model() = default;
+  // Hands every matmul weight to the backend (see matmul_weights_).
+  void prepare_matmul_weights();
 
   std::shared_ptr<GGUFFile> file_;
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
   ModelWeights weights_;
+  // The matmul weights as the backend reads them (Backend::prepare_matmul_weight): views of the
+  // mapping, or the backend's repacked copies, which weights_' matmul tensors then point into.
+  std::vector<Buffer> matmul_weights_;
   std::vector<float> rope_inv_freq_;      // [n_rot / 2], scaling and frequency factors folded in
   std::vector<float> rope_inv_freq_swa_;  // [n_rot / 2] of sliding-window layers; empty: none
 };

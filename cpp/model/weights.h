@@ -1,5 +1,7 @@
 // model/weights.h: a model's weights as views of the GGUF tensors inside the file mapping — no
-// copies. Binding checks every tensor's presence, shape and dtype once, at load.
+// copies (Model then hands the matmul weights to the backend, which may repack them: see
+// Backend::prepare_matmul_weight). Binding checks every tensor's presence, shape and dtype once,
+// at load.
 #pragma once
 
 #include <cstdint>

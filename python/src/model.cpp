@@ -93,7 +93,8 @@ void init_model(nb::module_& m) {
                     std::optional<int64_t>>(),
            nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_ctx") = nb::none(),
            nb::arg("n_batch") = nb::none(),
-           "Loads a GGUF model (weights stay in the file mapping). n_threads defaults to the "
+           "Loads a GGUF model (weights are read from the file mapping; the CPU backend repacks the "
+           "matmul weights of some types once, into a copy of the same size). n_threads defaults to the "
            "number of physical cores, n_ctx to min(context_length, 4096), n_batch (rows per "
            "forward pass; longer inputs are split) to 512.")
       .def("eval", &eval, nb::arg("tokens"), nb::arg("reset") = true,

@@ -31,6 +31,12 @@ namespace {
 
 int g_passed = 0, g_failed = 0;
 
+// One workspace serves every call, as in the backend (it grows to the largest case).
+MatmulWorkspace& workspace() {
+  static MatmulWorkspace ws;
+  return ws;
+}
+
 void check(bool ok, const std::string& what) {
   if (ok) {
     ++g_passed;
@@ -93,6 +99,16 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
   return w;
 }
 
+// w (the file's rows) in the layout `kernels` reads the type in: packed where the table packs it
+// (TypeKernels::pack), as is otherwise. vec_dot always takes the file's rows.
+std::vector<uint8_t> kernel_layout(const IsaKernels& kernels, DType type, const std::vector<uint8_t>& w,
+                                   int64_t n_in, int64_t n_out, ThreadPool& pool) {
+  if (kernels.of(type).pack == nullptr) return w;
+  std::vector<uint8_t> packed(packed_weight_bytes(type, n_in, n_out), 0xcd);
+  pack_matmul_weight(kernels, type, w.data(), n_in, n_out, packed.data(), pool);
+  return packed;
+}
+
 // Rows of activations with varied magnitudes; one block of zeros exercises d == 0.
 std::vector<float> random_acts(int64_t n_rows, int64_t n_in, std::mt19937_64& rng) {
   std::vector<float> x(n_rows * n_in);
@@ -153,7 +169,8 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
   }
 
   std::vector<float> y(c.n_rows * c.n_out, NAN);
-  matmul_with(kernels, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y.data(), pool);
+  const std::vector<uint8_t> w_kernel = kernel_layout(kernels, c.type, w, c.n_in, c.n_out, pool);
+  matmul_with(kernels, c.type, w_kernel.data(), c.n_in, c.n_out, x.data(), c.n_rows, y.data(), pool, workspace());
 
   int bad_vec = 0, bad_ref = 0, bad_exact = 0;
   double worst_exact = 0.0;
@@ -190,31 +207,42 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
                             " outputs off (worst err/bound " + std::to_string(worst_exact) + ")");
 }
 
-// Where a level's GEMM takes any row count (gemm_any_rows), a row's output must be the same
-// bits whether it came alone, with one or two others, or in a batch of 40 (the engine relies on
-// it instead of padding small batches; 40 rows take amx's tile path where amx is active).
+// From matmul_exact_min_rows(type) rows on (1 where the GEMM takes any row count), a row's
+// output must be the same bits whether it came with few rows or in a batch of 40 (the engine pads
+// smaller batches to that count and relies on it; 40 rows take amx's tile path where amx is
+// active). Where the answer is above 1, one row alone must differ somewhere: otherwise the
+// engine would pad for nothing, and a wrong answer would go unnoticed.
 void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_64& rng,
                       const std::vector<DType>& types) {
   const int64_t kRows = 40;
   for (DType type : types) {
-    if (!kernels.of(type).gemm_any_rows) continue;
+    const int64_t min_rows = matmul_exact_min_rows(kernels, type);
+    bool single_differs = false;
     for (int64_t n_in : {256, 768}) {
       for (int64_t n_out : {1, 16, 37, 100}) {
-        const std::vector<uint8_t> w = random_weights(type, n_in, n_out, rng);
+        const std::vector<uint8_t> w = kernel_layout(kernels, type, random_weights(type, n_in, n_out, rng), n_in, n_out, pool);
         const std::vector<float> x = random_acts(kRows, n_in, rng);
         std::vector<float> all(kRows * n_out);
-        matmul_with(kernels, type, w.data(), n_in, n_out, x.data(), kRows, all.data(), pool);
+        matmul_with(kernels, type, w.data(), n_in, n_out, x.data(), kRows, all.data(), pool, workspace());
         for (int64_t n : {1, 2, 3, 4, 5}) {
           for (int64_t r0 : {int64_t{0}, kRows - n}) {
             std::vector<float> few(n * n_out, NAN);
-            matmul_with(kernels, type, w.data(), n_in, n_out, &x[r0 * n_in], n, few.data(), pool);
-            check(std::memcmp(few.data(), &all[r0 * n_out], few.size() * sizeof(float)) == 0,
-                  std::string(isa_name(kernels.level)) + " " + dtype_name(type) + " n_in=" + std::to_string(n_in) +
-                      " n_out=" + std::to_string(n_out) + ": " + std::to_string(n) +
-                      " rows differ from the same rows among " + std::to_string(kRows));
+            matmul_with(kernels, type, w.data(), n_in, n_out, &x[r0 * n_in], n, few.data(), pool, workspace());
+            const bool same = std::memcmp(few.data(), &all[r0 * n_out], few.size() * sizeof(float)) == 0;
+            if (n == 1 && !same) single_differs = true;
+            if (n < min_rows) continue;
+            check(same, std::string(isa_name(kernels.level)) + " " + dtype_name(type) + " n_in=" + std::to_string(n_in) +
+                            " n_out=" + std::to_string(n_out) + ": " + std::to_string(n) +
+                            " rows differ from the same rows among " + std::to_string(kRows) +
+                            " (matmul_exact_min_rows says " + std::to_string(min_rows) + ")");
           }
         }
       }
+    }
+    if (min_rows > 1) {
+      check(single_differs, std::string(isa_name(kernels.level)) + " " + dtype_name(type) +
+                                ": matmul_exact_min_rows is " + std::to_string(min_rows) +
+                                " but one row alone always matched the batch");
     }
   }
 }
@@ -247,11 +275,12 @@ void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
   }
   int failed = 0;
   for (const Case& c : cases) {
-    const std::vector<uint8_t> w = random_weights(c.type, c.n_in, c.n_out, rng);
+    // Both tables read the same layout (amx's is avx512's, GEMMs aside).
+    const std::vector<uint8_t> w = kernel_layout(avx512, c.type, random_weights(c.type, c.n_in, c.n_out, rng), c.n_in, c.n_out, pool);
     const std::vector<float> x = random_acts(c.n_rows, c.n_in, rng);
     std::vector<float> y_amx(c.n_rows * c.n_out, NAN), y_avx512(c.n_rows * c.n_out, NAN);
-    matmul_with(amx, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_amx.data(), pool);
-    matmul_with(avx512, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_avx512.data(), pool);
+    matmul_with(amx, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_amx.data(), pool, workspace());
+    matmul_with(avx512, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_avx512.data(), pool, workspace());
     int64_t n_diff = 0;
     for (size_t i = 0; i < y_amx.size(); ++i) {
       n_diff += std::memcmp(&y_amx[i], &y_avx512[i], sizeof(float)) != 0;
@@ -321,10 +350,10 @@ int main() {
   }
   // The public entry point runs the active level.
   {
-    std::vector<uint8_t> w = random_weights(DType::q4_0, 256, 5, rng);
+    std::vector<uint8_t> w = kernel_layout(active_kernels(), DType::q4_0, random_weights(DType::q4_0, 256, 5, rng), 256, 5, pool);
     std::vector<float> x = random_acts(2, 256, rng), y(10), y_ref(10);
-    matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool);
-    matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool);
+    matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool, workspace());
+    matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool, workspace());
     check(y == y_ref, "matmul() runs the active ISA level");
     check(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs), "matmul_supports");
   }
