@@ -17,6 +17,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_pack_avx512.h"
+#include "cpu/weight_pack_avx512.h"
 
 namespace ember::cpu {
 namespace {

@@ -9,6 +9,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_pack_avx512.h"
+#include "cpu/weight_pack_avx512.h"
 
 namespace ember::cpu {
 namespace {

@@ -1,0 +1,154 @@
+// cpu/weight_pack_avx512.h: the avx512 / amx kernels' readers of the packed weight layout
+// (weight_pack.h), and the panel chunk packer that takes either layout. Included only by
+// *_avx512.cpp / *_amx.cpp; internal linkage (see block_formats.h).
+#pragma once
+
+#include "cpu/gemm_pack_avx512.h"
+#include "cpu/weight_pack.h"
+
+namespace ember::cpu {
+namespace {
+
+// Readers of one packed block (F::kBlocksPer 32-element blocks) of 16 columns: quants(p, j, u)
+// gives the u vectors of 32-element block j's 8 four-element groups (u[g]: lane c = column c's
+// elements 4g .. 4g + 3, a Panel16 u row as is), scales(p, s) the ColumnScales of every block j,
+// computed with the same operations as ColumnScaleReader on the file's fields, so packed and
+// unpacked weights give the same bits. kPacked is false for types without a packed layout.
+template <typename F>
+struct Packed16Reader {
+  static constexpr bool kPacked = false;
+};
+
+// Scales of the one-scale-per-block formats, as ColumnScaleReader computes them.
+inline void packed_scales(const uint16_t* d, const uint16_t* m, int bias, ColumnScales* s) {
+  s->scale0 = s->scale1 = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+  const __m512 min = m ? _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m)))
+                       : _mm512_setzero_ps();
+  s->coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(bias)), s->scale0));
+  s->coef_s_lo = _mm512_setzero_ps();
+}
+
+// u[k] and u[k + 4] from the low and high nibbles of v[k] (k < 4), or from the low / high
+// nibble (shift 0 / 4) of v[k] for all 8 groups.
+inline void nibbles_low_high(const uint8_t (*v)[kPackCols][4], __m512i u[8]) {
+  const __m512i mask = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x = _mm512_loadu_si512(v[k]);
+    u[k] = _mm512_and_si512(x, mask);
+    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), mask);
+  }
+}
+
+inline __m512i load_u32x16(const uint32_t* p) { return _mm512_loadu_si512(p); }
+
+template <>
+struct Packed16Reader<FormatQ4_0> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ4_0;
+  static void quants(const Block& p, int, __m512i u[8]) { nibbles_low_high(p.qs, u); }
+  static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, nullptr, FormatQ4_0::kBias, s); }
+};
+
+template <>
+struct Packed16Reader<FormatQ4_1> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ4_1;
+  static void quants(const Block& p, int, __m512i u[8]) { nibbles_low_high(p.qs, u); }
+  static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, p.m, FormatQ4_1::kBias, s); }
+};
+
+template <>
+struct Packed16Reader<FormatQ8_0> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ8_0;
+  static void quants(const Block& p, int, __m512i u[8]) {
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) u[g] = _mm512_loadu_si512(p.u[g]);
+  }
+  static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, nullptr, FormatQ8_0::kBias, s); }
+};
+
+template <>
+struct Packed16Reader<FormatQ4_K> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ4_K;
+  static void quants(const Block& p, int j, __m512i u[8]) {
+    const __m512i mask = _mm512_set1_epi8(15);
+    const int shift = 4 * (j % 2);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i x = _mm512_loadu_si512(p.qs[j / 2][k]);
+      u[k] = _mm512_and_si512(shift ? _mm512_srli_epi16(x, 4) : x, mask);
+    }
+  }
+  static void scales(const Block& p, ColumnScales* s) {
+    const __m512i t[3] = {load_u32x16(p.sc[0]), load_u32x16(p.sc[1]), load_u32x16(p.sc[2])};
+    decode_k4_scales<FormatQ4_K>(load_u32x16(p.dm), t, s);
+  }
+};
+
+template <>
+struct Packed16Reader<FormatQ6_K> {
+  static constexpr bool kPacked = true;
+  using Block = PackedQ6_K;
+  // Block j = 4h + k: low nibble k / 2 of ql[h][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[h][g].
+  static void quants(const Block& p, int j, __m512i u[8]) {
+    const int h = j / 4, k = j % 4;
+    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
+    const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m512i ql = _mm512_loadu_si512(p.ql[h][8 * (k % 2) + g]);
+      const __m512i qh = _mm512_loadu_si512(p.qh[h][g]);
+      const __m512i low = _mm512_and_si512(_mm512_srl_epi16(ql, low_shift), m15);
+      const __m512i high = _mm512_and_si512(_mm512_slli_epi16(_mm512_srl_epi16(qh, high_shift), 4), m48);
+      u[g] = _mm512_or_si512(low, high);
+    }
+  }
+  static void scales(const Block& p, ColumnScales* s) {
+    const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
+    const __m512i sc[4] = {load_u32x16(p.sc[0]), load_u32x16(p.sc[1]), load_u32x16(p.sc[2]), load_u32x16(p.sc[3])};
+    decode_q6_k_scales(d, sc, s);
+  }
+};
+
+// pack_panel16 from the packed layout: the quants are already interleaved, so a panel block is
+// 8 stores of u rows and the scales (missing columns are the layout's zero columns). b0 is a
+// multiple of F::kBlocksPer.
+template <typename F>
+void pack_panel16_packed(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int64_t b0, int64_t n_blocks,
+                         Panel16* panel) {
+  using R = Packed16Reader<F>;
+  constexpr int kPer = F::kBlocksPer;
+  const auto* blocks = reinterpret_cast<const typename R::Block*>(w + c0 * w_row_bytes);
+  ColumnScales s[kPer];
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const int64_t b = b0 + i;
+    const auto& block = blocks[b / kPer];
+    const int j = static_cast<int>(b % kPer);
+    if (j == 0) R::scales(block, s);
+    __m512i u[8];
+    R::quants(block, j, u);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) _mm512_store_si512(panel[i].u[g], u[g]);
+    _mm512_store_ps(panel[i].scale[0], s[j].scale0);
+    _mm512_store_ps(panel[i].scale[1], s[j].scale1);
+    _mm512_store_ps(panel[i].coef_s, s[j].coef_s);
+    _mm512_store_ps(panel[i].coef_s_lo, s[j].coef_s_lo);
+  }
+}
+
+// A panel chunk from whichever layout the avx512 / amx tables keep F's weights in.
+template <typename F>
+void pack_panel16_any(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
+                      int64_t n_blocks, Panel16* panel) {
+  if constexpr (Packed16Reader<F>::kPacked) {
+    pack_panel16_packed<F>(w, w_row_bytes, c0, b0, n_blocks, panel);
+  } else {
+    pack_panel16<F>(w, w_row_bytes, c0, nc, b0, n_blocks, panel);
+  }
+}
+
+}  // namespace
+}  // namespace ember::cpu
