@@ -28,6 +28,10 @@ def test_matmul_exe() -> Path:
     return build_cpp_test("test_matmul")
 
 
+MATMUL_CASES = ["kernels_scalar", "kernels_avx2", "kernels_avx512", "kernels_amx", "kernels_neon",
+                "matmul_runs_the_active_level"]
+
+
 def run_test_matmul(exe: Path, isa: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, EMBER_CPU_ISA=isa)
     return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=900)
@@ -47,6 +51,8 @@ def test_matmul_kernels(test_matmul_exe: Path, isa: str) -> None:
     assert int(level.group(1)) > 1000 and int(level.group(2)) == 0, out[-4000:]
     total = re.search(r"^(\d+) passed, (\d+) failed$", out, re.MULTILINE)
     assert total and int(total.group(2)) == 0, out[-4000:]
+    # Every case of the program ran and passed (a case that silently disappears fails here).
+    assert re.findall(r"^ok\s+(\S+)$", out, re.MULTILINE) == MATMUL_CASES, out[-4000:]
     if isa == "amx":
         same = re.search(r"^amx == avx512 bit for bit: (\d+) passed, (\d+) failed$", out, re.MULTILINE)
         assert same and int(same.group(1)) > 0 and int(same.group(2)) == 0, out[-4000:]
@@ -94,6 +100,9 @@ def test_attention_kernels_f16_and_q8_0(test_attention_exe: Path) -> None:
                             timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
+    assert re.findall(r"^ok\s+(\S+)$", out, re.MULTILINE) == [
+        "store_kv_and_attention_scalar", "store_kv_and_attention_avx2",
+        "cpu_backend_supports_f16_and_q8_0_kv", "paged_kv_cache_checks_types_and_sizes"], out[-4000:]
     levels = {name: (int(ok), int(bad)) for name, ok, bad in
               re.findall(r"^isa (\w+): (\d+) passed, (\d+) failed", out, re.MULTILINE)}
     expected = ["scalar"]

@@ -6,8 +6,9 @@
 //       activation rounding error (looser, but still a proven bound),
 // and the amx GEMMs against the avx512 ones bit for bit (the engine relies on a row's result not
 // depending on which GEMM path or batch size computed it).
-// Prints one line per failure and "N passed, M failed"; exits 1 on any failure.
-// EMBER_TEST_SEED=<n> replays a run.
+// Cases (tests/cpp/harness.h): one per ISA level, each printing "isa LEVEL: N passed, M failed"
+// over its checks (a level this CPU or EMBER_CPU_ISA rules out runs nothing and prints no isa
+// line), and the public entry point. EMBER_TEST_SEED=<n> replays a run.
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "harness.h"
 #include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_kernels.h"
@@ -29,22 +31,14 @@ using namespace ember::cpu;
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
 // One workspace serves every call, as in the backend (it grows to the largest case).
 MatmulWorkspace& workspace() {
   static MatmulWorkspace ws;
   return ws;
 }
 
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    if (g_failed <= 40) std::printf("FAIL %s\n", what.c_str());
-  }
-}
+// One counted check (the harness's EXPECT: a failure is reported and the case goes on).
+void check(bool ok, const std::string& what) { EXPECT(ok, what); }
 
 // Offsets of the f16 scale fields of one block: random bytes there could be inf/NaN, so the test
 // overwrites them with finite values (the quants themselves stay uniformly random).
@@ -294,22 +288,29 @@ void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
               failed);
 }
 
-}  // namespace
+// The run's random generator: EMBER_TEST_SEED replays a run; printed once with the CPU's features.
+std::mt19937_64& rng() {
+  static std::mt19937_64 generator = [] {
+    uint64_t seed = std::random_device{}();
+    if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
+    const CpuFeatures& f = cpu_features();
+    std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d "
+                "amx_tile=%d amx_int8=%d neon=%d dotprod=%d; active isa %s\n",
+                static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl,
+                f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.amx_tile, f.amx_int8, f.neon, f.dotprod,
+                isa_name(active_isa_level()));
+    return std::mt19937_64(seed);
+  }();
+  return generator;
+}
 
-int main() {
-  uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
-  std::mt19937_64 rng(seed);
-  const CpuFeatures& f = cpu_features();
-  std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d amx_tile=%d amx_int8=%d neon=%d dotprod=%d; active isa %s\n",
-              static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw,
-              f.avx512vl, f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.amx_tile, f.amx_int8,
-              f.neon, f.dotprod, isa_name(active_isa_level()));
+const DType kSmallTypes[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
+const DType kKTypes[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 
-  const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
-  const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
-  const DType float_types[] = {DType::f32, DType::f16, DType::bf16};
-  // EMBER_TEST_SHAPES=small: fewer shapes, for slow runs under an emulator (scripts/test_neon.sh).
+// Every (type, n_in, n_out, n_rows) the levels run. EMBER_TEST_SHAPES=small: fewer shapes, for
+// slow runs under an emulator (scripts/test_neon.sh).
+std::vector<Case> all_cases() {
   const char* shapes = std::getenv("EMBER_TEST_SHAPES");
   const bool small = shapes != nullptr && std::strcmp(shapes, "small") == 0;
   const std::vector<int64_t> rows = small ? std::vector<int64_t>{1, 5, 17} : std::vector<int64_t>{1, 3, 17, 64};
@@ -320,43 +321,55 @@ int main() {
   std::vector<Case> cases;
   for (int64_t n_rows : rows) {
     for (int64_t n_out : outs) {
-      for (DType t : small_types) {
+      for (DType t : kSmallTypes) {
         for (int64_t n_in : small_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
-      for (DType t : k_types) {
+      for (DType t : kKTypes) {
         for (int64_t n_in : k_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
-      for (DType t : float_types) {
+      for (DType t : kFloatTypes) {
         for (int64_t n_in : float_ins) cases.push_back({t, n_in, n_out, n_rows});
       }
     }
   }
+  return cases;
+}
 
+// Every check of one ISA level, when this CPU runs it and EMBER_CPU_ISA allows it.
+void check_level(IsaLevel level) {
+  // Check the CPU before isa_kernels(): building a table runs code compiled for its ISA.
+  if (!isa_supported(level) || !isa_within(level, active_isa_level()) || !isa_kernels(level)) {
+    std::printf("%s level not run\n", isa_name(level));
+    return;
+  }
+  const IsaKernels& kernels = *isa_kernels(level);
   ThreadPool pool(2);  // odd n_out and panel counts give uneven splits
+  for (const Case& c : all_cases()) run_case(c, kernels, pool, rng());
+  std::vector<DType> quant_types(std::begin(kSmallTypes), std::end(kSmallTypes));
+  quant_types.insert(quant_types.end(), std::begin(kKTypes), std::end(kKTypes));
+  check_rows_exact(kernels, pool, rng(), quant_types);
+  if (level == IsaLevel::amx) check_amx_bit_identical(pool, rng());
+  std::printf("isa %s: %d passed, %d failed\n", isa_name(level), test::n_expects_passed(),
+              test::n_expects_failed());
+}
+
+}  // namespace
+
+TEST(kernels_scalar) { check_level(IsaLevel::scalar); }
+TEST(kernels_avx2) { check_level(IsaLevel::avx2); }
+TEST(kernels_avx512) { check_level(IsaLevel::avx512); }
+TEST(kernels_amx) { check_level(IsaLevel::amx); }
+TEST(kernels_neon) { check_level(IsaLevel::neon); }
+
+// The public entry point runs the active level.
+TEST(matmul_runs_the_active_level) {
+  ThreadPool pool(2);
   const IsaLevel active = active_isa_level();
-  for (IsaLevel level : kIsaLevels) {
-    // Check the CPU before isa_kernels(): building a table runs code compiled for its ISA.
-    if (!isa_supported(level) || !isa_within(level, active)) continue;
-    const IsaKernels* kernels = isa_kernels(level);
-    if (!kernels) continue;
-    const int failed_before = g_failed, passed_before = g_passed;
-    for (const Case& c : cases) run_case(c, *kernels, pool, rng);
-    std::vector<DType> quant_types(std::begin(small_types), std::end(small_types));
-    quant_types.insert(quant_types.end(), std::begin(k_types), std::end(k_types));
-    check_rows_exact(*kernels, pool, rng, quant_types);
-    if (level == IsaLevel::amx) check_amx_bit_identical(pool, rng);
-    std::printf("isa %s: %d passed, %d failed\n", isa_name(level), g_passed - passed_before,
-                g_failed - failed_before);
-  }
-  // The public entry point runs the active level.
-  {
-    std::vector<uint8_t> w = kernel_layout(active_kernels(), DType::q4_0, random_weights(DType::q4_0, 256, 5, rng), 256, 5, pool);
-    std::vector<float> x = random_acts(2, 256, rng), y(10), y_ref(10);
-    matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool, workspace());
-    matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool, workspace());
-    check(y == y_ref, "matmul() runs the active ISA level");
-    check(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs), "matmul_supports");
-  }
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  std::vector<uint8_t> w = kernel_layout(active_kernels(), DType::q4_0, random_weights(DType::q4_0, 256, 5, rng()),
+                                         256, 5, pool);
+  std::vector<float> x = random_acts(2, 256, rng()), y(10), y_ref(10);
+  matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool, workspace());
+  matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool, workspace());
+  CHECK(y == y_ref);
+  CHECK(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs));
 }
