@@ -29,6 +29,8 @@ from pathlib import Path
 
 from llamacpp_peer import llama_bench, peer_binary
 
+from ember.commands.bench import matmul_weight_bytes
+
 
 @dataclass
 class Result:
@@ -44,19 +46,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def matmul_weight_bytes(path: str) -> int:
-    """Bytes one generated token streams: every 2-D weight but the embedding table (read one
-    row per token), plus the output matrix even when it is tied to the embedding table."""
-    from ember import _core
-
-    tensors = {t.name: t for t in _core.GGUFFile(path).tensors}
-    total = sum(t.n_bytes for name, t in tensors.items()
-                if len(t.shape) == 2 and name != "token_embd.weight")
-    if "output.weight" not in tensors and "token_embd.weight" in tensors:
-        total += tensors["token_embd.weight"].n_bytes
-    return total
 
 
 class Ember:
@@ -100,15 +89,17 @@ def main() -> None:
     args = ap.parse_args()
     exe = peer_binary("llama-bench", args.llama_bench)
     if not exe:
-        sys.exit("no llama-bench: build the peer with ../shared/bench/build_llamacpp.sh or pass --llama-bench")
+        sys.exit("no llama-bench: build the peer with ../shared/bench/build_llamacpp.sh "
+                 "or pass --llama-bench")
     from ember import _core
 
     n_ctx = max(args.n_prompt, args.n_gen) + 16
     ember = Ember(args.model, args.threads, n_ctx, max(args.n_prompt, 16))
-    weight_bytes = matmul_weight_bytes(args.model)
-    print(f"model {args.model} ({os.path.getsize(args.model) / 1e6:.1f} MB, {weight_bytes / 1e6:.1f} MB of matmul weights)")
-    print(f"cpu {cpu_name()}; ember isa {_core.cpu_isa()}; {args.threads} threads; {args.repetitions} runs each; "
-          f"ember load {ember.load_s:.2f} s")
+    weight_bytes = matmul_weight_bytes(Path(args.model))
+    print(f"model {args.model} ({os.path.getsize(args.model) / 1e6:.1f} MB, "
+          f"{weight_bytes / 1e6:.1f} MB of matmul weights)")
+    print(f"cpu {cpu_name()}; ember isa {_core.cpu_isa()}; {args.threads} threads; "
+          f"{args.repetitions} runs each; ember load {ember.load_s:.2f} s")
     print(f"peer {exe}")
     print(f"| test  | {'ember t/s':>16} | {'llama.cpp t/s':>16} | ember/llama.cpp | ember GB/s |")
     print("| ----- | ---------------- | ---------------- | --------------- | ---------- |")
@@ -129,8 +120,10 @@ def main() -> None:
               f"backends {peer_info.get('backends', '?')}, cpu_info {peer_info.get('cpu_info', '?')}")
     if args.markdown and "pp" in results and "tg" in results:
         (pe, pp), (te, tp) = results["pp"], results["tg"]
-        print(f"| {Path(args.model).name} | {args.threads} | {pe.mean:.0f} / {pp.mean:.0f} t/s ({pe.mean / pp.mean:.2f}×) "
-              f"| {te.mean:.1f} / {tp.mean:.1f} t/s ({te.mean / tp.mean:.2f}×) | {te.mean * weight_bytes / 1e9:.1f} |")
+        print(f"| {Path(args.model).name} | {args.threads} "
+              f"| {pe.mean:.0f} / {pp.mean:.0f} t/s ({pe.mean / pp.mean:.2f}×) "
+              f"| {te.mean:.1f} / {tp.mean:.1f} t/s ({te.mean / tp.mean:.2f}×) "
+              f"| {te.mean * weight_bytes / 1e9:.1f} |")
 
 
 if __name__ == "__main__":

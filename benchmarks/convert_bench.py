@@ -84,7 +84,7 @@ def write_checkpoint(folder: Path, size: str, n_shards: int = 2) -> int:
         blob += b" " * (-len(blob) % 8)
         with open(folder / shard, "wb") as f:
             f.write(struct.pack("<Q", len(blob)) + blob)
-            for name, shape in part:
+            for _name, shape in part:
                 scale = 1.0 if len(shape) == 1 else 1.0 / np.sqrt(shape[-1])
                 values = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
                 if len(shape) == 1:

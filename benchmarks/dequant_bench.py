@@ -17,11 +17,12 @@ import os
 import time
 from collections.abc import Callable
 
-import ember._core as core
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as GT
 from gguf.quants import dequantize as gguf_dequantize
+
+import ember._core as core
 
 TYPES = [
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
@@ -78,7 +79,8 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     print(
-        f"cpus available: {len(os.sched_getaffinity(0))}; ember input {args.size_mb:g} MB, gguf-py input {args.numpy_size_mb:g} MB"
+        f"cpus available: {len(os.sched_getaffinity(0))}; ember input {args.size_mb:g} MB, "
+        f"gguf-py input {args.numpy_size_mb:g} MB"
     )
     header = (
         f"{'type':8s} {'ember GB/s':>10s} {'Gelem/s':>8s} {'GB/CPU-s':>9s}"

@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from ember import _core
 from llamacpp_peer import batched_bench, peer_binary
+
+from ember import _core
 
 GREEDY = _core.SamplingParams(temperature=0.0)
 
@@ -106,14 +107,16 @@ def bench_model(path: Path, args: argparse.Namespace) -> None:
     for n in concurrency:
         prompts = [random_prompt(rng, engine.n_vocab, args.prompt) for _ in range(n)]
         runs = [ember_throughput(engine, prompts if r == 0 else
-                                 [random_prompt(rng, engine.n_vocab, args.prompt) for _ in range(n)], args.gen)
+                                 [random_prompt(rng, engine.n_vocab, args.prompt) for _ in range(n)],
+                                 args.gen)
                 for r in range(args.reps)]
         agg = statistics.median(r[0] for r in runs)
         dec = statistics.median(r[1] for r in runs)
         base = base or agg
         line = f"| {n} | {agg:.1f} | {dec:.1f} | {agg / base:.2f}x |"
         if llama:
-            rows = [batched_bench(llama, str(path), args.threads, n, args.prompt, args.gen) for _ in range(args.reps)]
+            rows = [batched_bench(llama, str(path), args.threads, n, args.prompt, args.gen)
+                    for _ in range(args.reps)]
             theirs = statistics.median(n * args.gen / row["t"] for row in rows)
             line += f" {theirs:.1f} | {agg / theirs:.2f} |"
         print(line, flush=True)
@@ -146,7 +149,8 @@ def main() -> None:
     ap.add_argument("-r", "--reps", type=int, default=1)
     ap.add_argument("--no-ttft", dest="ttft", action="store_false")
     ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false")
-    ap.add_argument("--llama-batched-bench", default=None, help="llama-batched-bench binary (default: the peer build)")
+    ap.add_argument("--llama-batched-bench", default=None,
+                    help="llama-batched-bench binary (default: the peer build)")
     args = ap.parse_args()
     models = args.models
     if not models:

@@ -25,7 +25,8 @@ def run_jsonl(args: list[str]) -> list[dict]:
     """Runs a llama.cpp benchmark that prints JSON (one document, or one object a line)."""
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{Path(args[0]).name} failed ({proc.returncode}): {' '.join(args)}\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{Path(args[0]).name} failed ({proc.returncode}): {' '.join(args)}\n"
+                           f"{proc.stderr[-2000:]}")
     text = proc.stdout.strip()
     if text.startswith("["):
         return json.loads(text)

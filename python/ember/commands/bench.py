@@ -13,6 +13,19 @@ import typer
 from ember.commands.info import human_bytes, human_count
 
 
+def matmul_weight_bytes(path: Path) -> int:
+    """Bytes one generated token streams: every 2-D weight but the embedding table (read one
+    row per token), plus the output matrix even when it is tied to the embedding table."""
+    from ember import GGUFFile
+
+    tensors = {t.name: t for t in GGUFFile(str(path)).tensors}
+    total = sum(t.n_bytes for name, t in tensors.items()
+                if len(t.shape) == 2 and name != "token_embd.weight")
+    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+        total += tensors["token_embd.weight"].n_bytes
+    return total
+
+
 def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[int],
               repetitions: int) -> list[dict]:
     """One result row per test (pp<n>, tg<n>): tokens/s of each repetition after one warm-up,
@@ -42,6 +55,7 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
                                                       ignore_eos=True)).result()
         return result.timings.generation_ms / 1e3
 
+    weight_bytes = matmul_weight_bytes(model_path)
     rows = []
     with engine:
         for kind, n, timer in (("pp", n_prompt, time_prompt), ("tg", n_gen, time_generation)):
@@ -60,6 +74,8 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
                 "tokens_per_second": statistics.fmean(speeds),
                 "stddev": statistics.stdev(speeds) if len(speeds) > 1 else 0.0,
                 "samples": speeds,
+                # Decode streams the matmul weights once per token: the bandwidth it reaches.
+                "weight_gb_per_s": statistics.fmean(speeds) * weight_bytes / 1e9 if kind == "tg" else None,
             })
     return rows
 
@@ -84,9 +100,10 @@ def bench(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    header = ("model", "size", "params", "backend", "threads", "test", "t/s")
+    header = ("model", "size", "params", "backend", "threads", "test", "t/s", "weights GB/s")
     table = [(f"{r['model']} {r['file_type']}", human_bytes(r["size_bytes"]), human_count(r["n_params"]),
-              r["backend"], str(r["threads"]), r["test"], f"{r['tokens_per_second']:.2f} ± {r['stddev']:.2f}")
+              r["backend"], str(r["threads"]), r["test"], f"{r['tokens_per_second']:.2f} ± {r['stddev']:.2f}",
+              f"{r['weight_gb_per_s']:.1f}" if r["weight_gb_per_s"] else "")
              for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) if i < 1 else c.rjust(w)  # noqa: E731
