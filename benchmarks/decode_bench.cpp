@@ -2,8 +2,8 @@
 // (no Python), for profilers: `perf record -g decode_bench MODEL 1 32` attributes every sample
 // to a symbol, which the stripped Python extension cannot.
 //
-//   g++ -O2 -g -std=c++20 -Icpp benchmarks/decode_bench.cpp build/dev/libember_core.a -lpthread -o /tmp/decode_bench
-//   /tmp/decode_bench MODEL.gguf [threads] [n_gen]
+//   g++ -O2 -g -std=c++20 -Icpp benchmarks/decode_bench.cpp build/dev/libember_core.a -lpthread -o
+//   /tmp/decode_bench /tmp/decode_bench MODEL.gguf [threads] [n_gen]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -5,11 +5,11 @@
 // Best of several repetitions, since a shared machine adds noise in one direction only.
 #include <algorithm>
 #include <cctype>
-#include <functional>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,9 +61,8 @@ int main(int argc, char** argv) {
     if (auto t = dtype_from_name(argv[arg])) types.push_back(*t);
   }
   if (types.empty()) {
-    types = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl,
-             DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k,
-             DType::f16,  DType::bf16, DType::f32};
+    types = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl, DType::q2_k,
+             DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k, DType::f16,  DType::bf16,   DType::f32};
   }
   ThreadPool pool(n_threads);
   cpu::MatmulWorkspace workspace;  // reused by every call, as in the backend
@@ -86,8 +85,10 @@ int main(int argc, char** argv) {
       cpu::pack_matmul_weight(cpu::active_kernels(), t, w.data(), n_in, n_out, packed.data(), pool);
       w = std::move(packed);
     }
-    const double pp = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), pp_rows, y.data(), pool, workspace); }, 3);
-    const double tg = seconds_of([&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), 1, y.data(), pool, workspace); }, 20);
+    const double pp = seconds_of(
+        [&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), pp_rows, y.data(), pool, workspace); }, 3);
+    const double tg = seconds_of(
+        [&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), 1, y.data(), pool, workspace); }, 20);
     std::printf("%-7s %10.2f %12.1f %10.3f %12.2f\n", dtype_name(t), pp * 1e3,
                 2.0 * pp_rows * n_in * n_out / pp / 1e9, tg * 1e3, w_bytes / tg / 1e9);
   }

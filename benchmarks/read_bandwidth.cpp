@@ -2,7 +2,8 @@
 // (decode streams every weight once per token). Each thread sums its slice of a buffer much
 // larger than the caches; the best of several passes is reported.
 //
-//   g++ -O3 -march=native -pthread benchmarks/read_bandwidth.cpp -o /tmp/read_bw && /tmp/read_bw [threads] [MiB]
+//   g++ -O3 -march=native -pthread benchmarks/read_bandwidth.cpp -o /tmp/read_bw && /tmp/read_bw [threads]
+//   [MiB]
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

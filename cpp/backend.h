@@ -26,7 +26,20 @@ namespace ember {
 class Backend;
 
 // The ops of the Backend interface, for supports().
-enum class Op { matmul, get_rows, rms_norm, rope, add, add_bias, silu_mul, gelu_mul, scale, softmax, store_kv, attention };
+enum class Op {
+  matmul,
+  get_rows,
+  rms_norm,
+  rope,
+  add,
+  add_bias,
+  silu_mul,
+  gelu_mul,
+  scale,
+  softmax,
+  store_kv,
+  attention
+};
 
 const char* op_name(Op op);
 
@@ -44,7 +57,9 @@ class Buffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t n_bytes() const { return n_bytes_; }
   void reset();
 
@@ -63,9 +78,9 @@ enum class RopeLayout {
 
 struct RopeParams {
   RopeLayout layout = RopeLayout::interleaved;
-  int64_t n_rot = 0;                 // leading dims of each head that rotate (even, <= head_dim)
-  const float* inv_freq = nullptr;   // [n_rot/2] angle per position of pair i, scaling included:
-                                     // freq_scale * freq_base^(-2i/n_rot) / freq_factor[i]
+  int64_t n_rot = 0;                // leading dims of each head that rotate (even, <= head_dim)
+  const float* inv_freq = nullptr;  // [n_rot/2] angle per position of pair i, scaling included:
+                                    // freq_scale * freq_base^(-2i/n_rot) / freq_factor[i]
 };
 
 // Where one layer's cached keys and values of one sequence live. Each slot holds one K row and
@@ -101,8 +116,8 @@ struct AttentionParams {
   int64_t n_head = 0;     // query heads
   int64_t n_head_kv = 0;  // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
   int64_t head_dim = 0;
-  float scale = 1.0f;     // applied to q·k before the softmax, usually 1/sqrt(head_dim)
-  int64_t window = 0;     // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
+  float scale = 1.0f;  // applied to q·k before the softmax, usually 1/sqrt(head_dim)
+  int64_t window = 0;  // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
 };
 
 class Backend {
@@ -142,18 +157,18 @@ class Backend {
   // --- ops ---
   // y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ; W is prepare_matmul_weight()'s buffer of a GGUF
   // tensor {n_in, n_out} of `wtype`.
-  virtual void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
-                      const float* x, int64_t n_rows, float* y) = 0;
+  virtual void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows,
+                      float* y) = 0;
   // y[n_ids, n_cols] = table[ids[i], :] dequantized; table is {n_cols, n_table_rows} of `type`.
-  virtual void get_rows(DType type, const void* table, int64_t n_cols,
-                        const int32_t* ids, int64_t n_ids, float* y) = 0;
+  virtual void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
+                        float* y) = 0;
   // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * weight; x, y [n_rows, n_cols], weight [n_cols].
   // y may alias x.
-  virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols,
-                        float eps, float* y) = 0;
+  virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
+                        float* y) = 0;
   // Rotates x[n_rows, n_heads, head_dim] in place; row r is at position positions[r].
-  virtual void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,
-                    const int32_t* positions, const RopeParams& params) = 0;
+  virtual void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                    const RopeParams& params) = 0;
   // y[n] = a[n] + b[n]; y may alias a or b.
   virtual void add(const float* a, const float* b, int64_t n, float* y) = 0;
   // x[r, :] += bias[:] for x [n_rows, n_cols].

@@ -20,7 +20,9 @@ namespace {
 // The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): where a head's
 // values start in a row, and those values as f32.
 struct F16Rows {
-  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
+  static const uint8_t* at(const uint8_t* row, int64_t first) {
+    return row + first * int64_t{sizeof(uint16_t)};
+  }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) {
     const auto* h = reinterpret_cast<const uint16_t*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
@@ -29,7 +31,9 @@ struct F16Rows {
 
 // Blocks of 32 values (first and n are multiples of 32): value i of a block is d * qs[i].
 struct Q8Rows {
-  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
+  static const uint8_t* at(const uint8_t* row, int64_t first) {
+    return row + first / kQK * int64_t{sizeof(BlockQ8_0)};
+  }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) { dequantize_row_q8_0(src, dst, n); }
 };
 

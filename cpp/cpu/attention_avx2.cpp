@@ -31,12 +31,19 @@ inline int64_t slot_of(const KVView& kv, int64_t pos) {
 // q8_0 block's scale once for its four vectors.
 struct F16Rows {
   static constexpr int kGroup = 1;
-  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first * int64_t{sizeof(uint16_t)}; }
-  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + 8 * g * int64_t{sizeof(uint16_t)}; }
+  static const uint8_t* at(const uint8_t* row, int64_t first) {
+    return row + first * int64_t{sizeof(uint16_t)};
+  }
+  static const uint8_t* group(const uint8_t* head, int64_t g) {
+    return head + 8 * g * int64_t{sizeof(uint16_t)};
+  }
   static __m256 scale(const uint8_t*) { return _mm256_setzero_ps(); }  // unused
-  static __m256 load8(const uint8_t* group, int, __m256) { return load_f16x8(reinterpret_cast<const uint16_t*>(group)); }
+  static __m256 load8(const uint8_t* group, int, __m256) {
+    return load_f16x8(reinterpret_cast<const uint16_t*>(group));
+  }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n / 8; ++i) _mm256_store_ps(dst + 8 * i, load8(group(src, i), 0, _mm256_setzero_ps()));
+    for (int64_t i = 0; i < n / 8; ++i)
+      _mm256_store_ps(dst + 8 * i, load8(group(src, i), 0, _mm256_setzero_ps()));
   }
 };
 
@@ -44,8 +51,12 @@ struct F16Rows {
 // as dequantize_row_q8_0 (exact: an 11-bit d times a 7-bit integer), formed in registers.
 struct Q8Rows {
   static constexpr int kGroup = kQK / 8;
-  static const uint8_t* at(const uint8_t* row, int64_t first) { return row + first / kQK * int64_t{sizeof(BlockQ8_0)}; }
-  static const uint8_t* group(const uint8_t* head, int64_t g) { return head + g * int64_t{sizeof(BlockQ8_0)}; }
+  static const uint8_t* at(const uint8_t* row, int64_t first) {
+    return row + first / kQK * int64_t{sizeof(BlockQ8_0)};
+  }
+  static const uint8_t* group(const uint8_t* head, int64_t g) {
+    return head + g * int64_t{sizeof(BlockQ8_0)};
+  }
   static __m256 scale(const uint8_t* group) {
     return _mm256_set1_ps(_cvtsh_ss(reinterpret_cast<const BlockQ8_0*>(group)->d));
   }
@@ -99,7 +110,8 @@ struct AnyHead {
 
   explicit AnyHead(int64_t head_dim) : n(head_dim / 8) { std::memset(acc, 0, sizeof(float) * head_dim); }
   void rescale(__m256 r) {
-    for (int64_t i = 0; i < n; ++i) _mm256_store_ps(acc + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), r));
+    for (int64_t i = 0; i < n; ++i)
+      _mm256_store_ps(acc + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), r));
   }
   template <typename Rows>
   void add_weighted(__m256 p, const uint8_t* v) {
@@ -113,7 +125,8 @@ struct AnyHead {
     }
   }
   void store(float* out, __m256 inv_sum) const {
-    for (int64_t i = 0; i < n; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), inv_sum));
+    for (int64_t i = 0; i < n; ++i)
+      _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), inv_sum));
   }
   static int64_t n_vec(int64_t head_dim) { return head_dim / 8; }
 };
@@ -122,10 +135,11 @@ template <typename Rows, typename Head>
 void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
                     int64_t head_dim, float scale, float* out) {
   const int64_t n_vec = Head::n_vec(head_dim);
-  alignas(32) float qs[kMaxHeadDim];        // [head_dim] q * scale
-  alignas(32) float score[kTile + 8];       // [tile] scores, then softmax weights; padded to 8
+  alignas(32) float qs[kMaxHeadDim];   // [head_dim] q * scale
+  alignas(32) float score[kTile + 8];  // [tile] scores, then softmax weights; padded to 8
   const __m256 scale_v = _mm256_set1_ps(scale);
-  for (int64_t i = 0; i < n_vec; ++i) _mm256_store_ps(qs + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * i), scale_v));
+  for (int64_t i = 0; i < n_vec; ++i)
+    _mm256_store_ps(qs + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * i), scale_v));
 
   Head head(head_dim);
   float running_max = -INFINITY, running_sum = 0.0f;
@@ -216,7 +230,8 @@ struct Avx2Isa {
     float max = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
     for (; j < n_keys; ++j) {
       __m256 dot = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8) dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + j * hd + d), dot);
+      for (int64_t d = 0; d < hd; d += 8)
+        dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + j * hd + d), dot);
       score[j] = hsum_avx2(dot);
       max = score[j] > max ? score[j] : max;
     }
@@ -254,7 +269,8 @@ struct Avx2Isa {
     }
     for (; d < hd; d += 8) {
       __m256 a = _mm256_load_ps(acc + d);
-      for (int64_t j = 0; j < n; ++j) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(values + j * hd + d), a);
+      for (int64_t j = 0; j < n; ++j)
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(values + j * hd + d), a);
       _mm256_store_ps(acc + d, a);
     }
   }
@@ -266,7 +282,8 @@ void attention_head_rows(const float* q, int64_t first, int64_t n_keys, const KV
   switch (head_dim) {
     case 32: return attention_head<Rows, FixedHead<4>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
     case 64: return attention_head<Rows, FixedHead<8>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 128: return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 128:
+      return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
     default: return attention_head<Rows, AnyHead>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
   }
 }
@@ -323,7 +340,8 @@ void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n) {
       const __m256 v = _mm256_mul_ps(x[i], id_v);
       const __m256 a = _mm256_andnot_ps(sign_bit, v);
       const __m256 floored = _mm256_floor_ps(a);
-      const __m256 rounded = _mm256_add_ps(floored, _mm256_floor_ps(_mm256_mul_ps(two, _mm256_sub_ps(a, floored))));
+      const __m256 rounded = _mm256_add_ps(floored,
+                                           _mm256_floor_ps(_mm256_mul_ps(two, _mm256_sub_ps(a, floored))));
       q[i] = _mm256_cvttps_epi32(_mm256_or_ps(rounded, _mm256_and_ps(v, sign_bit)));
     }
     // int32 x 32 -> int8 x 32 (no saturation happens: |q| <= 127); packs interleave 128-bit lanes.

@@ -34,8 +34,8 @@ inline int64_t block_slot(const KVView& kv, int64_t pos) {
 template <typename Isa, typename Rows>
 void attention_block(const AttentionBlock& b, const KVView& kv) {
   const int64_t hd = b.head_dim, n_queries = b.n_rows * b.n_heads;
-  alignas(64) float keys[kBlockTile * kMaxHeadDim];    // [tile, hd] f32 keys of the tile
-  alignas(64) float values[kBlockTile * kMaxHeadDim];  // [tile, hd] f32 values of the tile
+  alignas(64) float keys[kBlockTile * kMaxHeadDim];           // [tile, hd] f32 keys of the tile
+  alignas(64) float values[kBlockTile * kMaxHeadDim];         // [tile, hd] f32 values of the tile
   alignas(64) float queries[kMaxBlockQueries * kMaxHeadDim];  // [n_queries, hd] q * scale
   alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];      // [n_queries, hd] Σ p·v
   alignas(64) float score[kBlockTile + 8];
@@ -67,7 +67,7 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
       Rows::to_f32(Rows::at(kv.v + slot * kv.row_bytes, b.kv_offset), values + j * hd, hd);
     }
     for (int64_t i = 0; i < n_queries; ++i) {
-      if (n_keys[i] <= t0) continue;  // the tile is entirely in this query's future
+      if (n_keys[i] <= t0) continue;              // the tile is entirely in this query's future
       if (first_key[i] >= t0 + n_tile) continue;  // entirely before its window
       const int64_t j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;  // window start in the tile
       const int64_t n = (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - j0;

@@ -30,15 +30,11 @@ CpuBackend::CpuBackend(int n_threads)
 
 bool CpuBackend::supports(Op op, DType dtype) const {
   switch (op) {
-    case Op::matmul:
-      return cpu::matmul_supports(dtype);
-    case Op::get_rows:
-      return type_traits(dtype).dequantize_row != nullptr;
+    case Op::matmul: return cpu::matmul_supports(dtype);
+    case Op::get_rows: return type_traits(dtype).dequantize_row != nullptr;
     case Op::store_kv:
-    case Op::attention:
-      return dtype == DType::f16 || dtype == DType::q8_0;  // the KV cache's type
-    default:
-      return dtype == DType::f32;
+    case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;  // the KV cache's type
+    default: return dtype == DType::f32;
   }
 }
 
@@ -92,24 +88,22 @@ void CpuBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
   cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_, matmul_workspace_);
 }
 
-void CpuBackend::get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids,
-                          int64_t n_ids, float* y) {
+void CpuBackend::get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
+                          float* y) {
   cpu::get_rows(type, table, n_cols, ids, n_ids, y, pool_);
 }
 
-void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols,
-                          float eps, float* y) {
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
+                          float* y) {
   cpu::rms_norm(x, weight, n_rows, n_cols, eps, y, pool_);
 }
 
-void CpuBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim,
-                      const int32_t* positions, const RopeParams& params) {
+void CpuBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                      const RopeParams& params) {
   cpu::rope(x, n_rows, n_heads, head_dim, positions, params, pool_);
 }
 
-void CpuBackend::add(const float* a, const float* b, int64_t n, float* y) {
-  cpu::add(a, b, n, y, pool_);
-}
+void CpuBackend::add(const float* a, const float* b, int64_t n, float* y) { cpu::add(a, b, n, y, pool_); }
 
 void CpuBackend::add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) {
   cpu::add_bias(x, bias, n_rows, n_cols, pool_);
@@ -125,17 +119,15 @@ void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* 
 
 void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
 
-void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) {
-  cpu::softmax(x, n_rows, n_cols, pool_);
-}
+void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softmax(x, n_rows, n_cols, pool_); }
 
-void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows,
-                          int64_t n_kv_dim, const float* k, const float* v) {
+void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
+                          const float* k, const float* v) {
   cpu::store_kv(kv, positions, n_rows, n_kv_dim, k, v, isa_, pool_);
 }
 
-void CpuBackend::attention(const float* q, const int32_t* positions, int64_t n_rows,
-                           const KVView& kv, const AttentionParams& params, float* out) {
+void CpuBackend::attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
+                           const AttentionParams& params, float* out) {
   cpu::attention(q, positions, n_rows, kv, params, out, isa_, pool_);
 }
 

@@ -33,8 +33,8 @@ class CpuBackend final : public Backend {
   void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) override;
   void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) override;
 
-  void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
-              int64_t n_rows, float* y) override;
+  void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows,
+              float* y) override;
   void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
                 float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
@@ -47,8 +47,8 @@ class CpuBackend final : public Backend {
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void scale(float* x, int64_t n, float s) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
-  void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
-                const float* k, const float* v) override;
+  void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
+                const float* v) override;
   void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
                  const AttentionParams& params, float* out) override;
 

@@ -59,9 +59,9 @@ inline __m256i quants_x86(FormatQ8_0, const void* row, int64_t b) {
 
 inline __m256i quants_x86(FormatIQ4_NL, const void* row, int64_t b) {
   // The codebook + 128, so the table lookup directly yields u.
-  const __m256i table = _mm256_setr_epi8(
-      1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59, -39, -15,
-      1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59, -39, -15);
+  const __m256i table = _mm256_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59,
+                                         -39, -15, 1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90,
+                                         -75, -59, -39, -15);
   return _mm256_shuffle_epi8(table, nibbles_x86(static_cast<const BlockIQ4_NL*>(row)[b].qs));
 }
 
@@ -97,11 +97,11 @@ inline __m256i quants_x86(FormatQ5_K, const void* row, int64_t b) {
   const BlockQ5_K& x = static_cast<const BlockQ5_K*>(row)[b / 8];
   const int j = static_cast<int>(b % 8);
   const __m256i v = load32_x86(x.qs + 32 * (j / 2));
-  const __m256i low =
-      _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * (j % 2))), _mm256_set1_epi8(15));
+  const __m256i low = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * (j % 2))),
+                                       _mm256_set1_epi8(15));
   const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
-  const __m256i high = _mm256_and_si256(
-      _mm256_cmpeq_epi8(_mm256_and_si256(load32_x86(x.qh), bit), bit), _mm256_set1_epi8(16));
+  const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(load32_x86(x.qh), bit), bit),
+                                        _mm256_set1_epi8(16));
   return _mm256_or_si256(low, high);
 }
 
@@ -110,8 +110,8 @@ inline __m256i quants_x86(FormatQ6_K, const void* row, int64_t b) {
   const int j = static_cast<int>(b % 8), h = j / 4, k = j % 4;
   const __m256i ql = load32_x86(x.ql + 64 * h + 32 * (k % 2));
   const __m256i qh = load32_x86(x.qh + 32 * h);
-  const __m256i low =
-      _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (k / 2))), _mm256_set1_epi8(15));
+  const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (k / 2))),
+                                       _mm256_set1_epi8(15));
   const __m256i high = _mm256_and_si256(
       _mm256_sll_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm_cvtsi32_si128(4)),
       _mm256_set1_epi8(0x30));

@@ -61,7 +61,7 @@ CpuFeatures detect() {
   const bool osxsave = bit(l1.ecx, 27);
   if (!osxsave) return f;
   const unsigned long long xcr0 = read_xcr0();
-  const bool os_avx = (xcr0 & 0x6) == 0x6;             // XMM and YMM state
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM state
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
   const bool os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG, XTILEDATA
   if (!os_avx) return f;

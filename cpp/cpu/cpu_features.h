@@ -34,8 +34,8 @@ struct CpuFeatures {
 enum class IsaLevel { scalar = 0, avx2 = 1, avx512 = 2, neon = 3, amx = 4 };
 
 // Every level, for loops over them.
-inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512,
-                                          IsaLevel::amx, IsaLevel::neon};
+inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::amx,
+                                          IsaLevel::neon};
 
 // True if `level` is `cap` or below it on cap's chain (scalar is below every level): a CPU that
 // runs cap's kernels runs level's too.

@@ -212,8 +212,8 @@ inline void block_epilogue(const BlockDots<kSub16>& dots, const Panel16& p, cons
 // (tiles[n_blocks]) · panel over n_blocks blocks; accumulate adds to what y holds (later K
 // chunks). The tile work always covers 16 rows (a last tile's padding rows are zero).
 template <int R, bool kSub16>
-void tile_amx(const Panel16* panel, int64_t n_blocks, const ActTileBlock* tiles, float* y,
-              int64_t ldy, int nc, bool accumulate) {
+void tile_amx(const Panel16* panel, int64_t n_blocks, const ActTileBlock* tiles, float* y, int64_t ldy,
+              int nc, bool accumulate) {
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
   __m512 acc[R];
 #pragma GCC unroll 16
@@ -247,12 +247,23 @@ void tile_amx(const Panel16* panel, int64_t n_blocks, const ActTileBlock* tiles,
 using AmxTileFn = void (*)(const Panel16*, int64_t, const ActTileBlock*, float*, int64_t, int, bool);
 
 template <bool kSub16>
-constexpr AmxTileFn kAmxTiles[kTileRows + 1] = {
-    nullptr,
-    tile_amx<1, kSub16>,  tile_amx<2, kSub16>,  tile_amx<3, kSub16>,  tile_amx<4, kSub16>,
-    tile_amx<5, kSub16>,  tile_amx<6, kSub16>,  tile_amx<7, kSub16>,  tile_amx<8, kSub16>,
-    tile_amx<9, kSub16>,  tile_amx<10, kSub16>, tile_amx<11, kSub16>, tile_amx<12, kSub16>,
-    tile_amx<13, kSub16>, tile_amx<14, kSub16>, tile_amx<15, kSub16>, tile_amx<16, kSub16>};
+constexpr AmxTileFn kAmxTiles[kTileRows + 1] = {nullptr,
+                                                tile_amx<1, kSub16>,
+                                                tile_amx<2, kSub16>,
+                                                tile_amx<3, kSub16>,
+                                                tile_amx<4, kSub16>,
+                                                tile_amx<5, kSub16>,
+                                                tile_amx<6, kSub16>,
+                                                tile_amx<7, kSub16>,
+                                                tile_amx<8, kSub16>,
+                                                tile_amx<9, kSub16>,
+                                                tile_amx<10, kSub16>,
+                                                tile_amx<11, kSub16>,
+                                                tile_amx<12, kSub16>,
+                                                tile_amx<13, kSub16>,
+                                                tile_amx<14, kSub16>,
+                                                tile_amx<15, kSub16>,
+                                                tile_amx<16, kSub16>};
 
 // As gemm_avx512.cpp's gemm_quant: each column panel is packed one K chunk at a time, and every
 // row tile passes over the chunk while it is in L1. (Making the K chunk the outer loop, so that
@@ -298,12 +309,10 @@ constexpr GemmEntry entry() {
   return {kType, gemm_quant<F, kType>};
 }
 constexpr GemmEntry kGemms[] = {
-    entry<FormatQ4_0, DType::q4_0>(), entry<FormatQ4_1, DType::q4_1>(),
-    entry<FormatQ5_0, DType::q5_0>(), entry<FormatQ5_1, DType::q5_1>(),
-    entry<FormatQ8_0, DType::q8_0>(), entry<FormatIQ4_NL, DType::iq4_nl>(),
-    entry<FormatQ2_K, DType::q2_k>(), entry<FormatQ3_K, DType::q3_k>(),
-    entry<FormatQ4_K, DType::q4_k>(), entry<FormatQ5_K, DType::q5_k>(),
-    entry<FormatQ6_K, DType::q6_k>(),
+    entry<FormatQ4_0, DType::q4_0>(), entry<FormatQ4_1, DType::q4_1>(), entry<FormatQ5_0, DType::q5_0>(),
+    entry<FormatQ5_1, DType::q5_1>(), entry<FormatQ8_0, DType::q8_0>(), entry<FormatIQ4_NL, DType::iq4_nl>(),
+    entry<FormatQ2_K, DType::q2_k>(), entry<FormatQ3_K, DType::q3_k>(), entry<FormatQ4_K, DType::q4_k>(),
+    entry<FormatQ5_K, DType::q5_k>(), entry<FormatQ6_K, DType::q6_k>(),
 };
 
 IsaKernels make_table() {

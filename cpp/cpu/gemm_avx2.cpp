@@ -48,7 +48,7 @@ struct PanelSource {
   void prefetch(int64_t) const {}  // the panel is in L1
   void load(int64_t b, Block8* x) const {
     const Panel& p = panel[b];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
     x->scale0 = _mm256_load_ps(p.scale[0]);
     x->scale1 = _mm256_load_ps(p.scale[1]);
@@ -85,7 +85,7 @@ inline void packed_prefetch(const Packed* block, int h) {
 template <typename Packed>
 inline void packed_nibbles8(const Packed& p, int h, Block8* x) {
   const __m256i mask = _mm256_set1_epi8(15);
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[k][8 * h]));
     x->w[k] = _mm256_and_si256(v, mask);
@@ -122,7 +122,7 @@ struct PackedSource<FormatQ8_0> {
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
   void load(int64_t b, Block8* x) const {
     static_assert(kSigned<FormatQ8_0>);  // the panel holds q = u - 128
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       x->w[g] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].u[g][8 * h])),
                                  _mm256_set1_epi8(-128));
@@ -147,7 +147,9 @@ inline __m256 half_lo8(__m256i v) {
 inline __m256i byte8(const __m256i* words, int k) {  // byte k of the bytes the dwords hold
   return _mm256_and_si256(_mm256_srli_epi32(words[k / 4], 8 * (k % 4)), _mm256_set1_epi32(0xff));
 }
-inline __m256i load8_u32(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i load8_u32(const uint32_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 inline void decode_q4_k_scales8(const PackedQ4_K& p, int h, SuperScales8* s) {
   const __m256i ddmin = load8_u32(p.dm + 8 * h);
@@ -161,8 +163,10 @@ inline void decode_q4_k_scales8(const PackedQ4_K& p, int h, SuperScales8* s) {
       m = _mm256_and_si256(byte8(t, j + 4), m63);
     } else {
       const __m256i hi4 = byte8(t, j + 4);
-      sc = _mm256_or_si256(_mm256_and_si256(hi4, m15), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j - 4), 2), m48));
-      m = _mm256_or_si256(_mm256_srli_epi32(hi4, 4), _mm256_and_si256(_mm256_srli_epi32(byte8(t, j), 2), m48));
+      sc = _mm256_or_si256(_mm256_and_si256(hi4, m15),
+                           _mm256_and_si256(_mm256_srli_epi32(byte8(t, j - 4), 2), m48));
+      m = _mm256_or_si256(_mm256_srli_epi32(hi4, 4),
+                          _mm256_and_si256(_mm256_srli_epi32(byte8(t, j), 2), m48));
     }
     const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
     const __m256 min = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(-0.0f));
@@ -204,7 +208,7 @@ struct PackedSource<FormatQ4_K> {
     const int j = static_cast<int>(b % 8);
     if (j == 0) decode_q4_k_scales8(p, h, &scales);
     const __m256i mask = _mm256_set1_epi8(15);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[j / 2][g][8 * h]));
       x->w[g] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, mask);
@@ -231,9 +235,10 @@ struct PackedSource<FormatQ6_K> {
     if (j == 0) decode_q6_k_scales8(p, h, &scales);
     const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
     const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
+      const __m256i ql = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
       const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, low_shift), m15);
       const __m256i high = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, high_shift), 4), m48);
@@ -256,29 +261,29 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
                          std::is_same_v<F, FormatQ6_K>;
 
 template <int R, typename F, typename Source>
-void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
-                float* y, int64_t ldy, int nc) {
+void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+                int64_t ldy, int nc) {
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const BlockQ8A* rows[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     source.prefetch(b);
     Block8 p;
     source.load(b, &p);
     const __m256i* w = p.w;
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
       __m256i half[2];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
         __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int g = 4 * h; g < 4 * h + 4; ++g) {
           const __m256i av = bcast_group(a, g);
           __m256i prod;
@@ -305,7 +310,7 @@ void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int6
     }
   }
   alignas(32) float out[kCols];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     _mm256_store_ps(out, acc[r]);
     std::memcpy(y + r * ldy, out, sizeof(float) * nc);
@@ -318,7 +323,7 @@ void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Pan
   for (int64_t b = 0; b < n_blocks; ++b) {
     Block8 x;
     source.load(b, &x);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
     _mm256_store_ps(panel[b].scale[0], x.scale0);
     _mm256_store_ps(panel[b].scale[1], x.scale1);
@@ -368,18 +373,18 @@ void gemm_quant(const GemmArgs& g) {
 }
 
 template <int R>
-void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
-                int64_t ldy, int nc) {
+void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
+                int nc) {
   __m256 acc[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
     const __m256 w = _mm256_load_ps(panel + k * kCols);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_set1_ps(x[r * ldx + k]), acc[r]);
   }
   alignas(32) float out[kCols];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     _mm256_store_ps(out, acc[r]);
     std::memcpy(y + r * ldy, out, sizeof(float) * nc);

@@ -31,30 +31,30 @@ inline __m512i bcast_group(const BlockQ8A& a, int g) {
 // y[R rows][nc of 16 cols] (row stride ldy) (+)= act[R rows] · panel over n_blocks blocks;
 // accumulate adds to what y holds (later K chunks).
 template <int R, bool kSub16>
-void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes,
-                float* y, int64_t ldy, int nc, bool accumulate) {
+void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+                int64_t ldy, int nc, bool accumulate) {
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
   __m512 acc[R];
-  #pragma GCC unroll 12
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     acc[r] = accumulate ? _mm512_maskz_loadu_ps(mask, y + r * ldy) : _mm512_setzero_ps();
   }
   const BlockQ8A* rows[R];
-  #pragma GCC unroll 12
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Panel& p = panel[b];
     __m512i w[8];
-    #pragma GCC unroll 12
+#pragma GCC unroll 12
     for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.u[g]);
     const __m512 scale0 = _mm512_load_ps(p.scale[0]);
     const __m512 coef_s = _mm512_load_ps(p.coef_s);
-    #pragma GCC unroll 12
+#pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const BlockQ8A& a = rows[r][b];
       if constexpr (kSub16) {
         __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        #pragma GCC unroll 12
+#pragma GCC unroll 12
         for (int g = 0; g < 4; ++g) {
           lo = _mm512_dpbusd_epi32(lo, w[g], bcast_group(a, g));
           hi = _mm512_dpbusd_epi32(hi, w[g + 4], bcast_group(a, g + 4));
@@ -66,7 +66,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
         acc[r] = _mm512_fmadd_ps(_mm512_load_ps(p.coef_s_lo), _mm512_set1_ps(a.s_lo), acc[r]);
       } else {
         __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
-        #pragma GCC unroll 12
+#pragma GCC unroll 12
         for (int g = 0; g < 4; ++g) {
           dot0 = _mm512_dpbusd_epi32(dot0, w[2 * g], bcast_group(a, 2 * g));
           dot1 = _mm512_dpbusd_epi32(dot1, w[2 * g + 1], bcast_group(a, 2 * g + 1));
@@ -77,7 +77,7 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
       }
     }
   }
-  #pragma GCC unroll 12
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
@@ -87,13 +87,20 @@ constexpr int64_t kChunkBlocks = 16;
 
 using QuantTileFn = void (*)(const Panel*, int64_t, const uint8_t*, int64_t, float*, int64_t, int, bool);
 
-
 template <bool kSub16>
-constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {
-    nullptr,
-    tile_quant<1, kSub16>, tile_quant<2, kSub16>, tile_quant<3, kSub16>, tile_quant<4, kSub16>,
-    tile_quant<5, kSub16>, tile_quant<6, kSub16>, tile_quant<7, kSub16>, tile_quant<8, kSub16>,
-    tile_quant<9, kSub16>, tile_quant<10, kSub16>, tile_quant<11, kSub16>, tile_quant<12, kSub16>};
+constexpr QuantTileFn kQuantTiles[kMaxRows + 1] = {nullptr,
+                                                   tile_quant<1, kSub16>,
+                                                   tile_quant<2, kSub16>,
+                                                   tile_quant<3, kSub16>,
+                                                   tile_quant<4, kSub16>,
+                                                   tile_quant<5, kSub16>,
+                                                   tile_quant<6, kSub16>,
+                                                   tile_quant<7, kSub16>,
+                                                   tile_quant<8, kSub16>,
+                                                   tile_quant<9, kSub16>,
+                                                   tile_quant<10, kSub16>,
+                                                   tile_quant<11, kSub16>,
+                                                   tile_quant<12, kSub16>};
 
 // --- few rows (decode) --------------------------------------------------------------------
 // Below kGemmSmallRows rows, packing panels costs more than the rows' arithmetic. gemv_panel
@@ -285,26 +292,25 @@ void gemm_quant(const GemmArgs& g) {
 
 // Float weights: y[R][16] += x[R][k] * panel[k][16], one broadcast FMA per row and element.
 template <int R>
-void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y,
-                int64_t ldy, int nc) {
+void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
+                int nc) {
   __m512 acc[R];
-  #pragma GCC unroll 12
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
     const __m512 w = _mm512_load_ps(panel + k * kCols);
-    #pragma GCC unroll 12
+#pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * ldx + k]), acc[r]);
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-  #pragma GCC unroll 12
+#pragma GCC unroll 12
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
 using FloatTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
 constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {
-    nullptr,       tile_float<1>, tile_float<2>, tile_float<3>, tile_float<4>,
-    tile_float<5>, tile_float<6>, tile_float<7>, tile_float<8>,
-    tile_float<9>, tile_float<10>, tile_float<11>, tile_float<12>};
+    nullptr,       tile_float<1>, tile_float<2>, tile_float<3>,  tile_float<4>,  tile_float<5>, tile_float<6>,
+    tile_float<7>, tile_float<8>, tile_float<9>, tile_float<10>, tile_float<11>, tile_float<12>};
 
 template <typename Load>
 void gemm_float(const GemmArgs& g) {

@@ -18,10 +18,13 @@ namespace ember::cpu {
 namespace {
 
 constexpr int kCols = kPackCols;
-constexpr int kMaxRows = 4;  // 4 x 4 int32 and 4 x 4 float accumulators, 4 weight vectors, 8 activation halves
+constexpr int kMaxRows =
+    4;  // 4 x 4 int32 and 4 x 4 float accumulators, 4 weight vectors, 8 activation halves
 
 // The f16 lanes [4v, 4v + 4) of h as f32.
-inline float32x4_t half4(const uint16_t* h, int v) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + 4 * v))); }
+inline float32x4_t half4(const uint16_t* h, int v) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + 4 * v)));
+}
 
 // Per format: the signed quants of group g for columns 4v .. 4v + 3 (q = u - kBias), and the
 // block's scale and min (zero for formats without one) of those columns.
@@ -95,9 +98,8 @@ void tile(const typename N::Block* blocks, int64_t n_blocks, const uint8_t* act,
     for (int r = 0; r < R; ++r) {
       for (int v = 0; v < 4; ++v) dot[r][v] = vdupq_n_s32(0);
     }
-    [&]<int... G>(std::integer_sequence<int, G...>) {
-      (group_dots<N, R, G>(p, a, dot), ...);
-    }(std::make_integer_sequence<int, 8>{});
+    [&]<int... G>(std::integer_sequence<int, G...>) { (group_dots<N, R, G>(p, a, dot), ...); }
+    (std::make_integer_sequence<int, 8>{});
     for (int v = 0; v < 4; ++v) {
       const float32x4_t d = N::scale(p, v);
       const float32x4_t m = N::min(p, v);
@@ -126,7 +128,8 @@ void gemm_packed(const GemmArgs& g) {
     const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 * g.w_row_bytes);
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
-      kTiles[nr](blocks, n_blocks, g.act + r0 * g.act_row_bytes, g.act_row_bytes, g.y + r0 * g.ldy + c0, g.ldy, nc);
+      kTiles[nr](blocks, n_blocks, g.act + r0 * g.act_row_bytes, g.act_row_bytes, g.y + r0 * g.ldy + c0,
+                 g.ldy, nc);
     }
   }
 }

@@ -57,7 +57,9 @@ struct ColumnScales {
 };
 
 template <typename F>
-concept HasMin = requires(const typename F::Block& x) { x.m; };
+concept HasMin = requires(const typename F::Block& x) {
+  x.m;
+};
 
 // Formats whose scales ColumnScaleReader decodes: all the quantized weight formats.
 template <typename F>
@@ -120,10 +122,12 @@ inline void decode_k4_scales(__m512i ddmin, const __m512i t[3], ColumnScales k[8
       m = _mm512_maskz_and_epi32(0xffff, byte_of(t, j + 4), m63);
     } else {
       const __m512i hi4 = byte_of(t, j + 4);
-      sc = _mm512_maskz_or_epi32(0xffff, _mm512_maskz_and_epi32(0xffff, hi4, m15),
-                                 _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j - 4), 2), m48));
-      m = _mm512_maskz_or_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, hi4, 4),
-                                _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j), 2), m48));
+      sc = _mm512_maskz_or_epi32(
+          0xffff, _mm512_maskz_and_epi32(0xffff, hi4, m15),
+          _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j - 4), 2), m48));
+      m = _mm512_maskz_or_epi32(
+          0xffff, _mm512_maskz_srli_epi32(0xffff, hi4, 4),
+          _mm512_maskz_and_epi32(0xffff, _mm512_maskz_srli_epi32(0xffff, byte_of(t, j), 2), m48));
     }
     const __m512 scale = _mm512_mul_ps(d, to_float_lanes(sc));
     // -(dmin * m): a sign flip, as the scalar negation.
@@ -136,8 +140,8 @@ inline void decode_k4_scales(__m512i ddmin, const __m512i t[3], ColumnScales k[8
 template <typename F>
 struct ColumnScaleReader {
   static_assert(kColumnScales<F>);
-  const uint8_t* w;   // column 0's weight row
-  __m512i offsets;    // bytes from column 0's row to each column's row
+  const uint8_t* w;               // column 0's weight row
+  __m512i offsets;                // bytes from column 0's row to each column's row
   ColumnScales k[F::kBlocksPer];  // K-quants: the scales of the current super-block's blocks
 
   // The scales of block b; K-quants decode a super-block when b enters it (b in order).
@@ -171,7 +175,8 @@ struct ColumnScaleReader {
         __m512 scale[2], min[2];
         for (int h = 0; h < 2; ++h) {
           const __m512i b = byte_of(sc, 2 * j + h);
-          scale[h] = _mm512_mul_ps(d, to_float_lanes(_mm512_maskz_and_epi32(0xffff, b, _mm512_set1_epi32(15))));
+          scale[h] = _mm512_mul_ps(d,
+                                   to_float_lanes(_mm512_maskz_and_epi32(0xffff, b, _mm512_set1_epi32(15))));
           min[h] = _mm512_xor_ps(_mm512_mul_ps(dmin, to_float_lanes(_mm512_maskz_srli_epi32(0xffff, b, 4))),
                                  _mm512_set1_ps(-0.0f));  // -(dmin * m)
         }
@@ -217,13 +222,12 @@ struct ColumnScaleReader {
 // pack_quant_panel for 16 columns and one K chunk. Pass 1 reads each weight row's chunk in
 // order and stores each block's 32 quants column-major into the block's u area (storing 4-byte
 // groups straight into the interleaved layout took 8 scattered stores per block); pass 2
-// transposes every u area in place, as a 16 x 8 matrix of 4-byte groups, in three rounds of two-source permutes
-// (4 -> 8 -> 16 columns per vector).
-// panel[n_blocks] = blocks [b0, b0 + n_blocks) of columns [c0, c0 + nc); b0 is a multiple of
-// F::kBlocksPer.
+// transposes every u area in place, as a 16 x 8 matrix of 4-byte groups, in three rounds of two-source
+// permutes (4 -> 8 -> 16 columns per vector). panel[n_blocks] = blocks [b0, b0 + n_blocks) of columns [c0, c0
+// + nc); b0 is a multiple of F::kBlocksPer.
 template <typename F>
-void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
-                  int64_t n_blocks, Panel16* panel) {
+void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0, int64_t n_blocks,
+                  Panel16* panel) {
   if (nc < 16) std::memset(static_cast<void*>(panel), 0, sizeof(Panel16) * n_blocks);
   static_assert(kColumnScales<F>);
   // The quants column by column, then the scales of all 16 columns per block.
@@ -232,7 +236,8 @@ void pack_panel16(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int
   for (int c = 0; c < nc; ++c) {
     const uint8_t* row = w + (c0 + c) * w_row_bytes;
     for (int64_t i = 0; i < n_blocks; ++i) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c), quants_x86(F{}, row, b0 + i));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(&panel[i].u[0][0][0] + 32 * c),
+                         quants_x86(F{}, row, b0 + i));
     }
   }
   ColumnScaleReader<F> scales{w + c0 * w_row_bytes, _mm512_load_si512(offsets), {}};

@@ -64,8 +64,7 @@ void pack_quant_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc,
 
 // Float weights: panel[k][NC] = columns [c0, c0 + nc) of w as f32 (missing columns zero).
 template <int NC, typename Load>
-void pack_float_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t n_in,
-                      float* panel) {
+void pack_float_panel(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t n_in, float* panel) {
   if (nc < NC) std::memset(panel, 0, sizeof(float) * NC * n_in);
   for (int c = 0; c < nc; ++c) {
     const uint8_t* row = w + (c0 + c) * w_row_bytes;

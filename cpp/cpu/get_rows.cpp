@@ -4,8 +4,8 @@
 
 namespace ember::cpu {
 
-void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
-              float* y, ThreadPool& pool) {
+void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids, float* y,
+              ThreadPool& pool) {
   const DequantizeRowFn dequantize_row = type_traits(type).dequantize_row;
   const int64_t table_row_bytes = row_bytes(type, n_cols);
   const auto* base = static_cast<const uint8_t*>(table);

@@ -29,7 +29,8 @@ inline __m256 exp_avx2(__m256 x) {
   y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // y * 2^k, building 2^k from its exponent bits (k >= -126 after the clamp)
-  const __m256i pow2k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256i pow2k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)),
+                                          23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2k));
 }
 

@@ -28,8 +28,8 @@ struct ScratchLayout {
   int64_t total() const { return act_bytes + tiles_bytes + panel_bytes * n_threads; }
 };
 
-ScratchLayout scratch_layout(const IsaKernels& kernels, bool q8a, bool tiled, bool gemm,
-                             int64_t n_rows, int64_t n_in, int n_threads) {
+ScratchLayout scratch_layout(const IsaKernels& kernels, bool q8a, bool tiled, bool gemm, int64_t n_rows,
+                             int64_t n_in, int n_threads) {
   ScratchLayout l;
   l.n_threads = n_threads;
   if (q8a) l.act_bytes = round_up(n_rows * (n_in / 32) * int64_t(sizeof(BlockQ8A)), 64);
@@ -50,9 +50,7 @@ int64_t matmul_workspace_bytes(int64_t n_rows, int64_t n_in, int n_threads) {
   return matmul_workspace_bytes(active_kernels(), n_rows, n_in, n_threads);
 }
 
-bool matmul_supports(DType wtype) {
-  return isa_kernels_scalar().of(wtype).act != ActFormat::none;
-}
+bool matmul_supports(DType wtype) { return isa_kernels_scalar().of(wtype).act != ActFormat::none; }
 
 int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype) {
   const TypeKernels& k = kernels.of(wtype);
@@ -73,8 +71,8 @@ const IsaKernels& active_kernels() {
   return kernels ? *kernels : isa_kernels_scalar();
 }
 
-void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
-                        int64_t n_out, void* out, ThreadPool& pool) {
+void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                        void* out, ThreadPool& pool) {
   const WeightPackFn pack = kernels.of(wtype).pack;
   const int64_t n_groups = (n_out + kPackCols - 1) / kPackCols;
   pool.run([&](int ith, int nth) {
@@ -84,22 +82,21 @@ void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, i
   });
 }
 
-void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x,
-            int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace) {
+void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows, float* y,
+            ThreadPool& pool, MatmulWorkspace& workspace) {
   matmul_with(active_kernels(), wtype, w, n_in, n_out, x, n_rows, y, pool, workspace);
 }
 
-void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
-                 int64_t n_out, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
-                 MatmulWorkspace& workspace) {
+void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                 const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace) {
   const TypeKernels& k = kernels.of(wtype);
   const int64_t block = type_traits(wtype).block_size;
   if (k.act == ActFormat::none) {
     throw Unsupported(cat("[cpu] matmul: no kernel for weight type ", dtype_name(wtype)));
   }
   if (n_in % block != 0) {
-    throw InvalidArgument(cat("[cpu] matmul: n_in ", n_in, " is not a multiple of ",
-                              dtype_name(wtype), "'s block size ", block));
+    throw InvalidArgument(cat("[cpu] matmul: n_in ", n_in, " is not a multiple of ", dtype_name(wtype),
+                              "'s block size ", block));
   }
   if (n_rows <= 0 || n_out <= 0) return;
   const auto* w_bytes = static_cast<const uint8_t*>(w);
@@ -108,14 +105,13 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   const bool use_gemm = uses_gemm(k, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
   const ActTiling& tiling = kernels.act_tiling;
-  const bool tiled = use_gemm && k.act == ActFormat::q8a && tiling.tile_rows > 0 &&
-                     n_rows >= tiling.min_rows;
+  const bool tiled = use_gemm && k.act == ActFormat::q8a && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
   // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
-  const ScratchLayout layout =
-      scratch_layout(kernels, k.act == ActFormat::q8a, tiled, use_gemm, n_rows, n_in, pool.n_threads());
+  const ScratchLayout layout = scratch_layout(kernels, k.act == ActFormat::q8a, tiled, use_gemm, n_rows, n_in,
+                                              pool.n_threads());
   uint8_t* const scratch = workspace.reserve(layout.total());
-  uint8_t* const act_tiles = scratch + layout.act_bytes;                    // [tiling.bytes(n_rows, n_in)]
-  uint8_t* const panels = act_tiles + layout.tiles_bytes;                   // [n_threads][panel_bytes]
+  uint8_t* const act_tiles = scratch + layout.act_bytes;   // [tiling.bytes(n_rows, n_in)]
+  uint8_t* const panels = act_tiles + layout.tiles_bytes;  // [n_threads][panel_bytes]
 
   // Activations in the kernels' format: [n_rows][act_row_bytes].
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
@@ -151,9 +147,18 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
       int64_t begin, end;
       split_range(n_panels, ith, nth, &begin, &end);
       if (begin == end) return;
-      GemmArgs args{w_bytes, w_row_bytes, n_in, begin * k.gemm_cols,
-                    std::min(end * k.gemm_cols, n_out), act, act_row_bytes, n_rows,
-                    y, n_out, panels + ith * layout.panel_bytes, tiled ? act_tiles : nullptr};
+      GemmArgs args{w_bytes,
+                    w_row_bytes,
+                    n_in,
+                    begin * k.gemm_cols,
+                    std::min(end * k.gemm_cols, n_out),
+                    act,
+                    act_row_bytes,
+                    n_rows,
+                    y,
+                    n_out,
+                    panels + ith * layout.panel_bytes,
+                    tiled ? act_tiles : nullptr};
       k.gemm(args);
     });
     return;

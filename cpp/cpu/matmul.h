@@ -14,8 +14,8 @@ namespace ember::cpu {
 // n_in weights in `wtype` blocks along n_in (a GGUF tensor of shape {n_in, n_out}); x and y are
 // row-major float32. n_in must be a multiple of wtype's block size. Never throws for a supported
 // wtype; allocates only if `workspace` holds less than matmul_workspace_bytes(n_rows, n_in, ...).
-void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
-            const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace);
+void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows, float* y,
+            ThreadPool& pool, MatmulWorkspace& workspace);
 
 // True if matmul() accepts weights of this dtype.
 bool matmul_supports(DType wtype);

@@ -25,18 +25,18 @@ using VecDotFn = float (*)(int64_t n_in, const void* w_row, const void* act_row)
 // col_end) = act row r · weight row c. The kernel repacks weight rows into `panel` (at least
 // panel_bytes(n_in) bytes, 64-byte aligned) so that each weight byte read serves many rows.
 struct GemmArgs {
-  const uint8_t* w;         // the whole weight matrix: [n_out][w_row_bytes] in the file's layout,
-                            // or packed (TypeKernels::pack; column c0's group at c0 * w_row_bytes)
+  const uint8_t* w;  // the whole weight matrix: [n_out][w_row_bytes] in the file's layout,
+                     // or packed (TypeKernels::pack; column c0's group at c0 * w_row_bytes)
   int64_t w_row_bytes;
   int64_t n_in;
   int64_t col_begin, col_end;
-  const uint8_t* act;       // [n_rows][act_row_bytes] activations in the type's ActFormat
+  const uint8_t* act;  // [n_rows][act_row_bytes] activations in the type's ActFormat
   int64_t act_row_bytes;
   int64_t n_rows;
-  float* y;                 // [n_rows][ldy]
+  float* y;  // [n_rows][ldy]
   int64_t ldy;
-  void* panel;              // per-thread scratch
-  const uint8_t* act_tiles; // act in the table's ActTiling layout (q8a types); nullptr if none
+  void* panel;               // per-thread scratch
+  const uint8_t* act_tiles;  // act in the table's ActTiling layout (q8a types); nullptr if none
 };
 using GemmFn = void (*)(const GemmArgs& args);
 
@@ -50,8 +50,8 @@ struct ActTiling {
   int64_t (*bytes)(int64_t n_rows, int64_t n_in) = nullptr;
   // Writes tiles [tile_begin, tile_end) of `act` ([n_rows][act_row_bytes] BlockQ8A rows) into
   // `out` (64-byte aligned); rows past n_rows in the last tile are zero.
-  void (*pack)(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
-               int64_t tile_begin, int64_t tile_end, uint8_t* out) = nullptr;
+  void (*pack)(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in, int64_t tile_begin,
+               int64_t tile_end, uint8_t* out) = nullptr;
 };
 
 // act[n / 32 blocks] = x[n] quantized (bit-identical to quantize_act_row_ref).
@@ -60,8 +60,8 @@ using QuantizeActFn = void (*)(const float* x, BlockQ8A* act, int64_t n);
 struct TypeKernels {
   ActFormat act = ActFormat::none;  // none: this ISA has no kernel for the type
   VecDotFn vec_dot = nullptr;
-  GemmFn gemm = nullptr;            // nullptr: matmul loops over vec_dot
-  int64_t gemm_cols = 1;            // columns per panel; thread shares are multiples of it
+  GemmFn gemm = nullptr;  // nullptr: matmul loops over vec_dot
+  int64_t gemm_cols = 1;  // columns per panel; thread shares are multiples of it
   // The GEMM also takes 1..3 rows, and each row's result is then bit-identical whatever the
   // row count (see matmul_exact_min_rows).
   bool gemm_any_rows = false;
@@ -107,8 +107,8 @@ int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype);
 int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads);
 // Writes w (the file's rows, {n_in, n_out}) in the layout kernels.of(wtype).pack defines into
 // out (packed_weight_bytes(wtype, n_in, n_out) bytes), column groups split over the pool.
-void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in,
-                        int64_t n_out, void* out, ThreadPool& pool);
+void pack_matmul_weight(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                        void* out, ThreadPool& pool);
 // The table cpu::matmul uses: the active ISA level's (scalar where this build lacks it).
 const IsaKernels& active_kernels();
 

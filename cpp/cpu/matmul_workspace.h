@@ -26,7 +26,7 @@ class MatmulWorkspace {
   uint8_t* reserve(int64_t n_bytes) {
     if (n_bytes > n_bytes_) {
       release();
-      data_ = static_cast<uint8_t*>(::operator new(static_cast<size_t>(n_bytes), std::align_val_t{64}));
+      data_ = static_cast<uint8_t*>(::operator new (static_cast<size_t>(n_bytes), std::align_val_t{64}));
       n_bytes_ = n_bytes;
       ++n_allocations_;
     }
@@ -38,7 +38,7 @@ class MatmulWorkspace {
 
  private:
   void release() {
-    if (data_) ::operator delete(data_, std::align_val_t{64});
+    if (data_) ::operator delete (data_, std::align_val_t{64});
     data_ = nullptr;
     n_bytes_ = 0;
   }

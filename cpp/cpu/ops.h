@@ -17,12 +17,12 @@ struct OpsIsa {
 };
 
 // y[n_ids, n_cols] = rows ids[] of table {n_cols, *} of `type`, dequantized.
-void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
-              float* y, ThreadPool& pool);
+void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids, float* y,
+              ThreadPool& pool);
 
 // y[n_rows, n_cols] = x / rms(x) * weight[n_cols]; y may alias x.
-void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
-              float* y, ThreadPool& pool);
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps, float* y,
+              ThreadPool& pool);
 
 // x[n_rows, n_heads, head_dim] rotated in place by positions[n_rows].
 void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
@@ -33,8 +33,7 @@ void add(const float* a, const float* b, int64_t n, float* y, ThreadPool& pool);
 // x[n_rows, n_cols] += bias[n_cols].
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 // y[n] = silu(gate[n]) * up[n].
-void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa,
-              ThreadPool& pool);
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa, ThreadPool& pool);
 // y[n] = gelu_tanh(gate[n]) * up[n] (GeGLU).
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
 // x[n] *= s.
@@ -44,8 +43,8 @@ void scale(float* x, int64_t n, float s, ThreadPool& pool);
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 
 // k, v [n_rows, n_kv_dim] f32 -> the cache slots of positions[n_rows], as kv.type (f16 or q8_0).
-void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
-              const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool);
+void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
+              const float* v, const OpsIsa& isa, ThreadPool& pool);
 
 // out[n_rows, n_head * head_dim] = causal attention of q over kv (see backend.h).
 void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,

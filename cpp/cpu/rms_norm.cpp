@@ -23,8 +23,8 @@ float sum_of_squares(const float* x, int64_t n) {
 
 }  // namespace
 
-void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
-              float* y, ThreadPool& pool) {
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps, float* y,
+              ThreadPool& pool) {
   const int64_t min_rows = 8192 / n_cols + 1;  // about 8K elements per thread at least
   parallel_for(pool, n_rows, min_rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

@@ -12,8 +12,8 @@ void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
-void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
-              const float* k, const float* v, const OpsIsa& isa, ThreadPool& pool) {
+void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
+              const float* v, const OpsIsa& isa, ThreadPool& pool) {
   const int64_t grain = 16384 / n_kv_dim + 1;
   if (kv.type == DType::q8_0) {
     // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.

@@ -11,7 +11,9 @@ namespace {
 
 struct BlockDotAvx2 {
   template <typename F>
-  static constexpr int bias() { return F::kMaxU <= 127 ? F::kBias : 0; }
+  static constexpr int bias() {
+    return F::kMaxU <= 127 ? F::kBias : 0;
+  }
 
   template <typename F>
   static __m256i dot(__m256i u, __m256i a) {

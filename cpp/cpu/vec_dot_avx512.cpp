@@ -10,7 +10,9 @@ namespace {
 
 struct BlockDotVnni {
   template <typename F>
-  static constexpr int bias() { return F::kBias; }
+  static constexpr int bias() {
+    return F::kBias;
+  }
 
   template <typename F>
   static __m256i dot(__m256i u, __m256i a) {

@@ -24,13 +24,18 @@ inline Halves nibbles(const uint8_t* p) {
 
 // byte i of the result = 0xff if bit i (of 16 consecutive bits starting at bit 0) is set.
 inline uint8x16_t bits16_to_bytes(uint32_t bits) {
-  const uint8x16_t bytes = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)), vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
+  const uint8x16_t bytes = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)),
+                                       vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
   const uint8x16_t mask = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
   return vtstq_u8(bytes, mask);
 }
 
-inline Halves quants_neon(FormatQ4_0, const void* row, int64_t b) { return nibbles(static_cast<const BlockQ4_0*>(row)[b].qs); }
-inline Halves quants_neon(FormatQ4_1, const void* row, int64_t b) { return nibbles(static_cast<const BlockQ4_1*>(row)[b].qs); }
+inline Halves quants_neon(FormatQ4_0, const void* row, int64_t b) {
+  return nibbles(static_cast<const BlockQ4_0*>(row)[b].qs);
+}
+inline Halves quants_neon(FormatQ4_1, const void* row, int64_t b) {
+  return nibbles(static_cast<const BlockQ4_1*>(row)[b].qs);
+}
 
 template <typename Block>
 inline Halves q5_quants(const Block& x) {
@@ -40,8 +45,12 @@ inline Halves q5_quants(const Block& x) {
   h.hi = vorrq_u8(h.hi, vandq_u8(bits16_to_bytes(qh >> 16), vdupq_n_u8(16)));
   return h;
 }
-inline Halves quants_neon(FormatQ5_0, const void* row, int64_t b) { return q5_quants(static_cast<const BlockQ5_0*>(row)[b]); }
-inline Halves quants_neon(FormatQ5_1, const void* row, int64_t b) { return q5_quants(static_cast<const BlockQ5_1*>(row)[b]); }
+inline Halves quants_neon(FormatQ5_0, const void* row, int64_t b) {
+  return q5_quants(static_cast<const BlockQ5_0*>(row)[b]);
+}
+inline Halves quants_neon(FormatQ5_1, const void* row, int64_t b) {
+  return q5_quants(static_cast<const BlockQ5_1*>(row)[b]);
+}
 
 inline Halves quants_neon(FormatQ8_0, const void* row, int64_t b) {
   const auto* qs = reinterpret_cast<const uint8_t*>(static_cast<const BlockQ8_0*>(row)[b].qs);

@@ -29,11 +29,12 @@ constexpr int64_t kPrefetchBytes = 2048;
 // One 32-element block of the row into the running sums (acc: scaled integer dots per lane;
 // acc_min: the min / offset terms Σ (min - kBias * scale) * d_a * Σa).
 template <typename F, typename BlockDot>
-inline void add_block_x86(const void* w_row, int64_t b, const BlockScales& s, const BlockQ8A& a,
-                          __m256& acc, float& acc_min) {
+inline void add_block_x86(const void* w_row, int64_t b, const BlockScales& s, const BlockQ8A& a, __m256& acc,
+                          float& acc_min) {
   constexpr int kBias = BlockDot::template bias<F>();
   const __m256i u = quants_x86(F{}, w_row, b);
-  const __m256i dot = BlockDot::template dot<F>(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+  const __m256i dot = BlockDot::template dot<F>(u,
+                                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
   if constexpr (F::kSub16) {
     const __m256 sv = _mm256_set_m128(_mm_set1_ps(s.scale[1] * a.d), _mm_set1_ps(s.scale[0] * a.d));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sv, acc);
@@ -63,9 +64,11 @@ float vec_dot_quant_x86(int64_t n_in, const void* w_row, const void* act_row) {
   for (; b + kStep <= n_blocks; b += kStep) {
     const int64_t offset = b / F::kBlocksPer * static_cast<int64_t>(sizeof(Block));
     constexpr int64_t kStepBytes = sizeof(Block) * kStep / F::kBlocksPer;
-    for (int64_t line = 0; line < kStepBytes; line += 64) _mm_prefetch(w + offset + kPrefetchBytes + line, _MM_HINT_T0);
+    for (int64_t line = 0; line < kStepBytes; line += 64)
+      _mm_prefetch(w + offset + kPrefetchBytes + line, _MM_HINT_T0);
     BlockScales s[kStep];
-    for (int g = 0; g < kStep / F::kBlocksPer; ++g) F::scales_all(w_row, b / F::kBlocksPer + g, s + g * F::kBlocksPer);
+    for (int g = 0; g < kStep / F::kBlocksPer; ++g)
+      F::scales_all(w_row, b / F::kBlocksPer + g, s + g * F::kBlocksPer);
 #pragma GCC unroll 8
     for (int j = 0; j < kStep; j += 2) {
       add_block_x86<F, BlockDot>(w_row, b + j, s[j], act[b + j], acc0, min0);
@@ -107,7 +110,8 @@ struct LoadF32 {
 struct LoadF16 {
   static constexpr int64_t kBytes = 2;
   static __m256 load8(const void* w, int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
   }
   static float load1(const void* w, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(w)[i]); }
 };

@@ -46,9 +46,9 @@ void put(const BlockQ6_K& x, int c, PackedQ6_K& p) {
 // kElements: weights per Block (32, or 256 for K-quants).
 template <typename Block, typename Packed, int64_t kElements>
 void pack(const void* w, int64_t n_in, int64_t n_out, void* out, int64_t group_begin, int64_t group_end) {
-  const int64_t n_blocks = n_in / kElements;  // Blocks per row
+  const int64_t n_blocks = n_in / kElements;        // Blocks per row
   const auto* rows = static_cast<const Block*>(w);  // [n_out][n_blocks]
-  auto* packed = static_cast<Packed*>(out);          // [n_groups][n_blocks]
+  auto* packed = static_cast<Packed*>(out);         // [n_groups][n_blocks]
   for (int64_t g = group_begin; g < group_end; ++g) {
     Packed* dst = packed + g * n_blocks;
     std::memset(static_cast<void*>(dst), 0, sizeof(Packed) * n_blocks);
@@ -66,10 +66,8 @@ struct PackerEntry {
   WeightPackFn fn;
 };
 constexpr PackerEntry kPackers[] = {
-    {DType::q4_0, pack<BlockQ4_0, PackedQ4_0, 32>},
-    {DType::q4_1, pack<BlockQ4_1, PackedQ4_1, 32>},
-    {DType::q8_0, pack<BlockQ8_0, PackedQ8_0, 32>},
-    {DType::q4_k, pack<BlockQ4_K, PackedQ4_K, 256>},
+    {DType::q4_0, pack<BlockQ4_0, PackedQ4_0, 32>},  {DType::q4_1, pack<BlockQ4_1, PackedQ4_1, 32>},
+    {DType::q8_0, pack<BlockQ8_0, PackedQ8_0, 32>},  {DType::q4_k, pack<BlockQ4_K, PackedQ4_K, 256>},
     {DType::q6_k, pack<BlockQ6_K, PackedQ6_K, 256>},
 };
 

@@ -21,8 +21,10 @@ struct Packed16Reader {
 
 // Scales of the one-scale-per-block formats, as ColumnScaleReader computes them.
 inline void packed_scales(const uint16_t* d, const uint16_t* m, int bias, ColumnScales* s) {
-  s->scale0 = s->scale1 = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
-  const __m512 min = m ? _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m)))
+  s->scale0 = s->scale1 = _mm512_maskz_cvtph_ps(0xffff,
+                                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+  const __m512 min = m ? _mm512_maskz_cvtph_ps(0xffff,
+                                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m)))
                        : _mm512_setzero_ps();
   s->coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(bias)), s->scale0));
   s->coef_s_lo = _mm512_setzero_ps();
@@ -108,7 +110,8 @@ struct Packed16Reader<FormatQ6_K> {
   }
   static void scales(const Block& p, ColumnScales* s) {
     const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
-    const __m512i sc[4] = {load_u32x16(p.sc[0]), load_u32x16(p.sc[1]), load_u32x16(p.sc[2]), load_u32x16(p.sc[3])};
+    const __m512i sc[4] = {load_u32x16(p.sc[0]), load_u32x16(p.sc[1]), load_u32x16(p.sc[2]),
+                           load_u32x16(p.sc[3])};
     decode_q6_k_scales(d, sc, s);
   }
 };
@@ -141,8 +144,8 @@ void pack_panel16_packed(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int6
 
 // A panel chunk from whichever layout the avx512 / amx tables keep F's weights in.
 template <typename F>
-void pack_panel16_any(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0,
-                      int64_t n_blocks, Panel16* panel) {
+void pack_panel16_any(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int nc, int64_t b0, int64_t n_blocks,
+                      Panel16* panel) {
   if constexpr (Packed16Reader<F>::kPacked) {
     pack_panel16_packed<F>(w, w_row_bytes, c0, b0, n_blocks, panel);
   } else {

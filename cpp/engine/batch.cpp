@@ -8,19 +8,23 @@
 namespace ember {
 
 void Batch::validate() const {
-  const auto fail = [](const auto&... what) { throw std::logic_error(cat("[batch] invariant broken: ", what...)); };
+  const auto fail = [](const auto&... what) {
+    throw std::logic_error(cat("[batch] invariant broken: ", what...));
+  };
   if (block_size < 1) fail("block_size ", block_size);
   if (positions.size() != tokens.size() || slot_mapping.size() != tokens.size()) {
     fail(tokens.size(), " tokens, ", positions.size(), " positions, ", slot_mapping.size(), " slots");
   }
   int64_t next_row = 0, next_table = 0, next_output = 0;
   for (const BatchSequence& s : seqs) {
-    if (s.row_begin != next_row || s.n_rows < 1) fail("sequence ", s.id, " rows [", s.row_begin, ", +", s.n_rows, ")");
+    if (s.row_begin != next_row || s.n_rows < 1)
+      fail("sequence ", s.id, " rows [", s.row_begin, ", +", s.n_rows, ")");
     if (s.block_table_begin != next_table) fail("sequence ", s.id, " table starts at ", s.block_table_begin);
     if (s.n_blocks != (s.n_keys() + block_size - 1) / block_size) {
       fail("sequence ", s.id, " has ", s.n_blocks, " blocks for ", s.n_keys(), " positions");
     }
-    if (static_cast<int64_t>(s.token_history.size()) < s.n_keys()) fail("sequence ", s.id, " history too short");
+    if (static_cast<int64_t>(s.token_history.size()) < s.n_keys())
+      fail("sequence ", s.id, " history too short");
     const auto table = block_table(s);
     for (int64_t i = 0; i < s.n_rows; ++i) {
       const int64_t r = s.row_begin + i, pos = s.start_pos + i;
@@ -38,9 +42,10 @@ void Batch::validate() const {
     next_row += s.n_rows;
     next_table += s.n_blocks;
   }
-  if (next_row != n_rows() || next_table != static_cast<int64_t>(block_tables.size()) || next_output != n_outputs()) {
-    fail("sequences cover ", next_row, " rows, ", next_table, " table entries, ", next_output, " outputs of ", n_rows(),
-         ", ", block_tables.size(), ", ", n_outputs());
+  if (next_row != n_rows() || next_table != static_cast<int64_t>(block_tables.size()) ||
+      next_output != n_outputs()) {
+    fail("sequences cover ", next_row, " rows, ", next_table, " table entries, ", next_output, " outputs of ",
+         n_rows(), ", ", block_tables.size(), ", ", n_outputs());
   }
 }
 

@@ -26,7 +26,7 @@ struct BatchSequence {
   int64_t start_pos = 0;          // position of its first row; the cache holds 0 .. start_pos-1
   int64_t block_table_begin = 0;  // its table is block_tables[block_table_begin, + n_blocks)
   int64_t n_blocks = 0;
-  int64_t output_index = -1;      // its row in output_rows / the logits, or -1 (mid-prefill chunk)
+  int64_t output_index = -1;               // its row in output_rows / the logits, or -1 (mid-prefill chunk)
   std::span<const int32_t> token_history;  // every token known so far (for sampling penalties);
                                            // valid until the scheduler's next update
   int64_t n_keys() const { return start_pos + n_rows; }  // positions attention of the last row sees

@@ -29,7 +29,8 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
     const auto table = kv.block_table(p.id);
     s.n_blocks = (s.n_keys() + batch.block_size - 1) / batch.block_size;
     if (s.n_blocks > static_cast<int64_t>(table.size())) {
-      throw std::logic_error(cat("[batch] request ", p.id, " has ", table.size(), " blocks, needs ", s.n_blocks));
+      throw std::logic_error(
+          cat("[batch] request ", p.id, " has ", table.size(), " blocks, needs ", s.n_blocks));
     }
     s.block_table_begin = static_cast<int64_t>(batch.block_tables.size());
     batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.begin() + s.n_blocks);

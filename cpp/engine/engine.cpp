@@ -14,7 +14,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
       max_queue_(config.max_queue),
       max_model_len_(scheduler_.max_model_len()) {
   if (!runner_) throw InvalidArgument("[engine] no model runner");
-  if (config.max_queue < 0) throw InvalidArgument(cat("[engine] max_queue must be >= 0, got ", config.max_queue));
+  if (config.max_queue < 0)
+    throw InvalidArgument(cat("[engine] max_queue must be >= 0, got ", config.max_queue));
   publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -30,9 +31,10 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options, std::function<void()> notify) {
+Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options,
+                                  std::function<void()> notify) {
   scheduler_.validate(prompt, options);  // reads only immutable config
-  runner_->validate(prompt, options);     // likewise
+  runner_->validate(prompt, options);    // likewise
   auto events = std::make_shared<EventQueue>(std::move(notify));
   RequestId id;
   {

@@ -42,12 +42,12 @@ struct EngineConfig {
 // A snapshot taken after each step (for /metrics and /slots).
 struct EngineStats {
   int64_t n_running = 0;
-  int64_t n_waiting = 0;                 // queued in the scheduler or not yet picked up
-  double kv_usage = 0.0;                 // fraction of KV blocks referenced
+  int64_t n_waiting = 0;  // queued in the scheduler or not yet picked up
+  double kv_usage = 0.0;  // fraction of KV blocks referenced
   int64_t n_prefix_query_tokens = 0;
   int64_t n_prefix_hit_tokens = 0;
-  int64_t n_prompt_tokens_total = 0;     // of every request added
-  int64_t n_generation_tokens_total = 0; // tokens sampled
+  int64_t n_prompt_tokens_total = 0;      // of every request added
+  int64_t n_generation_tokens_total = 0;  // tokens sampled
   int64_t n_preemptions = 0;
   int64_t n_steps = 0;
 };

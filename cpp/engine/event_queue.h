@@ -26,10 +26,10 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::none;  // none: more events follow
   std::string error;                                // why, when finish_reason == error
   int64_t n_prompt_tokens = 0;
-  int64_t n_output_tokens = 0;                      // so far, this token included
-  int64_t n_cached_tokens = 0;                      // prompt tokens served by the prefix cache
-  bool has_logprobs = false;                        // the request asked for them and a token came
-  TokenLogprobs logprobs{};                         // of `token` (and the top alternatives)
+  int64_t n_output_tokens = 0;  // so far, this token included
+  int64_t n_cached_tokens = 0;  // prompt tokens served by the prefix cache
+  bool has_logprobs = false;    // the request asked for them and a token came
+  TokenLogprobs logprobs{};     // of `token` (and the top alternatives)
 
   bool finished() const { return finish_reason != FinishReason::none; }
   bool has_token() const { return token >= 0; }
@@ -69,7 +69,8 @@ class EventQueue {
   // Every event available now, without waiting (an asyncio reader drains on each wake-up).
   std::vector<TokenEvent> drain() {
     std::lock_guard lock(mutex_);
-    std::vector<TokenEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+    std::vector<TokenEvent> out(std::make_move_iterator(events_.begin()),
+                                std::make_move_iterator(events_.end()));
     events_.clear();
     return out;
   }

@@ -16,7 +16,8 @@ DType model_engine_kv_type(const Model& model, const std::string& name) {
   } else if (name == "q8_0") {
     type = DType::q8_0;
   } else {
-    throw Unsupported(cat("[engine] KV cache type '", name, "' is not supported; use f16 (the default) or q8_0"));
+    throw Unsupported(
+        cat("[engine] KV cache type '", name, "' is not supported; use f16 (the default) or q8_0"));
   }
   if (!model.backend().supports(Op::store_kv, type) || !model.backend().supports(Op::attention, type)) {
     throw Unsupported(cat("[engine] the ", model.backend().name(), " backend has no ", name, " KV cache"));
@@ -28,7 +29,8 @@ DType model_engine_kv_type(const Model& model, const std::string& name) {
 EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o) {
   const ModelConfig& c = model.config();
   const DType kv_type = model_engine_kv_type(model, o.kv_type);
-  if (o.block_size < 1 || o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.kv_tokens < 0 || o.kv_bytes < 0) {
+  if (o.block_size < 1 || o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.kv_tokens < 0 ||
+      o.kv_bytes < 0) {
     throw InvalidArgument(cat("[engine] block_size (", o.block_size, "), parallel (", o.max_num_seqs,
                               ") and max_batch_tokens (", o.max_num_batched_tokens,
                               ") must be >= 1, KV budgets >= 0"));
@@ -57,7 +59,8 @@ EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o
   return config;
 }
 
-std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const ModelEngineOptions& options) {
+std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
+                                          const ModelEngineOptions& options) {
   if (!model) throw InvalidArgument("[engine] no model");
   const EngineConfig config = model_engine_config(*model, options);
   ForwardRunnerConfig runner;

@@ -13,20 +13,20 @@
 namespace ember {
 
 struct ModelEngineOptions {
-  int64_t n_ctx = 0;                     // tokens one request may reach; <= 0: min(n_ctx_train, 4096)
-  int max_num_seqs = 16;                 // requests running at once ("--parallel")
-  int64_t kv_tokens = 0;                 // KV budget in tokens; 0: see kv_bytes
-  int64_t kv_bytes = 0;                  // KV budget in bytes when kv_tokens is 0; both 0: the
-                                         // default (n_ctx * max_num_seqs tokens, at most
-                                         // kDefaultKVBytes, at least n_ctx)
+  int64_t n_ctx = 0;      // tokens one request may reach; <= 0: min(n_ctx_train, 4096)
+  int max_num_seqs = 16;  // requests running at once ("--parallel")
+  int64_t kv_tokens = 0;  // KV budget in tokens; 0: see kv_bytes
+  int64_t kv_bytes = 0;   // KV budget in bytes when kv_tokens is 0; both 0: the
+                          // default (n_ctx * max_num_seqs tokens, at most
+                          // kDefaultKVBytes, at least n_ctx)
   int block_size = 16;
   int64_t max_num_batched_tokens = 512;  // token budget of one step
   int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
   bool enable_prefix_caching = true;
-  std::string kv_type = "f16";           // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
-                                         // instead of 64: ~1.9x the tokens in a byte budget, slightly
-                                         // less exact; needs head_dim % 32 == 0)
-  bool rows_independent = true;          // see ForwardRunnerConfig: output never depends on batching
+  std::string kv_type = "f16";   // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
+                                 // instead of 64: ~1.9x the tokens in a byte budget, slightly
+                                 // less exact; needs head_dim % 32 == 0)
+  bool rows_independent = true;  // see ForwardRunnerConfig: output never depends on batching
 };
 
 inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;
@@ -41,6 +41,7 @@ DType model_engine_kv_type(const Model& model, const std::string& name);
 EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& options);
 
 // Starts an engine with a ForwardRunner over `model`. Throws like model_engine_config.
-std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const ModelEngineOptions& options);
+std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
+                                          const ModelEngineOptions& options);
 
 }  // namespace ember

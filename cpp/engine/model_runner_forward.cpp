@@ -36,8 +36,8 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   }
   const ModelConfig& c = model_->config();
   if (config.n_blocks < 1 || config.block_size < 1) {
-    throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ", config.n_blocks,
-                              " and ", config.block_size));
+    throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ",
+                              config.n_blocks, " and ", config.block_size));
   }
   min_rows_ = config.rows_independent ? matmul_exact_min_rows(*model_) : 1;
   const int64_t n_pad_rows = min_rows_ - 1;  // at most this many throwaway rows per step
@@ -57,17 +57,19 @@ void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptio
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= n_vocab) {
-      throw InvalidArgument(cat("[request] prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ",
-                                n_vocab, ")"));
+      throw InvalidArgument(cat("[request] prompt token ", i, " has id ", prompt[i],
+                                ", outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
   for (int32_t t : options.stop_token_ids) {
     if (t < 0 || t >= n_vocab) {
-      throw InvalidArgument(cat("[request] stop token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
+      throw InvalidArgument(
+          cat("[request] stop token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
   if (options.n_logprobs > n_vocab) {
-    throw InvalidArgument(cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
+    throw InvalidArgument(
+        cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
   }
   ember::validate(options.sampling, n_vocab);
 }
@@ -85,8 +87,8 @@ void ForwardRunner::release(std::span<const SequenceId> ids) {
 std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
   const int64_t n_vocab = model_->config().n_vocab;
   if (batch.block_size != cache_.block_size) {
-    throw std::logic_error(cat("[engine] the batch has blocks of ", batch.block_size, " tokens, the cache ",
-                               cache_.block_size));
+    throw std::logic_error(
+        cat("[engine] the batch has blocks of ", batch.block_size, " tokens, the cache ", cache_.block_size));
   }
   const int64_t n_rows = batch.n_rows(), n_outputs = batch.n_outputs();
   tokens_.assign(batch.tokens.begin(), batch.tokens.end());
@@ -105,7 +107,8 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
     for (int64_t i = 0; i < s.n_blocks; ++i) {
       const int32_t block = batch.block_tables[s.block_table_begin + i];
       if (block < 0 || block >= config_.n_blocks) {
-        throw std::logic_error(cat("[engine] request ", s.id, " has block ", block, " of ", config_.n_blocks));
+        throw std::logic_error(
+            cat("[engine] request ", s.id, " has block ", block, " of ", config_.n_blocks));
       }
     }
     add_rows(s.row_begin, s.n_rows, batch.block_tables.data() + s.block_table_begin);

@@ -70,15 +70,15 @@ class ForwardRunner : public ModelRunner {
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
-  std::vector<int32_t> pad_table_;                       // [ceil(min_rows_ / block_size)]
+  std::vector<int32_t> pad_table_;  // [ceil(min_rows_ / block_size)]
   // Batches (and their outputs) are lifted to this many rows: the backend's
   // matmul_exact_min_rows over the model's weight types when rows_independent, else 1.
   int64_t min_rows_ = 1;
   // Reused every step (no allocation once they reached the largest batch).
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
-  std::vector<SequenceRows> rows_;                       // [n_seqs], or [n_rows] one row each
-  std::vector<float> logits_;                            // [n_outputs, n_vocab]
-  std::vector<std::optional<TokenLogprobs>> logprobs_;   // [n_outputs] of the last step
+  std::vector<SequenceRows> rows_;                         // [n_seqs], or [n_rows] one row each
+  std::vector<float> logits_;                              // [n_outputs, n_vocab]
+  std::vector<std::optional<TokenLogprobs>> logprobs_;     // [n_outputs] of the last step
 };
 
 }  // namespace ember

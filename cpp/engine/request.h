@@ -47,20 +47,24 @@ struct Request {
   // [n_computed_tokens, n_tokens()) are what the next steps must run through the model.
   int64_t num_computed_tokens = 0;
   RequestOptions options;
-  int64_t arrival = 0;             // order of add_request, FCFS tie-breaker
+  int64_t arrival = 0;  // order of add_request, FCFS tie-breaker
   RequestStatus status = RequestStatus::waiting;
   FinishReason finish_reason = FinishReason::none;
-  int64_t n_cached_tokens = -1;    // prompt tokens served by the prefix cache at first schedule
+  int64_t n_cached_tokens = -1;  // prompt tokens served by the prefix cache at first schedule
   int n_preemptions = 0;
 
   Request() = default;
   Request(RequestId id_, std::span<const int32_t> prompt, RequestOptions options_)
-      : id(id_), token_ids(prompt.begin(), prompt.end()),
-        n_prompt_tokens(static_cast<int64_t>(prompt.size())), options(std::move(options_)) {}
+      : id(id_),
+        token_ids(prompt.begin(), prompt.end()),
+        n_prompt_tokens(static_cast<int64_t>(prompt.size())),
+        options(std::move(options_)) {}
 
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t n_output_tokens() const { return n_tokens() - n_prompt_tokens; }
-  std::span<const int32_t> prompt_token_ids() const { return {token_ids.data(), static_cast<size_t>(n_prompt_tokens)}; }
+  std::span<const int32_t> prompt_token_ids() const {
+    return {token_ids.data(), static_cast<size_t>(n_prompt_tokens)};
+  }
   std::span<const int32_t> output_token_ids() const {
     return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(n_prompt_tokens));
   }

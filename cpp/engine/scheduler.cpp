@@ -12,7 +12,8 @@ namespace ember {
 Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
     : config_(config), kv_(kv), max_model_len_(std::min(config.max_model_len, kv.capacity_tokens())) {
   if (config.max_num_batched_tokens < 1) {
-    throw InvalidArgument(cat("[scheduler] max_num_batched_tokens must be >= 1, got ", config.max_num_batched_tokens));
+    throw InvalidArgument(
+        cat("[scheduler] max_num_batched_tokens must be >= 1, got ", config.max_num_batched_tokens));
   }
   if (config.max_num_seqs < 1) {
     throw InvalidArgument(cat("[scheduler] max_num_seqs must be >= 1, got ", config.max_num_seqs));
@@ -47,9 +48,11 @@ void Scheduler::validate(std::span<const int32_t> prompt, const RequestOptions& 
 void Scheduler::add_request(Request request) {
   validate(request.prompt_token_ids(), request.options);
   if (request.n_output_tokens() != 0 || request.num_computed_tokens != 0) {
-    throw InvalidArgument(cat("[request] request ", request.id, " must arrive with no output and nothing computed"));
+    throw InvalidArgument(
+        cat("[request] request ", request.id, " must arrive with no output and nothing computed"));
   }
-  if (requests_.contains(request.id)) throw InvalidArgument(cat("[request] id ", request.id, " is already in use"));
+  if (requests_.contains(request.id))
+    throw InvalidArgument(cat("[request] id ", request.id, " is already in use"));
   auto owned = std::make_unique<Request>(std::move(request));
   Request* r = owned.get();
   r->arrival = next_arrival_++;
@@ -166,15 +169,18 @@ StepPlan Scheduler::schedule() {
 
 FinishReason Scheduler::stop_reason(const Request& r) const {
   const int32_t last = r.token_ids.back();
-  if (std::ranges::find(r.options.stop_token_ids, last) != r.options.stop_token_ids.end()) return FinishReason::stop;
-  if (r.n_output_tokens() >= r.options.max_tokens || r.n_tokens() >= max_model_len_) return FinishReason::length;
+  if (std::ranges::find(r.options.stop_token_ids, last) != r.options.stop_token_ids.end())
+    return FinishReason::stop;
+  if (r.n_output_tokens() >= r.options.max_tokens || r.n_tokens() >= max_model_len_)
+    return FinishReason::length;
   return FinishReason::none;
 }
 
-std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan, std::span<const int32_t> sampled) {
+std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
+                                                         std::span<const int32_t> sampled) {
   if (static_cast<int64_t>(sampled.size()) != plan.n_samples()) {
-    throw InvalidArgument(cat("[scheduler] the step planned ", plan.n_samples(), " samples, the runner returned ",
-                              sampled.size()));
+    throw InvalidArgument(cat("[scheduler] the step planned ", plan.n_samples(),
+                              " samples, the runner returned ", sampled.size()));
   }
   std::vector<RequestOutput> outputs;
   size_t k = 0;
@@ -185,15 +191,17 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan, s
     if (it == requests_.end()) continue;
     Request& r = *it->second;
     if (r.status != RequestStatus::running || r.num_computed_tokens != s.start_pos) {
-      throw std::logic_error(cat("[scheduler] request ", r.id, " (", to_string(r.status), ", ", r.num_computed_tokens,
-                                 " computed) does not match its plan (start ", s.start_pos, ")"));
+      throw std::logic_error(cat("[scheduler] request ", r.id, " (", to_string(r.status), ", ",
+                                 r.num_computed_tokens, " computed) does not match its plan (start ",
+                                 s.start_pos, ")"));
     }
     r.num_computed_tokens += s.n_tokens;
     kv_.cache_computed_blocks(r.kv_state());
     if (!token) continue;
     r.token_ids.push_back(*token);
     const FinishReason reason = stop_reason(r);
-    outputs.push_back({r.id, *token, reason, r.n_prompt_tokens, r.n_output_tokens(), std::max<int64_t>(0, r.n_cached_tokens)});
+    outputs.push_back({r.id, *token, reason, r.n_prompt_tokens, r.n_output_tokens(),
+                       std::max<int64_t>(0, r.n_cached_tokens)});
     if (reason != FinishReason::none) finish(r, reason);
   }
   return outputs;
@@ -229,10 +237,12 @@ void Scheduler::check_invariants() const {
   if (running_.size() + waiting_.size() != requests_.size()) {
     fail(running_.size(), " running + ", waiting_.size(), " waiting != ", requests_.size(), " live requests");
   }
-  if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs) fail(running_.size(), " running > max_num_seqs");
+  if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs)
+    fail(running_.size(), " running > max_num_seqs");
   const int64_t bs = kv_.block_size();
   for (const Request* r : running_) {
-    if (r->status != RequestStatus::running) fail("request ", r->id, " is running with status ", to_string(r->status));
+    if (r->status != RequestStatus::running)
+      fail("request ", r->id, " is running with status ", to_string(r->status));
     if (r->num_computed_tokens > r->n_tokens()) fail("request ", r->id, " computed more tokens than it has");
     if (static_cast<int64_t>(kv_.block_table(r->id).size()) < (r->num_computed_tokens + bs - 1) / bs) {
       fail("request ", r->id, " has ", r->num_computed_tokens, " computed tokens but ",

@@ -31,7 +31,7 @@ struct SchedulerConfig {
   int max_num_seqs = 16;                 // requests running at once ("--parallel")
   int64_t max_model_len = 4096;          // tokens a request may reach, prompt included
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
-  bool enable_chunked_prefill = true;    // split prompts longer than the remaining budget
+  bool enable_chunked_prefill = true;  // split prompts longer than the remaining budget
 };
 
 // What one step produced for one request: a sampled token, and whether that finished it.
@@ -40,8 +40,8 @@ struct RequestOutput {
   int32_t token = -1;
   FinishReason finish_reason = FinishReason::none;  // none: the request goes on
   int64_t n_prompt_tokens = 0;
-  int64_t n_output_tokens = 0;                      // including this token
-  int64_t n_cached_tokens = 0;                      // prompt tokens the prefix cache served
+  int64_t n_output_tokens = 0;  // including this token
+  int64_t n_cached_tokens = 0;  // prompt tokens the prefix cache served
 
   bool finished() const { return finish_reason != FinishReason::none; }
 };
@@ -103,8 +103,8 @@ class Scheduler {
   KVCacheManager& kv_;
   int64_t max_model_len_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // live requests
-  std::vector<Request*> running_;   // in admission order; the back is the newest
-  std::deque<Request*> waiting_;    // in scheduling order
+  std::vector<Request*> running_;  // in admission order; the back is the newest
+  std::deque<Request*> waiting_;   // in scheduling order
   std::vector<RequestId> finished_since_plan_;
   int64_t next_arrival_ = 0;
   int64_t n_preemptions_ = 0;

@@ -25,10 +25,17 @@ constexpr int kMaxArrayDepth = 8;        // arrays of arrays nest at most this d
 // Size in bytes of one scalar of a value type; 0 for string/array (variable size) and unknown.
 uint64_t scalar_bytes(GGUFType t) {
   switch (t) {
-    case GGUFType::u8: case GGUFType::i8: case GGUFType::boolean: return 1;
-    case GGUFType::u16: case GGUFType::i16: return 2;
-    case GGUFType::u32: case GGUFType::i32: case GGUFType::f32: return 4;
-    case GGUFType::u64: case GGUFType::i64: case GGUFType::f64: return 8;
+    case GGUFType::u8:
+    case GGUFType::i8:
+    case GGUFType::boolean: return 1;
+    case GGUFType::u16:
+    case GGUFType::i16: return 2;
+    case GGUFType::u32:
+    case GGUFType::i32:
+    case GGUFType::f32: return 4;
+    case GGUFType::u64:
+    case GGUFType::i64:
+    case GGUFType::f64: return 8;
     default: return 0;
   }
 }
@@ -43,17 +50,27 @@ bool valid_utf8(std::string_view s) {
     const unsigned c = *p;
     int n;
     uint32_t cp;
-    if (c < 0x80) { ++p; continue; }
-    if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      cp = c & 0x07;
+    } else return false;
     if (end - p <= n) return false;
     for (int k = 1; k <= n; ++k) {
       if ((p[k] & 0xc0) != 0x80) return false;
       cp = (cp << 6) | (p[k] & 0x3f);
     }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
       return false;
     }
     p += n + 1;
@@ -163,35 +180,42 @@ GGUFValue read_value(Cursor& in, GGUFType type, const std::string& where, int de
 }  // namespace
 
 const char* gguf_type_name(GGUFType type) {
-  static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32",
-                                           "i32",  "f32",    "bool",  "string",
-                                           "array", "u64",   "i64",   "f64"};
+  static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                           "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = static_cast<uint32_t>(type);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 bool GGUFValue::is_integer() const {
   switch (type) {
-    case GGUFType::u8: case GGUFType::i8: case GGUFType::u16: case GGUFType::i16:
-    case GGUFType::u32: case GGUFType::i32: case GGUFType::u64: case GGUFType::i64:
-      return true;
-    default:
-      return false;
+    case GGUFType::u8:
+    case GGUFType::i8:
+    case GGUFType::u16:
+    case GGUFType::i16:
+    case GGUFType::u32:
+    case GGUFType::i32:
+    case GGUFType::u64:
+    case GGUFType::i64: return true;
+    default: return false;
   }
 }
 
 int64_t GGUFValue::as_int() const {
   switch (type) {
-    case GGUFType::i8: case GGUFType::i16: case GGUFType::i32: case GGUFType::i64: return i;
-    case GGUFType::u8: case GGUFType::u16: case GGUFType::u32: case GGUFType::boolean:
-      return static_cast<int64_t>(u);
+    case GGUFType::i8:
+    case GGUFType::i16:
+    case GGUFType::i32:
+    case GGUFType::i64: return i;
+    case GGUFType::u8:
+    case GGUFType::u16:
+    case GGUFType::u32:
+    case GGUFType::boolean: return static_cast<int64_t>(u);
     case GGUFType::u64:
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         throw FormatError(cat("[gguf] value ", u, " does not fit in a signed 64-bit integer"));
       }
       return static_cast<int64_t>(u);
-    default:
-      throw FormatError(cat("[gguf] expected an integer, got ", gguf_type_name(type)));
+    default: throw FormatError(cat("[gguf] expected an integer, got ", gguf_type_name(type)));
   }
 }
 
@@ -245,7 +269,8 @@ void GGUFFile::parse() {
     in.fail("header", cat("not a GGUF file: magic is '", got, "', expected 'GGUF'"));
   }
   version_ = in.read<uint32_t>("header (version)");
-  if (version_ == 1) in.fail("header", "GGUF version 1 is not supported (versions 2 and 3 are); re-convert the model");
+  if (version_ == 1)
+    in.fail("header", "GGUF version 1 is not supported (versions 2 and 3 are); re-convert the model");
   if (version_ != 2 && version_ != 3) {
     const uint32_t swapped_version = __builtin_bswap32(version_);
     const bool swapped = swapped_version >= 1 && swapped_version <= 3;
@@ -314,8 +339,8 @@ void GGUFFile::parse() {
     t.offset = in.read<uint64_t>(where + " (offset)");
     const int64_t row = t.shape.empty() ? 1 : t.shape[0];
     if (row % traits->block_size != 0) {
-      in.fail(where, cat("first dimension ", row, " is not a multiple of the ", traits->name,
-                         " block size ", traits->block_size));
+      in.fail(where, cat("first dimension ", row, " is not a multiple of the ", traits->name, " block size ",
+                         traits->block_size));
     }
     // n_elements / block_size * type_size cannot overflow: n_elements < 2^63 and type_size is
     // at most 292 bytes per block of at least 1 element — but check the multiply anyway.

@@ -16,8 +16,19 @@ namespace ember {
 
 // Value type ids as stored in the file.
 enum class GGUFType : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
-  string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 
 const char* gguf_type_name(GGUFType type);
@@ -40,9 +51,9 @@ struct GGUFValue {
 
   bool is_integer() const;
   bool is_float() const { return type == GGUFType::f32 || type == GGUFType::f64; }
-  int64_t as_int() const;    // any integer or bool; throws FormatError otherwise
-  double as_float() const;   // any integer or float
-  bool as_bool() const;      // bool or integer
+  int64_t as_int() const;   // any integer or bool; throws FormatError otherwise
+  double as_float() const;  // any integer or float
+  bool as_bool() const;     // bool or integer
 };
 
 struct GGUFTensorInfo {
@@ -50,7 +61,7 @@ struct GGUFTensorInfo {
   DType type;
   std::vector<int64_t> shape;  // ggml order: shape[0] is the contiguous (fastest) dimension
   int64_t n_elements = 0;
-  uint64_t offset = 0;         // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping, aligned to the file's alignment
 };

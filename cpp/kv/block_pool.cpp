@@ -8,7 +8,8 @@
 
 namespace ember {
 
-BlockPool::BlockPool(int64_t n_blocks, int block_size, BlockHashFn hash) : block_size_(block_size), hash_(hash) {
+BlockPool::BlockPool(int64_t n_blocks, int block_size, BlockHashFn hash)
+    : block_size_(block_size), hash_(hash) {
   if (block_size < 1) throw InvalidArgument(cat("[kv] block_size must be >= 1, got ", block_size));
   if (n_blocks < 1 || n_blocks > INT32_MAX / block_size) {
     throw InvalidArgument(cat("[kv] the KV cache needs 1 .. ", INT32_MAX / block_size, " blocks of ",
@@ -84,13 +85,15 @@ std::optional<PrefixLink> BlockPool::find_cached(PrefixLink parent, std::span<co
   return PrefixLink{it->second, blocks_[it->second].generation};
 }
 
-std::optional<PrefixLink> BlockPool::cache(BlockId block, PrefixLink parent, std::span<const int32_t> tokens) {
+std::optional<PrefixLink> BlockPool::cache(BlockId block, PrefixLink parent,
+                                           std::span<const int32_t> tokens) {
   Block& b = blocks_.at(block);
   if (static_cast<int64_t>(tokens.size()) != block_size_) {
-    throw std::logic_error(cat("[kv] cache of block ", block, " with ", tokens.size(), " tokens, blocks hold ",
-                               block_size_));
+    throw std::logic_error(
+        cat("[kv] cache of block ", block, " with ", tokens.size(), " tokens, blocks hold ", block_size_));
   }
-  if (b.ref_count <= 0) throw std::logic_error(cat("[kv] cache of block ", block, ", which is not referenced"));
+  if (b.ref_count <= 0)
+    throw std::logic_error(cat("[kv] cache of block ", block, ", which is not referenced"));
   if (b.cached) {  // already registered (a prefix hit, or cached by this sequence before)
     if (!matches(block, parent, tokens)) {
       throw std::logic_error(cat("[kv] block ", block, " is cached with a different prefix"));
@@ -149,7 +152,9 @@ BlockId BlockPool::evict_lru() {
 }
 
 void BlockPool::check_invariants() const {
-  const auto fail = [](const auto&... what) { throw std::logic_error(cat("[kv] invariant broken: ", what...)); };
+  const auto fail = [](const auto&... what) {
+    throw std::logic_error(cat("[kv] invariant broken: ", what...));
+  };
   const int64_t n = n_blocks();
   std::vector<uint8_t> on_free(n, 0), on_lru(n, 0);
   for (BlockId b : free_list_) {
@@ -170,10 +175,12 @@ void BlockPool::check_invariants() const {
     if (blk.ref_count < 0) fail("block ", b, " has ref_count ", blk.ref_count);
     const bool want_free = blk.ref_count == 0 && !blk.cached;
     const bool want_lru = blk.ref_count == 0 && blk.cached;
-    if (bool(on_free[b]) != want_free) fail("block ", b, " (refs ", blk.ref_count, ", cached ", blk.cached, ") ",
-                                            on_free[b] ? "is" : "is not", " on the free list");
-    if (bool(on_lru[b]) != want_lru) fail("block ", b, " (refs ", blk.ref_count, ", cached ", blk.cached, ") ",
-                                          on_lru[b] ? "is" : "is not", " on the LRU list");
+    if (bool(on_free[b]) != want_free)
+      fail("block ", b, " (refs ", blk.ref_count, ", cached ", blk.cached, ") ", on_free[b] ? "is" : "is not",
+           " on the free list");
+    if (bool(on_lru[b]) != want_lru)
+      fail("block ", b, " (refs ", blk.ref_count, ", cached ", blk.cached, ") ", on_lru[b] ? "is" : "is not",
+           " on the LRU list");
     if (blk.cached) {
       ++n_cached_blocks;
       const auto it = cached_.find(blk.hash);

@@ -88,9 +88,9 @@ class BlockPool {
   struct Block {
     int32_t ref_count = 0;
     bool cached = false;
-    uint32_t generation = 0;  // bumped on eviction
-    BlockHash hash = 0;       // valid while cached
-    PrefixLink parent;        // valid while cached
+    uint32_t generation = 0;                           // bumped on eviction
+    BlockHash hash = 0;                                // valid while cached
+    PrefixLink parent;                                 // valid while cached
     BlockId lru_prev = kNoBlock, lru_next = kNoBlock;  // while evictable
   };
 
@@ -107,9 +107,9 @@ class BlockPool {
 
   int block_size_;
   BlockHashFn hash_;
-  std::vector<Block> blocks_;              // [n_blocks]
-  std::vector<int32_t> cached_tokens_;     // [n_blocks, block_size] token ids of cached blocks
-  std::vector<BlockId> free_list_;         // free blocks; allocation pops the back
+  std::vector<Block> blocks_;           // [n_blocks]
+  std::vector<int32_t> cached_tokens_;  // [n_blocks, block_size] token ids of cached blocks
+  std::vector<BlockId> free_list_;      // free blocks; allocation pops the back
   int64_t n_evictable_ = 0;
   BlockId lru_head_ = kNoBlock, lru_tail_ = kNoBlock;  // least / most recently released
   std::unordered_map<BlockHash, BlockId> cached_;      // hash -> the one cached block with it

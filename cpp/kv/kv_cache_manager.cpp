@@ -14,7 +14,8 @@ int64_t KVCacheConfig::blocks_for_tokens(int64_t n_tokens, int block_size) {
 }
 
 int64_t KVCacheConfig::blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token, int block_size) {
-  if (bytes_per_token < 1) throw InvalidArgument(cat("[kv] bytes_per_token must be >= 1, got ", bytes_per_token));
+  if (bytes_per_token < 1)
+    throw InvalidArgument(cat("[kv] bytes_per_token must be >= 1, got ", bytes_per_token));
   return blocks_for_tokens(n_bytes / bytes_per_token, block_size);
 }
 
@@ -50,9 +51,11 @@ std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, 
   const auto it = tables_.find(seq.id);
   const bool is_new = it == tables_.end();
   if (!hit.links_.empty() && (!is_new || seq.n_computed_tokens != 0)) {
-    throw std::logic_error(cat("[kv] sequence ", seq.id, ": a prefix hit is only for a sequence without slots"));
+    throw std::logic_error(
+        cat("[kv] sequence ", seq.id, ": a prefix hit is only for a sequence without slots"));
   }
-  if (n_new_tokens < 0) throw std::logic_error(cat("[kv] sequence ", seq.id, ": ", n_new_tokens, " new tokens"));
+  if (n_new_tokens < 0)
+    throw std::logic_error(cat("[kv] sequence ", seq.id, ": ", n_new_tokens, " new tokens"));
   const int64_t n_slots = seq.n_computed_tokens + hit.n_tokens() + n_new_tokens;
   const int64_t n_have = is_new ? 0 : static_cast<int64_t>(it->second.blocks.size());
   const int64_t n_hit_blocks = static_cast<int64_t>(hit.links_.size());
@@ -87,7 +90,8 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
   if (it == tables_.end()) return;
   Table& t = it->second;
   const int64_t bs = block_size();
-  const int64_t n_computed = std::min<int64_t>(seq.n_computed_tokens, static_cast<int64_t>(seq.tokens.size()));
+  const int64_t n_computed = std::min<int64_t>(seq.n_computed_tokens,
+                                               static_cast<int64_t>(seq.tokens.size()));
   const int64_t n_full = std::min<int64_t>(n_computed / bs, static_cast<int64_t>(t.blocks.size()));
   for (int64_t i = static_cast<int64_t>(t.links.size()); i < n_full && !t.caching_stopped; ++i) {
     const PrefixLink parent = i == 0 ? PrefixLink{} : t.links[i - 1];
@@ -120,8 +124,8 @@ int64_t KVCacheManager::slot(SequenceId id, int64_t pos) const {
   const Table& t = table(id);
   const int64_t bs = block_size();
   if (pos < 0 || pos / bs >= static_cast<int64_t>(t.blocks.size())) {
-    throw std::logic_error(cat("[kv] sequence ", id, ": position ", pos, " has no slot (",
-                               t.blocks.size(), " blocks)"));
+    throw std::logic_error(
+        cat("[kv] sequence ", id, ": position ", pos, " has no slot (", t.blocks.size(), " blocks)"));
   }
   return int64_t{t.blocks[pos / bs]} * bs + pos % bs;
 }
@@ -130,8 +134,8 @@ void KVCacheManager::slot_mapping(SequenceId id, int64_t start, int64_t n, int64
   const Table& t = table(id);
   const int64_t bs = block_size();
   if (start < 0 || n < 0 || (start + n + bs - 1) / bs > static_cast<int64_t>(t.blocks.size())) {
-    throw std::logic_error(cat("[kv] sequence ", id, ": positions [", start, ", ", start + n, ") have no slots (",
-                               t.blocks.size(), " blocks)"));
+    throw std::logic_error(cat("[kv] sequence ", id, ": positions [", start, ", ", start + n,
+                               ") have no slots (", t.blocks.size(), " blocks)"));
   }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = start + i;
@@ -150,8 +154,8 @@ void KVCacheManager::check_invariants() const {
   }
   for (BlockId b = 0; b < pool_.n_blocks(); ++b) {
     if (refs[b] != pool_.ref_count(b)) {
-      throw std::logic_error(cat("[kv] invariant broken: block ", b, " is in ", refs[b], " tables, has ref_count ",
-                                 pool_.ref_count(b)));
+      throw std::logic_error(cat("[kv] invariant broken: block ", b, " is in ", refs[b],
+                                 " tables, has ref_count ", pool_.ref_count(b)));
     }
   }
 }

@@ -20,8 +20,8 @@ namespace ember {
 using SequenceId = int64_t;
 
 struct KVCacheConfig {
-  int block_size = 16;            // tokens per block
-  int64_t n_blocks = 0;           // blocks in the pool (see blocks_for_tokens / blocks_for_bytes)
+  int block_size = 16;   // tokens per block
+  int64_t n_blocks = 0;  // blocks in the pool (see blocks_for_tokens / blocks_for_bytes)
   bool enable_prefix_caching = true;
 
   // Blocks that hold a budget of n_tokens tokens (rounded down, at least one).
@@ -99,9 +99,9 @@ class KVCacheManager {
 
  private:
   struct Table {
-    std::vector<BlockId> blocks;     // [ceil(n_slots / block_size)]
-    std::vector<PrefixLink> links;   // chain links of the leading cached blocks (a prefix of blocks)
-    bool caching_stopped = false;    // a link could not be made; later blocks stay uncached
+    std::vector<BlockId> blocks;    // [ceil(n_slots / block_size)]
+    std::vector<PrefixLink> links;  // chain links of the leading cached blocks (a prefix of blocks)
+    bool caching_stopped = false;   // a link could not be made; later blocks stay uncached
   };
 
   const Table& table(SequenceId id) const;

@@ -29,13 +29,13 @@ PagedKVCache::PagedKVCache(Backend& backend, int64_t n_layer_, int64_t n_kv_dim_
                            int64_t block_size_, DType type_)
     : type(type_), n_layer(n_layer_), n_blocks(n_blocks_), block_size(block_size_), n_kv_dim(n_kv_dim_) {
   if (n_layer < 1 || n_kv_dim < 1 || n_blocks < 1 || block_size < 1) {
-    throw InvalidArgument(cat("[kv] paged cache of ", n_layer, " layers x ", n_blocks, " blocks x ", block_size,
-                              " tokens x ", n_kv_dim, " values: every size must be >= 1"));
+    throw InvalidArgument(cat("[kv] paged cache of ", n_layer, " layers x ", n_blocks, " blocks x ",
+                              block_size, " tokens x ", n_kv_dim, " values: every size must be >= 1"));
   }
   check_known_type(type);
   if (n_kv_dim % type_traits(type).block_size != 0) {
-    throw InvalidArgument(cat("[kv] ", dtype_name(type), " rows of ", n_kv_dim, " values are not whole blocks of ",
-                              type_traits(type).block_size));
+    throw InvalidArgument(cat("[kv] ", dtype_name(type), " rows of ", n_kv_dim,
+                              " values are not whole blocks of ", type_traits(type).block_size));
   }
   row_bytes = ember::row_bytes(type, n_kv_dim);
   const int64_t n_rows = n_layer * n_slots();

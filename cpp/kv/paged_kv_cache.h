@@ -10,14 +10,14 @@
 namespace ember {
 
 struct PagedKVCache {
-  Buffer k;                // [n_layer, n_blocks * block_size, row_bytes] key rows of `type`
-  Buffer v;                // [n_layer, n_blocks * block_size, row_bytes] value rows of `type`
-  DType type = DType::f16; // f16 or q8_0 (see KVView)
+  Buffer k;                 // [n_layer, n_blocks * block_size, row_bytes] key rows of `type`
+  Buffer v;                 // [n_layer, n_blocks * block_size, row_bytes] value rows of `type`
+  DType type = DType::f16;  // f16 or q8_0 (see KVView)
   int64_t n_layer = 0;
   int64_t n_blocks = 0;
   int64_t block_size = 0;
-  int64_t n_kv_dim = 0;    // n_head_kv * head_dim: values of one K (or V) row
-  int64_t row_bytes = 0;   // bytes of one K (or V) row: 2 * n_kv_dim (f16), n_kv_dim / 32 * 34 (q8_0)
+  int64_t n_kv_dim = 0;   // n_head_kv * head_dim: values of one K (or V) row
+  int64_t row_bytes = 0;  // bytes of one K (or V) row: 2 * n_kv_dim (f16), n_kv_dim / 32 * 34 (q8_0)
 
   PagedKVCache() = default;
   // Throws InvalidArgument for non-positive sizes, a cache past the address space, or q8_0 rows

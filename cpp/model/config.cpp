@@ -72,8 +72,7 @@ ModelConfig read_config(const GGUFFile& file) {
   const int64_t value_length = file.get_int(p + "attention.value_length", c.head_dim);
   if (c.head_dim <= 0 || c.head_dim > kMaxHeadDim || value_length != c.head_dim) {
     throw Unsupported(cat(where, "head dimension ", c.head_dim, " (value length ", value_length,
-                          ") is not supported; expected key length == value length <= ",
-                          kMaxHeadDim));
+                          ") is not supported; expected key length == value length <= ", kMaxHeadDim));
   }
   if (c.n_rot <= 0 || c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
     throw FormatError(cat(where, "rope.dimension_count ", c.n_rot,
@@ -102,9 +101,9 @@ ModelConfig read_config(const GGUFFile& file) {
     c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", 6);
     c.rope_freq_base_swa = static_cast<float>(file.get_float(p + "rope.freq_base_swa", 10000.0));
     if (c.sliding_window < 0 || c.swa_pattern <= 0 || !(c.rope_freq_base_swa > 0.0f)) {
-      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window,
-                            ", sliding_window_pattern ", c.swa_pattern, " and rope.freq_base_swa ",
-                            c.rope_freq_base_swa, " must be >= 0, > 0 and > 0"));
+      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window, ", sliding_window_pattern ",
+                            c.swa_pattern, " and rope.freq_base_swa ", c.rope_freq_base_swa,
+                            " must be >= 0, > 0 and > 0"));
     }
     // Gemma 3 scales queries by query_pre_attn_scalar^-1/2, which GGUF does not store: it is
     // head_dim, except for the 27B model (62 layers), where it is n_embd / n_head (as llama.cpp

@@ -15,7 +15,7 @@ enum class ArchFamily { llama, gemma3 };
 
 // What distinguishes the supported architectures.
 struct ArchInfo {
-  const char* name;        // general.architecture
+  const char* name;  // general.architecture
   ArchFamily family;
   RopeLayout rope_layout;  // llama: interleaved (GGUF Q/K rows are permuted for it); qwen, gemma: neox
   bool qkv_bias;           // qwen2: biases on the Q, K and V projections
@@ -29,8 +29,8 @@ std::string supported_arch_names();
 
 struct ModelConfig {
   const ArchInfo* arch = nullptr;
-  int64_t n_vocab = 0;      // rows of token_embd
-  int64_t n_embd = 0;       // width of the residual stream
+  int64_t n_vocab = 0;  // rows of token_embd
+  int64_t n_embd = 0;   // width of the residual stream
   int64_t n_layer = 0;
   int64_t n_head = 0;       // query heads
   int64_t n_head_kv = 0;    // key/value heads (grouped-query attention when < n_head)
@@ -41,17 +41,17 @@ struct ModelConfig {
 
   // RoPE: theta_i(pos) = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factor_i, where the
   // llama3-style factors come from the rope_freqs.weight tensor (see ModelWeights).
-  int64_t n_rot = 0;        // rotated dims per head, {arch}.rope.dimension_count, else head_dim
+  int64_t n_rot = 0;  // rotated dims per head, {arch}.rope.dimension_count, else head_dim
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
 
   // Sliding-window attention (gemma3): layer il is local, seeing only the last sliding_window
   // positions, unless (il + 1) % swa_pattern == 0; local layers rotate with their own base and
   // no scaling. sliding_window 0: every layer is global.
-  int64_t sliding_window = 0;     // {arch}.attention.sliding_window
-  int64_t swa_pattern = 0;        // {arch}.attention.sliding_window_pattern, gemma3 default 6
+  int64_t sliding_window = 0;           // {arch}.attention.sliding_window
+  int64_t swa_pattern = 0;              // {arch}.attention.sliding_window_pattern, gemma3 default 6
   float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
-  float attention_scale = 0.0f;   // q·k scale; 1/sqrt(head_dim) unless the architecture says
+  float attention_scale = 0.0f;         // q·k scale; 1/sqrt(head_dim) unless the architecture says
 
   bool is_swa(int64_t il) const { return sliding_window > 0 && (il + 1) % swa_pattern != 0; }
 

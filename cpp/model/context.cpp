@@ -34,25 +34,25 @@ Context::Context(std::shared_ptr<const Model> model, const ContextOptions& optio
   std::iota(all_rows_.begin(), all_rows_.end(), 0);
 }
 
-void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* output_rows,
-                   int64_t n_outputs, float* logits) {
+void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* output_rows, int64_t n_outputs,
+                   float* logits) {
   std::lock_guard<std::mutex> lock(mutex_);
   const ModelConfig& c = model_->config();
   if (n_tokens <= 0) throw InvalidArgument("[model] eval needs at least one token");
   if (n_past_ + n_tokens > n_ctx()) {
-    throw InvalidArgument(cat("[model] ", n_past_ + n_tokens, " tokens (", n_past_, " cached + ",
-                              n_tokens, " new) exceed the context size n_ctx = ", n_ctx()));
+    throw InvalidArgument(cat("[model] ", n_past_ + n_tokens, " tokens (", n_past_, " cached + ", n_tokens,
+                              " new) exceed the context size n_ctx = ", n_ctx()));
   }
   for (int64_t i = 0; i < n_tokens; ++i) {
     if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
-      throw InvalidArgument(cat("[model] token ", i, " has id ", tokens[i], ", outside the vocabulary [0, ",
-                                c.n_vocab, ")"));
+      throw InvalidArgument(
+          cat("[model] token ", i, " has id ", tokens[i], ", outside the vocabulary [0, ", c.n_vocab, ")"));
     }
   }
   for (int64_t i = 0; i < n_outputs; ++i) {
     if (output_rows[i] < 0 || output_rows[i] >= n_tokens || (i > 0 && output_rows[i] <= output_rows[i - 1])) {
-      throw InvalidArgument(cat("[model] output rows must be strictly ascending indexes below ",
-                                n_tokens, "; row ", i, " is ", output_rows[i]));
+      throw InvalidArgument(cat("[model] output rows must be strictly ascending indexes below ", n_tokens,
+                                "; row ", i, " is ", output_rows[i]));
     }
   }
 
@@ -63,8 +63,10 @@ void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* outpu
     const int64_t n = std::min(scratch_.n_batch, n_tokens - begin);
     for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(n_past_ + i);
     int64_t n_chunk_outputs = 0;
-    while (next_output + n_chunk_outputs < n_outputs && output_rows[next_output + n_chunk_outputs] < begin + n) {
-      chunk_outputs[n_chunk_outputs] = static_cast<int32_t>(output_rows[next_output + n_chunk_outputs] - begin);
+    while (next_output + n_chunk_outputs < n_outputs &&
+           output_rows[next_output + n_chunk_outputs] < begin + n) {
+      chunk_outputs[n_chunk_outputs] = static_cast<int32_t>(output_rows[next_output + n_chunk_outputs] -
+                                                            begin);
       ++n_chunk_outputs;
     }
     SequenceRows seq;

@@ -16,8 +16,8 @@
 namespace ember {
 
 struct ContextOptions {
-  int64_t n_ctx = 0;     // tokens the cache holds; <= 0: min(n_ctx_train, kDefaultMaxCtx)
-  int64_t n_batch = 512; // rows per forward pass (bounds the scratch memory)
+  int64_t n_ctx = 0;      // tokens the cache holds; <= 0: min(n_ctx_train, kDefaultMaxCtx)
+  int64_t n_batch = 512;  // rows per forward pass (bounds the scratch memory)
 };
 
 class Context {
@@ -38,8 +38,8 @@ class Context {
   // the rows listed in output_rows (strictly ascending indexes into tokens) to
   // logits[n_outputs, n_vocab]. Throws InvalidArgument (and changes nothing) when a token id
   // is out of range, the rows are not ascending, or the cache would overflow.
-  void eval(const int32_t* tokens, int64_t n_tokens, const int32_t* output_rows,
-            int64_t n_outputs, float* logits);
+  void eval(const int32_t* tokens, int64_t n_tokens, const int32_t* output_rows, int64_t n_outputs,
+            float* logits);
   // The two common cases: logits of every row [n_tokens, n_vocab], or of the last row only.
   void eval_all(const int32_t* tokens, int64_t n_tokens, float* logits);
   void eval_last(const int32_t* tokens, int64_t n_tokens, float* logits);
@@ -49,8 +49,8 @@ class Context {
 
   std::shared_ptr<const Model> model_;
   int64_t n_ctx_ = 0;
-  PagedKVCache kv_;                    // f16, ceil(n_ctx / kBlockSize) blocks
-  std::vector<int32_t> block_table_;   // [n_blocks] 0, 1, 2, ...: the sequence owns them all
+  PagedKVCache kv_;                   // f16, ceil(n_ctx / kBlockSize) blocks
+  std::vector<int32_t> block_table_;  // [n_blocks] 0, 1, 2, ...: the sequence owns them all
   Scratch scratch_;
   int64_t n_past_ = 0;
   std::vector<int32_t> all_rows_;  // [n_batch] 0, 1, 2, ... for eval_all

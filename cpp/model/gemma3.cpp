@@ -46,8 +46,8 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
     for (int64_t is = 0; is < batch.n_seqs; ++is) {
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
-      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv,
-                  k + r0 * n_kv, v + r0 * n_kv);
+      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv, k + r0 * n_kv,
+                  v + r0 * n_kv);
     }
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
     if (last && batch.n_outputs == 0) break;

@@ -17,12 +17,12 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   attention.head_dim = c.head_dim;
   attention.scale = c.attention_scale;
 
-  float* x = s.x.as<float>();          // [n, n_embd] residual stream
-  float* xn = s.xn.as<float>();        // [n, n_embd]
-  float* q = s.q.as<float>();          // [n, n_q]
-  float* k = s.k.as<float>();          // [n, n_kv]
-  float* v = s.v.as<float>();          // [n, n_kv]
-  float* attn = s.attn.as<float>();    // [n, n_q]
+  float* x = s.x.as<float>();            // [n, n_embd] residual stream
+  float* xn = s.xn.as<float>();          // [n, n_embd]
+  float* q = s.q.as<float>();            // [n, n_q]
+  float* k = s.k.as<float>();            // [n, n_kv]
+  float* v = s.v.as<float>();            // [n, n_kv]
+  float* attn = s.attn.as<float>();      // [n, n_q]
   float* gate = s.ffn_gate.as<float>();  // [n, n_ff]
   float* up = s.ffn_up.as<float>();      // [n, n_ff]
 
@@ -43,8 +43,8 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
     for (int64_t is = 0; is < batch.n_seqs; ++is) {
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
-      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows,
-                  n_kv, k + r0 * n_kv, v + r0 * n_kv);
+      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv, k + r0 * n_kv,
+                  v + r0 * n_kv);
     }
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
     if (last && batch.n_outputs == 0) break;
@@ -56,8 +56,8 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
     for (int64_t is = 0; is < batch.n_seqs; ++is) {
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
-      be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows,
-                   seq.layer(il, batch.kv_layer_stride), attention, attn + r0 * n_q);
+      be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride),
+                   attention, attn + r0 * n_q);
     }
 
     // The last layer's projection and feed-forward only matter for the output rows: keep

@@ -45,7 +45,8 @@ void Model::prepare_matmul_weights() {
   ModelWeights& w = weights_;
   std::vector<WeightTensor*> tensors = {&w.output};
   for (LayerWeights& l : w.layers) {
-    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) tensors.push_back(t);
+    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+      tensors.push_back(t);
   }
   for (WeightTensor* t : tensors) {
     Buffer b = backend_->prepare_matmul_weight(t->type, t->data, t->ne0, t->ne1);

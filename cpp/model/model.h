@@ -14,7 +14,7 @@
 namespace ember {
 
 struct ModelOptions {
-  int n_threads = 0;           // threads of the CPU backend's pool; <= 0: physical cores
+  int n_threads = 0;            // threads of the CPU backend's pool; <= 0: physical cores
   std::string backend = "cpu";  // see available_backends()
 };
 

@@ -48,10 +48,10 @@ struct SequenceRows {
 // One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,
 // while store_kv and attention run per sequence.
 struct ForwardBatch {
-  const int32_t* tokens = nullptr;       // [n_tokens]
-  const int32_t* positions = nullptr;    // [n_tokens], each token's position in its sequence
-  int64_t n_tokens = 0;                  // 1 .. scratch n_batch
-  const SequenceRows* seqs = nullptr;    // [n_seqs], covering the rows in order
+  const int32_t* tokens = nullptr;     // [n_tokens]
+  const int32_t* positions = nullptr;  // [n_tokens], each token's position in its sequence
+  int64_t n_tokens = 0;                // 1 .. scratch n_batch
+  const SequenceRows* seqs = nullptr;  // [n_seqs], covering the rows in order
   int64_t n_seqs = 0;
   int64_t kv_layer_stride = 0;           // bytes from one layer's K (or V) rows to the next
   const int32_t* output_rows = nullptr;  // [n_outputs] ascending rows whose logits are wanted

@@ -27,12 +27,12 @@ class Binder {
     const GGUFTensorInfo* info = file_.find_tensor(name);
     if (!info) {
       if (optional) return {};
-      throw FormatError(cat(where(name), "missing (", file_.get_string("general.architecture"),
-                            " models need it)"));
+      throw FormatError(
+          cat(where(name), "missing (", file_.get_string("general.architecture"), " models need it)"));
     }
     if (info->shape != shape) {
-      throw FormatError(cat(where(name), "expected shape ", shape_string(shape), ", got ",
-                            shape_string(info->shape)));
+      throw FormatError(
+          cat(where(name), "expected shape ", shape_string(shape), ", got ", shape_string(info->shape)));
     }
     check_type(name, info->type, use);
     WeightTensor t;
@@ -58,8 +58,8 @@ class Binder {
         break;
       case Use::table:
         if (!backend_.supports(Op::get_rows, type)) {
-          throw Unsupported(cat(where(name), "type ", dtype_name(type),
-                                " cannot be read by the ", backend_.name(), " backend"));
+          throw Unsupported(cat(where(name), "type ", dtype_name(type), " cannot be read by the ",
+                                backend_.name(), " backend"));
         }
         break;
     }
@@ -92,8 +92,8 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
   const GGUFTensorInfo* embd = file.find_tensor("token_embd.weight");
   if (!embd) throw FormatError(cat(b.where("token_embd.weight"), "missing"));
   if (embd->shape.size() != 2 || embd->shape[1] <= 0) {
-    throw FormatError(cat(b.where("token_embd.weight"), "expected shape [", c.n_embd,
-                          ", n_vocab], got ", shape_string(embd->shape)));
+    throw FormatError(cat(b.where("token_embd.weight"), "expected shape [", c.n_embd, ", n_vocab], got ",
+                          shape_string(embd->shape)));
   }
   c.n_vocab = embd->shape[1];
   w.token_embd = b.bind("token_embd.weight", {c.n_embd, c.n_vocab}, Use::table);
@@ -106,7 +106,8 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
   }
   w.rope_freqs = b.bind("rope_freqs.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
   if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
-    throw Unsupported(cat(b.where("rope_factors_long.weight"), "LongRoPE scaling (Phi-3 128k) is not "
+    throw Unsupported(cat(b.where("rope_factors_long.weight"),
+                          "LongRoPE scaling (Phi-3 128k) is not "
                           "supported yet; use a model without rope_scaling (e.g. a 4k-context one)"));
   }
 

@@ -27,30 +27,30 @@ struct WeightTensor {
 };
 
 struct LayerWeights {
-  WeightTensor attn_norm;  // [n_embd] f32
-  WeightTensor wq;         // {n_embd, n_q_dim}, any matmul dtype
-  WeightTensor wk;         // {n_embd, n_kv_dim}
-  WeightTensor wv;         // {n_embd, n_kv_dim}
-  WeightTensor bq;         // [n_q_dim] f32, qwen2 only
-  WeightTensor bk;         // [n_kv_dim] f32, qwen2 only
-  WeightTensor bv;         // [n_kv_dim] f32, qwen2 only
-  WeightTensor q_norm;     // [head_dim] f32, qwen3 and gemma3
-  WeightTensor k_norm;     // [head_dim] f32, qwen3 and gemma3
-  WeightTensor wo;         // {n_q_dim, n_embd}
+  WeightTensor attn_norm;       // [n_embd] f32
+  WeightTensor wq;              // {n_embd, n_q_dim}, any matmul dtype
+  WeightTensor wk;              // {n_embd, n_kv_dim}
+  WeightTensor wv;              // {n_embd, n_kv_dim}
+  WeightTensor bq;              // [n_q_dim] f32, qwen2 only
+  WeightTensor bk;              // [n_kv_dim] f32, qwen2 only
+  WeightTensor bv;              // [n_kv_dim] f32, qwen2 only
+  WeightTensor q_norm;          // [head_dim] f32, qwen3 and gemma3
+  WeightTensor k_norm;          // [head_dim] f32, qwen3 and gemma3
+  WeightTensor wo;              // {n_q_dim, n_embd}
   WeightTensor post_attn_norm;  // [n_embd] f32, gemma3: RMSNorm of the attention output
   WeightTensor post_ffn_norm;   // [n_embd] f32, gemma3: RMSNorm of the feed-forward output
-  WeightTensor ffn_norm;   // [n_embd] f32
-  WeightTensor ffn_gate;   // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
-  WeightTensor ffn_up;     // {n_embd, n_ff}
-  WeightTensor ffn_down;   // {n_ff, n_embd}
+  WeightTensor ffn_norm;        // [n_embd] f32
+  WeightTensor ffn_gate;        // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
+  WeightTensor ffn_up;          // {n_embd, n_ff}
+  WeightTensor ffn_down;        // {n_ff, n_embd}
 };
 
 struct ModelWeights {
-  WeightTensor token_embd;   // {n_embd, n_vocab}, any dtype get_rows reads
-  WeightTensor output_norm;  // [n_embd] f32
-  WeightTensor output;       // {n_embd, n_vocab}: output.weight, or token_embd when tied
-  bool tied_output = false;  // output.weight was absent
-  WeightTensor rope_freqs;   // [n_rot / 2] f32 llama3-style frequency divisors; absent: all 1
+  WeightTensor token_embd;           // {n_embd, n_vocab}, any dtype get_rows reads
+  WeightTensor output_norm;          // [n_embd] f32
+  WeightTensor output;               // {n_embd, n_vocab}: output.weight, or token_embd when tied
+  bool tied_output = false;          // output.weight was absent
+  WeightTensor rope_freqs;           // [n_rot / 2] f32 llama3-style frequency divisors; absent: all 1
   std::vector<LayerWeights> layers;  // [n_layer]
 };
 

@@ -15,39 +15,39 @@ namespace ember {
 // Block fields are read in place, so the host must share GGUF's byte order.
 static_assert(std::endian::native == std::endian::little, "ember reads GGUF blocks in place");
 
-inline constexpr int kQK = 32;    // elements per block of the legacy types (q4_0 ... q8_1, iq4_nl)
-inline constexpr int kQK_K = 256; // elements per super-block of the k-quants and iq4_xs
+inline constexpr int kQK = 32;           // elements per block of the legacy types (q4_0 ... q8_1, iq4_nl)
+inline constexpr int kQK_K = 256;        // elements per super-block of the k-quants and iq4_xs
 inline constexpr int kKScaleBytes = 12;  // packed 6-bit scales+mins of q4_k / q5_k
 
 // ---- legacy 32-element blocks ------------------------------------------------------------------
 
 // x[i] = d * (q[i] - 8); q[i] = qs[i] & 15 for i < 16, qs[i - 16] >> 4 for i >= 16.
 struct BlockQ4_0 {
-  uint16_t d;            // f16 scale
-  uint8_t qs[kQK / 2];   // 4-bit quants: element i in the low nibble, i + 16 in the high nibble
+  uint16_t d;           // f16 scale
+  uint8_t qs[kQK / 2];  // 4-bit quants: element i in the low nibble, i + 16 in the high nibble
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
 // x[i] = d * q[i] + m, nibbles as in BlockQ4_0.
 struct BlockQ4_1 {
-  uint16_t d;            // f16 scale
-  uint16_t m;            // f16 minimum (offset)
+  uint16_t d;  // f16 scale
+  uint16_t m;  // f16 minimum (offset)
   uint8_t qs[kQK / 2];
 };
 static_assert(sizeof(BlockQ4_1) == 20);
 
 // x[i] = d * (q[i] - 16); q[i] = low nibble as in BlockQ4_0 | bit i of qh (little-endian u32) << 4.
 struct BlockQ5_0 {
-  uint16_t d;            // f16 scale
-  uint8_t qh[4];         // fifth bits, element i at bit i of the little-endian uint32
-  uint8_t qs[kQK / 2];   // low 4 bits, nibbles as in BlockQ4_0
+  uint16_t d;           // f16 scale
+  uint8_t qh[4];        // fifth bits, element i at bit i of the little-endian uint32
+  uint8_t qs[kQK / 2];  // low 4 bits, nibbles as in BlockQ4_0
 };
 static_assert(sizeof(BlockQ5_0) == 22);
 
 // x[i] = d * q[i] + m, bits as in BlockQ5_0.
 struct BlockQ5_1 {
-  uint16_t d;            // f16 scale
-  uint16_t m;            // f16 minimum (offset)
+  uint16_t d;  // f16 scale
+  uint16_t m;  // f16 minimum (offset)
   uint8_t qh[4];
   uint8_t qs[kQK / 2];
 };
@@ -55,23 +55,23 @@ static_assert(sizeof(BlockQ5_1) == 24);
 
 // x[i] = d * qs[i].
 struct BlockQ8_0 {
-  uint16_t d;            // f16 scale
+  uint16_t d;  // f16 scale
   int8_t qs[kQK];
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
 // Activation block for dot products with q4_1/q5_1: x[i] = d * qs[i], s = d * sum(qs).
 struct BlockQ8_1 {
-  uint16_t d;            // f16 scale
-  uint16_t s;            // f16 d * sum(qs), saves the min term of the dot product
+  uint16_t d;  // f16 scale
+  uint16_t s;  // f16 d * sum(qs), saves the min term of the dot product
   int8_t qs[kQK];
 };
 static_assert(sizeof(BlockQ8_1) == 36);
 
 // x[i] = d * kIq4nlValues[q[i]], nibbles as in BlockQ4_0.
 struct BlockIQ4_NL {
-  uint16_t d;            // f16 scale
-  uint8_t qs[kQK / 2];   // 4-bit indices into kIq4nlValues
+  uint16_t d;           // f16 scale
+  uint8_t qs[kQK / 2];  // 4-bit indices into kIq4nlValues
 };
 static_assert(sizeof(BlockIQ4_NL) == 18);
 
@@ -97,10 +97,10 @@ static_assert(sizeof(BlockQ2_K) == 84);
 // scale j are the low (j < 8) or high (j >= 8) nibble of scales[j % 8]; high 2 bits are bits
 // 2*(j/4)..+1 of scales[8 + j % 4].
 struct BlockQ3_K {
-  uint8_t hmask[kQK_K / 8];    // high bits, set means no -4 offset
-  uint8_t qs[kQK_K / 4];       // low 2 bits
-  uint8_t scales[12];          // 16 packed 6-bit scales
-  uint16_t d;                  // f16 super-block scale
+  uint8_t hmask[kQK_K / 8];  // high bits, set means no -4 offset
+  uint8_t qs[kQK_K / 4];     // low 2 bits
+  uint8_t scales[12];        // 16 packed 6-bit scales
+  uint16_t d;                // f16 super-block scale
 };
 static_assert(sizeof(BlockQ3_K) == 110);
 
@@ -108,8 +108,8 @@ static_assert(sizeof(BlockQ3_K) == 110);
 // of qs[32*j + l]. Six-bit sc/m of sub-block i < 4: scales[i] & 63, scales[i + 4] & 63; of
 // i >= 4: (scales[i + 4] & 15) | (scales[i - 4] >> 6) << 4, (scales[i + 4] >> 4) | (scales[i] >> 6) << 4.
 struct BlockQ4_K {
-  uint16_t d;                  // f16 super-block scale of the scales
-  uint16_t dmin;               // f16 super-block scale of the mins
+  uint16_t d;     // f16 super-block scale of the scales
+  uint16_t dmin;  // f16 super-block scale of the mins
   uint8_t scales[kKScaleBytes];
   uint8_t qs[kQK_K / 2];
 };
@@ -131,16 +131,16 @@ static_assert(sizeof(BlockQ5_K) == 176);
 struct BlockQ6_K {
   uint8_t ql[kQK_K / 2];
   uint8_t qh[kQK_K / 4];
-  int8_t scales[kQK_K / 16];   // signed 8-bit sub-block scales
-  uint16_t d;                  // f16 super-block scale
+  int8_t scales[kQK_K / 16];  // signed 8-bit sub-block scales
+  uint16_t d;                 // f16 super-block scale
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
 // Activation block for dot products with the k-quants: x[i] = d * qs[i].
 struct BlockQ8_K {
-  float d;                     // f32 scale (not f16)
+  float d;  // f32 scale (not f16)
   int8_t qs[kQK_K];
-  int16_t bsums[kQK_K / 16];   // sums of each 16 quants, for the min terms
+  int16_t bsums[kQK_K / 16];  // sums of each 16 quants, for the min terms
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
@@ -148,9 +148,9 @@ static_assert(sizeof(BlockQ8_K) == 292);
 // nibble i % 2 of scales_l[i / 2], high 2 bits bits 2i..2i+1 of scales_h. Element 16*h + l of
 // sub-block i is nibble h of qs[16*i + l].
 struct BlockIQ4_XS {
-  uint16_t d;                  // f16 super-block scale
-  uint16_t scales_h;           // high 2 bits of the 8 sub-block scales
-  uint8_t scales_l[kQK_K / 64];// low 4 bits of the 8 sub-block scales
+  uint16_t d;                    // f16 super-block scale
+  uint16_t scales_h;             // high 2 bits of the 8 sub-block scales
+  uint8_t scales_l[kQK_K / 64];  // low 4 bits of the 8 sub-block scales
   uint8_t qs[kQK_K / 2];
 };
 static_assert(sizeof(BlockIQ4_XS) == 136);
@@ -169,8 +169,8 @@ inline float f16_to_f32(uint16_t h) {
   // Normal: exponent rebiased from 15 to 127; inf/NaN: exponent 31 -> 255, payload kept.
   const uint32_t normal = (magnitude << 13) + (112u << 23) + (inf_nan_mask & (112u << 23));
   // Subnormal (and zero): mantissa * 2^-24, exact in f32.
-  const uint32_t subnormal =
-      std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(magnitude)) * 0x1p-24f);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(magnitude)) *
+                                                     0x1p-24f);
   return std::bit_cast<float>(sign | (normal & ~subnormal_mask) | (subnormal & subnormal_mask));
 }
 
@@ -190,9 +190,9 @@ inline uint16_t f32_to_f16(float value) {
   if (f_exp <= 0x38000000u) {
     // Result is a subnormal half or zero: below 2^-25 everything rounds to zero.
     if (f_exp < 0x33000000u) return sign;
-    const uint32_t e = f_exp >> 23;                // 102 ..= 112
-    const uint32_t shift = 113 - e + 13;           // 14 ..= 24 bits drop out
-    const uint32_t sig = 0x00800000u | f_sig;      // implicit bit made explicit
+    const uint32_t e = f_exp >> 23;            // 102 ..= 112
+    const uint32_t shift = 113 - e + 13;       // 14 ..= 24 bits drop out
+    const uint32_t sig = 0x00800000u | f_sig;  // implicit bit made explicit
     const uint32_t kept = sig >> shift;
     const uint32_t rest = sig & ((1u << shift) - 1);
     const uint32_t half = 1u << (shift - 1);

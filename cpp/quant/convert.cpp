@@ -12,8 +12,8 @@
 namespace ember {
 namespace {
 
-constexpr uint32_t kMaxTypeId = 64;                 // above every ggml type id
-constexpr int64_t kMinParallelElements = 1 << 18;   // below this a second thread costs more than it saves
+constexpr uint32_t kMaxTypeId = 64;                // above every ggml type id
+constexpr int64_t kMinParallelElements = 1 << 18;  // below this a second thread costs more than it saves
 
 // "f32, f16, q4_0, ..." for the types that have the given converter.
 template <typename Has>
@@ -35,13 +35,13 @@ template <typename Has>
 const TypeTraits& lookup(std::string_view name, const char* verb, Has has) {
   const std::optional<DType> type = dtype_from_name(name);
   if (!type) {
-    throw InvalidArgument(cat("[quant] unknown type name '", name, "'; expected one of: ",
-                              type_names([](const TypeTraits&) { return true; })));
+    throw InvalidArgument(cat("[quant] unknown type name '", name,
+                              "'; expected one of: ", type_names([](const TypeTraits&) { return true; })));
   }
   const TypeTraits& t = type_traits(*type);
   if (!has(t)) {
-    throw InvalidArgument(cat("[quant] type '", t.name, "' cannot be ", verb, "; types that can: ",
-                              type_names(has)));
+    throw InvalidArgument(
+        cat("[quant] type '", t.name, "' cannot be ", verb, "; types that can: ", type_names(has)));
   }
   return t;
 }
@@ -66,14 +66,12 @@ const TypeTraits& dequantizable_type(std::string_view name) {
   return lookup(name, "dequantized", can_dequantize);
 }
 
-const TypeTraits& quantizable_type(std::string_view name) {
-  return lookup(name, "quantized", can_quantize);
-}
+const TypeTraits& quantizable_type(std::string_view name) { return lookup(name, "quantized", can_quantize); }
 
 int64_t quantized_size(const TypeTraits& t, int64_t n) {
   if (n < 0 || n % t.block_size != 0) {
-    throw InvalidArgument(cat("[quant] ", t.name, ": ", n, " elements is not a whole number of blocks of ",
-                              t.block_size));
+    throw InvalidArgument(
+        cat("[quant] ", t.name, ": ", n, " elements is not a whole number of blocks of ", t.block_size));
   }
   return n / t.block_size * t.type_size;
 }
@@ -83,8 +81,8 @@ void dequantize(const TypeTraits& t, const void* src, int64_t src_bytes, float* 
   if (!can_dequantize(t)) (void)dequantizable_type(t.name);  // throws the listing message
   const int64_t n_bytes = quantized_size(t, n);
   if (src_bytes < n_bytes) {
-    throw InvalidArgument(cat("[quant] ", t.name, ": ", n, " elements need ", n_bytes,
-                              " bytes of data, got ", src_bytes));
+    throw InvalidArgument(
+        cat("[quant] ", t.name, ": ", n, " elements need ", n_bytes, " bytes of data, got ", src_bytes));
   }
   // Row converters read blocks as structs with 2-byte fields; data at an odd address (a numpy
   // slice) is copied once to aligned memory first.

@@ -5,8 +5,8 @@
 // Each block is copied to a local first: the float stores to dst could otherwise alias the
 // source bytes, and the compiler would reload every byte instead of vectorizing the loops.
 #include "quant/blocks.h"
-#include "quant/quant.h"
 #include "quant/no_contract.h"
+#include "quant/quant.h"
 
 namespace ember {
 

@@ -8,8 +8,8 @@
 // which the compiler vectorizes; the block is read from a local copy, since float stores to dst
 // could otherwise alias the source bytes.
 #include "quant/blocks.h"
-#include "quant/quant.h"
 #include "quant/no_contract.h"
+#include "quant/quant.h"
 
 namespace ember {
 namespace {
@@ -18,7 +18,8 @@ namespace {
 void unpack_2bit(const uint8_t qs[kQK_K / 4], int8_t q[kQK_K]) {
   for (int h = 0; h < 2; ++h) {
     for (int k = 0; k < 4; ++k) {
-      for (int l = 0; l < 32; ++l) q[128 * h + 32 * k + l] = static_cast<int8_t>((qs[32 * h + l] >> (2 * k)) & 3);
+      for (int l = 0; l < 32; ++l)
+        q[128 * h + 32 * k + l] = static_cast<int8_t>((qs[32 * h + l] >> (2 * k)) & 3);
     }
   }
 }
@@ -45,7 +46,8 @@ void k_scale_min(const uint8_t scales[kKScaleBytes], int i, int* sc, int* m) {
 }
 
 // dst[32s + l] = (d * sc_s) * q[32s + l] - dmin * m_s for the 8 sub-blocks of q4_k / q5_k.
-void scale_k_sub_blocks(const uint8_t scales[kKScaleBytes], float d, float dmin, const int8_t q[kQK_K], float* dst) {
+void scale_k_sub_blocks(const uint8_t scales[kKScaleBytes], float d, float dmin, const int8_t q[kQK_K],
+                        float* dst) {
   for (int s = 0; s < 8; ++s) {
     int sc, m;
     k_scale_min(scales, s, &sc, &m);
@@ -81,7 +83,8 @@ void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
     int8_t q[kQK_K];
     unpack_2bit(x.qs, q);
     for (int k = 0; k < 8; ++k) {  // a clear high bit of element 32k + l subtracts 4
-      for (int l = 0; l < 32; ++l) q[32 * k + l] = static_cast<int8_t>(q[32 * k + l] - (((x.hmask[l] >> k) & 1) ^ 1) * 4);
+      for (int l = 0; l < 32; ++l)
+        q[32 * k + l] = static_cast<int8_t>(q[32 * k + l] - (((x.hmask[l] >> k) & 1) ^ 1) * 4);
     }
     for (int s = 0; s < 16; ++s) {  // sub-blocks of 16; the 6-bit scale is split over two bytes
       const int low = s < 8 ? (x.scales[s] & 0x0f) : (x.scales[s - 8] >> 4);
@@ -109,7 +112,8 @@ void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
     int8_t q[kQK_K];
     unpack_4bit(x.qs, q);
     for (int k = 0; k < 8; ++k) {  // bit k of qh[l] is the fifth bit of element 32k + l
-      for (int l = 0; l < 32; ++l) q[32 * k + l] = static_cast<int8_t>(q[32 * k + l] | ((x.qh[l] >> k) & 1) << 4);
+      for (int l = 0; l < 32; ++l)
+        q[32 * k + l] = static_cast<int8_t>(q[32 * k + l] | ((x.qh[l] >> k) & 1) << 4);
     }
     scale_k_sub_blocks(x.scales, f16_to_f32(x.d), f16_to_f32(x.dmin), q, dst);
   }

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "quant/blocks.h"
-#include "quant/quant.h"
 #include "quant/no_contract.h"
+#include "quant/quant.h"
 
 namespace ember {
 namespace {
@@ -147,7 +147,8 @@ void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
     const float d = amax / 127.0f;
     const float id = inverse_or_zero(d);
     blocks[b].d = f32_to_f16(d);
-    for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = static_cast<int8_t>(numpy_cast_byte(np_roundf(src[j] * id)));
+    for (int j = 0; j < kQK; ++j)
+      blocks[b].qs[j] = static_cast<int8_t>(numpy_cast_byte(np_roundf(src[j] * id)));
   }
 }
 

@@ -8,9 +8,9 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/no_contract.h"
 #include "quant/quant.h"
 #include "quant/scale_search.h"
-#include "quant/no_contract.h"
 
 namespace ember {
 namespace {
@@ -21,7 +21,8 @@ int clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 void pack_2bit(const uint8_t* L, uint8_t qs[kQK_K / 4]) {
   for (int j = 0; j < kQK_K; j += 128) {
     for (int l = 0; l < 32; ++l) {
-      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 |
+                                           L[j + l + 96] << 6);
     }
   }
 }
@@ -51,7 +52,8 @@ void get_k_scale_min(const uint8_t scales[kKScaleBytes], int j, int* sc, int* m)
 // The shared part of q4_k and q5_k: 8 sub-blocks of 32 with 6-bit scales and mins, values in
 // [0, nmax] written to L[256].
 void quantize_k_scale_min_block(const float* x, int nmax, float rmin, float rdelta, int nstep,
-                                uint16_t* d_out, uint16_t* dmin_out, uint8_t scales_out[kKScaleBytes], uint8_t* L) {
+                                uint16_t* d_out, uint16_t* dmin_out, uint8_t scales_out[kKScaleBytes],
+                                uint8_t* L) {
   float scales[8], mins[8], weights[32];
   uint8_t aux[32];
   float max_scale = 0, max_min = 0;  // scales are positive as the min is taken out
@@ -60,7 +62,8 @@ void quantize_k_scale_min_block(const float* x, int nmax, float rmin, float rdel
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = fit_with_min(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], aux, rmin, rdelta, nstep, false);
+    scales[j] = fit_with_min(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], aux, rmin, rdelta, nstep,
+                             false);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -81,7 +84,8 @@ void quantize_k_scale_min_block(const float* x, int nmax, float rmin, float rdel
     const float d = f16_to_f32(*d_out) * static_cast<float>(sc);
     if (d == 0.0f) continue;
     const float dm = f16_to_f32(*dmin_out) * static_cast<float>(m);
-    for (int i = 0; i < 32; ++i) L[32 * j + i] = static_cast<uint8_t>(clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
+    for (int i = 0; i < 32; ++i)
+      L[32 * j + i] = static_cast<uint8_t>(clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
   }
 }
 
@@ -99,7 +103,8 @@ void quantize_row_q2_k(const float* src, void* dst, int64_t n) {
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; ++j) {
       for (int l = 0; l < 16; ++l) weights[l] = std::fabs(src[16 * j + l]);
-      scales[j] = fit_with_min(16, 3, src + 16 * j, weights, L + 16 * j, &mins[j], aux, -0.5f, 0.1f, 15, true);
+      scales[j] = fit_with_min(16, 3, src + 16 * j, weights, L + 16 * j, &mins[j], aux, -0.5f, 0.1f, 15,
+                               true);
       if (scales[j] > max_scale) max_scale = scales[j];
       if (mins[j] > max_min) max_min = mins[j];
     }
@@ -122,7 +127,8 @@ void quantize_row_q2_k(const float* src, void* dst, int64_t n) {
       const float d = f16_to_f32(y.d) * static_cast<float>(y.scales[j] & 0x0f);
       if (d == 0.0f) continue;
       const float dm = f16_to_f32(y.dmin) * static_cast<float>(y.scales[j] >> 4);
-      for (int i = 0; i < 16; ++i) L[16 * j + i] = static_cast<uint8_t>(clamp(nearest_int((src[16 * j + i] + dm) / d), 0, 3));
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] = static_cast<uint8_t>(clamp(nearest_int((src[16 * j + i] + dm) / d), 0, 3));
     }
     pack_2bit(L, y.qs);
   }
@@ -163,7 +169,8 @@ void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
       const int sc = (low | ((y.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
       const float d = f16_to_f32(y.d) * static_cast<float>(sc);
       if (d == 0.0f) continue;
-      for (int i = 0; i < 16; ++i) L[16 * j + i] = static_cast<int8_t>(clamp(nearest_int(src[16 * j + i] / d), -4, 3) + 4);
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] = static_cast<int8_t>(clamp(nearest_int(src[16 * j + i] / d), -4, 3) + 4);
     }
     // The high bit of element 32k + l goes to bit k of hmask[l]; what is left is 2 bits.
     std::memset(y.hmask, 0, sizeof y.hmask);
@@ -183,7 +190,8 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
     uint8_t L[kQK_K];
     quantize_k_scale_min_block(src, 15, -1.f, 0.1f, 20, &y.d, &y.dmin, y.scales, L);
     for (int j = 0; j < 4; ++j) {  // sub-blocks 2j and 2j + 1 share qs[32j ...]
-      for (int l = 0; l < 32; ++l) y.qs[32 * j + l] = static_cast<uint8_t>(L[64 * j + l] | L[64 * j + 32 + l] << 4);
+      for (int l = 0; l < 32; ++l)
+        y.qs[32 * j + l] = static_cast<uint8_t>(L[64 * j + l] | L[64 * j + 32 + l] << 4);
     }
   }
 }
@@ -233,7 +241,8 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
     for (int j = 0; j < 16; ++j) {
       const float d = f16_to_f32(y.d) * static_cast<float>(y.scales[j]);
       if (d == 0.0f) continue;
-      for (int i = 0; i < 16; ++i) L[16 * j + i] = static_cast<int8_t>(clamp(nearest_int(src[16 * j + i] / d), -32, 31) + 32);
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] = static_cast<int8_t>(clamp(nearest_int(src[16 * j + i] / d), -32, 31) + 32);
     }
     // Element 128h + r: low nibble into ql[64h + r % 64] (nibble r / 64), high 2 bits into
     // qh[32h + r % 32] (bits 2 (r / 32)).

@@ -50,9 +50,9 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 
 struct TypeTraits {
   DType type;
-  const char* name;           // lower case, as gguf-py spells it in lower case: "q4_k", "bf16"
-  int64_t block_size;         // elements per block (1 for plain types)
-  int64_t type_size;          // bytes per block
+  const char* name;                // lower case, as gguf-py spells it in lower case: "q4_k", "bf16"
+  int64_t block_size;              // elements per block (1 for plain types)
+  int64_t type_size;               // bytes per block
   DequantizeRowFn dequantize_row;  // nullptr: this build cannot read the type's values
   QuantizeRowFn quantize_row;      // nullptr: this build cannot write the type
 };

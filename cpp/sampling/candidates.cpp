@@ -24,14 +24,13 @@ bool by_key_asc(const TokenCandidate& a, const TokenCandidate& b) {
 // sorted prefix grows 8x at a time: the kept set is usually a few dozen tokens out of tens of
 // thousands, so a full sort is rare.
 template <typename Before>
-void keep_mass_prefix(std::vector<TokenCandidate>& items, bool already_sorted, Before before,
-                      double mass) {
+void keep_mass_prefix(std::vector<TokenCandidate>& items, bool already_sorted, Before before, double mass) {
   const size_t n = items.size();
   size_t sorted_n = already_sorted ? n : std::min<size_t>(n, 64);
   for (;;) {
     if (!already_sorted) {
-      std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(sorted_n),
-                        items.end(), before);
+      std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(sorted_n), items.end(),
+                        before);
     }
     double sum = 0.0;
     for (size_t keep = 0; keep < sorted_n; ++keep) {
@@ -78,8 +77,8 @@ void apply_logit_bias(Candidates& c, const std::vector<std::pair<int32_t, float>
   for (const auto& [id, delta] : bias) c.items[static_cast<size_t>(id)].logit += delta;
 }
 
-void apply_penalties(Candidates& c, const int32_t* counts, const std::vector<int32_t>& seen,
-                     float repeat, float frequency, float presence) {
+void apply_penalties(Candidates& c, const int32_t* counts, const std::vector<int32_t>& seen, float repeat,
+                     float frequency, float presence) {
   for (int32_t id : seen) {
     const int32_t count = counts[id];
     if (count <= 0) continue;

@@ -39,8 +39,8 @@ void apply_logit_bias(Candidates& c, const std::vector<std::pair<int32_t, float>
 // For each token with count > 0 in the penalty window (counts indexed by id, the distinct ids
 // listed in `seen`): logit = logit > 0 ? logit / repeat : logit * repeat, then
 // logit -= count * frequency + presence. Needs ids == positions.
-void apply_penalties(Candidates& c, const int32_t* counts, const std::vector<int32_t>& seen,
-                     float repeat, float frequency, float presence);
+void apply_penalties(Candidates& c, const int32_t* counts, const std::vector<int32_t>& seen, float repeat,
+                     float frequency, float presence);
 
 // Keeps the k highest logits, sorted.
 void top_k(Candidates& c, int32_t k);

@@ -31,7 +31,8 @@ TokenLogprobs token_logprobs(const float* logits, int32_t n_vocab, int32_t token
   });
   out.top.reserve(static_cast<size_t>(n));
   for (int32_t k = 0; k < n; ++k) {
-    out.top.emplace_back(ids[static_cast<size_t>(k)], static_cast<float>(logits[ids[static_cast<size_t>(k)]] - log_z));
+    out.top.emplace_back(ids[static_cast<size_t>(k)],
+                         static_cast<float>(logits[ids[static_cast<size_t>(k)]] - log_z));
   }
   return out;
 }

@@ -9,7 +9,7 @@
 namespace ember {
 
 struct TokenLogprobs {
-  float logprob;                                 // of the chosen token
+  float logprob;                               // of the chosen token
   std::vector<std::pair<int32_t, float>> top;  // [min(n_top, n_vocab)]: (id, logprob), most likely first
 };
 

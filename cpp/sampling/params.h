@@ -9,13 +9,13 @@
 namespace ember {
 
 struct SamplingParams {
-  float temperature = 0.8f;     // <= 0: greedy (argmax after logit bias and penalties)
-  int32_t top_k = 40;           // <= 0: off
-  float top_p = 0.95f;          // 1: off
-  float min_p = 0.05f;          // 0: off; keeps tokens with p >= min_p * p_max
-  float typical_p = 1.0f;       // 1: off (locally typical sampling)
-  float repeat_penalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones
-  int32_t repeat_last_n = 64;   // penalty window in tokens; 0: no penalties, -1: every token seen
+  float temperature = 0.8f;        // <= 0: greedy (argmax after logit bias and penalties)
+  int32_t top_k = 40;              // <= 0: off
+  float top_p = 0.95f;             // 1: off
+  float min_p = 0.05f;             // 0: off; keeps tokens with p >= min_p * p_max
+  float typical_p = 1.0f;          // 1: off (locally typical sampling)
+  float repeat_penalty = 1.0f;     // 1: off; divides positive logits, multiplies negative ones
+  int32_t repeat_last_n = 64;      // penalty window in tokens; 0: no penalties, -1: every token seen
   float presence_penalty = 0.0f;   // subtracted once from a token that is in the window
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)

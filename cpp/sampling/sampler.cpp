@@ -43,9 +43,8 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
 }
 
 bool Sampler::penalties_on() const {
-  return params_.repeat_last_n != 0 &&
-         (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-          params_.frequency_penalty != 0.0f);
+  return params_.repeat_last_n != 0 && (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                                        params_.frequency_penalty != 0.0f);
 }
 
 void Sampler::accept(int32_t token) {
@@ -94,8 +93,8 @@ void Sampler::narrow(const float* logits) {
   // Bias and penalties index candidates by id, so they run before anything reorders them.
   apply_logit_bias(c, params_.logit_bias);
   if (!counts_.empty()) {
-    apply_penalties(c, counts_.data(), seen_, params_.repeat_penalty,
-                    params_.frequency_penalty, params_.presence_penalty);
+    apply_penalties(c, counts_.data(), seen_, params_.repeat_penalty, params_.frequency_penalty,
+                    params_.presence_penalty);
   }
   if (params_.temperature <= 0.0f) {
     const int32_t best = argmax(c);

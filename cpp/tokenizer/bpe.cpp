@@ -30,7 +30,7 @@ class BpeEncoder final : public Encoder {
   PreTokenizer pre_;
   bool ignore_merges_;
   std::array<int32_t, 256> byte_tokens_{};  // the token spelling each single byte, -1 if none
-  MergeIndex merges_;  // (left id, right id) -> rank and resulting id
+  MergeIndex merges_;                       // (left id, right id) -> rank and resulting id
 };
 
 BpeEncoder::BpeEncoder(const Vocab& vocab, const GGUFFile& file, PreTokenizerSpec spec)
@@ -123,7 +123,8 @@ void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) c
     Symbol& left = symbols[c.left];
     Symbol& right = symbols[c.right];
     // Stale when either side was merged since the candidate was queued.
-    if (!left.alive || !right.alive || left.next != c.right || left.id != c.left_id || right.id != c.right_id) {
+    if (!left.alive || !right.alive || left.next != c.right || left.id != c.left_id ||
+        right.id != c.right_id) {
       continue;
     }
     left.id = c.result;

@@ -50,7 +50,8 @@ class TextIndex {
       if (text.empty()) continue;
       const uint64_t h = hash_bytes(text);
       size_t i = h & mask_;
-      while (slots_[i].id >= 0 && !(slots_[i].tag == tag(h) && text_of_(slots_[i].id) == text)) i = (i + 1) & mask_;
+      while (slots_[i].id >= 0 && !(slots_[i].tag == tag(h) && text_of_(slots_[i].id) == text))
+        i = (i + 1) & mask_;
       slots_[i] = Slot{tag(h), id};
     }
   }

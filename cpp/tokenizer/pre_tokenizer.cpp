@@ -29,13 +29,19 @@ const NamedSpec k_specs[] = {
     // GPT2 and friends: the GPT-2 regex.
     {{"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
       "mpt", "olmo", "jais", "trillion"},
-     {p::gpt2}, false, false},
+     {p::gpt2},
+     false,
+     false},
     // STARCODER and friends: digits one by one, then the GPT-2 regex.
     {{"starcoder", "refact", "jina-v2-code", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-     {p::one_number, p::gpt2}, false, false},
+     {p::one_number, p::gpt2},
+     false,
+     false},
     // DEEPSEEK_CODER
     {{"deepseek-coder"},
-     {p::newline, p::space_letters, p::space_punctuation, p::cjk_run, p::one_number}, false, false},
+     {p::newline, p::space_letters, p::space_punctuation, p::cjk_run, p::one_number},
+     false,
+     false},
     // FALCON
     {{"falcon"}, {p::punctuation_run_falcon, p::gpt2, p::three_ascii_digits}, false, false},
     // BLOOM, PORO, GPT3-FINNISH

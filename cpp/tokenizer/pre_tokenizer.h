@@ -36,8 +36,7 @@ class PreTokenizer {
     CodepointText text;
     std::vector<std::pair<size_t, size_t>> segments, next;  // code point ranges
   };
-  void split(std::string_view text, std::vector<std::pair<size_t, size_t>>& words,
-             Scratch& scratch) const;
+  void split(std::string_view text, std::vector<std::pair<size_t, size_t>>& words, Scratch& scratch) const;
 
  private:
   std::vector<MatchFn> passes_;

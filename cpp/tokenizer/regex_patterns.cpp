@@ -153,9 +153,7 @@ size_t cjk_run(const CodepointText& t, size_t pos, size_t end) {
   });
 }
 
-size_t one_number(const CodepointText& t, size_t pos, size_t end) {
-  return t.flags[pos].is_number() ? 1 : 0;
-}
+size_t one_number(const CodepointText& t, size_t pos, size_t end) { return t.flags[pos].is_number() ? 1 : 0; }
 
 size_t numbers(const CodepointText& t, size_t pos, size_t end) { return run(t, pos, end, is_number); }
 
@@ -169,26 +167,36 @@ size_t three_ascii_digits(const CodepointText& t, size_t pos, size_t end) {
 
 size_t punctuation_run(const CodepointText& t, size_t pos, size_t end) {
   return run(t, pos, end, [](uint32_t c, unicode::CodepointFlags f) {
-    return f.is_punctuation() || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' ||
-           c == '^' || c == '~' || c == '|';
+    return f.is_punctuation() || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' ||
+           c == '~' || c == '|';
   });
 }
 
 size_t punctuation_run_falcon(const CodepointText& t, size_t pos, size_t end) {
   return run(t, pos, end, [](uint32_t c, unicode::CodepointFlags f) {
-    return f.is_punctuation() || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' ||
-           c == '^' || c == '~' || c == '|' || c == '`';
+    return f.is_punctuation() || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' ||
+           c == '~' || c == '|' || c == '`';
   });
 }
 
 size_t bloom(const CodepointText& t, size_t pos, size_t end) {
   constexpr ClassFn allowed = [](uint32_t c, unicode::CodepointFlags f) {
     switch (c) {
-      case '(': case ')': case '|': case '.': case ',': case '!': case '?':
-      case 0x2026: case 0x3002: case 0xFF0C: case 0x3001: case 0x0964: case 0x06D4: case 0x060C:
-        return false;
-      default:
-        return !f.is_whitespace();
+      case '(':
+      case ')':
+      case '|':
+      case '.':
+      case ',':
+      case '!':
+      case '?':
+      case 0x2026:
+      case 0x3002:
+      case 0xFF0C:
+      case 0x3001:
+      case 0x0964:
+      case 0x06D4:
+      case 0x060C: return false;
+      default: return !f.is_whitespace();
     }
   };
   return optional_space_then_run(t, pos, end, allowed);

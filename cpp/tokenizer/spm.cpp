@@ -95,8 +95,7 @@ void SpmEncoder::encode(std::string_view raw, std::vector<int32_t>& out) const {
   for (size_t pos = 0; pos < text.size();) {
     const uint32_t n = utf8::decode(text, pos).n_bytes;
     const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(pos), n, index - 1,
-                       pos + n == text.size() ? -1 : index + 1});
+    symbols.push_back({static_cast<uint32_t>(pos), n, index - 1, pos + n == text.size() ? -1 : index + 1});
     pos += n;
   }
   Queue queue;

@@ -93,8 +93,8 @@ void Tokenizer::render_pieces() {
 
 void Tokenizer::check_id(int64_t id) const {
   if (id < 0 || id >= vocab_->size()) {
-    throw InvalidArgument(cat("[tokenizer] token id ", id, " is out of range (expected 0 <= id < ",
-                              vocab_->size(), ")"));
+    throw InvalidArgument(
+        cat("[tokenizer] token id ", id, " is out of range (expected 0 <= id < ", vocab_->size(), ")"));
   }
 }
 

@@ -46,7 +46,9 @@ class Tokenizer {
   int32_t eos() const { return vocab_->ids().eos; }
   int32_t eot() const { return vocab_->ids().eot; }
   // Whether `id` ends generation (EOS, end of turn, ...); false for ids outside the vocabulary.
-  bool is_eog(int64_t id) const { return id >= 0 && id < n_vocab() && vocab_->is_eog(static_cast<int32_t>(id)); }
+  bool is_eog(int64_t id) const {
+    return id >= 0 && id < n_vocab() && vocab_->is_eog(static_cast<int32_t>(id));
+  }
   bool is_special(int32_t id) const;  // control or unknown: hidden by skip_special
 
   // Throws InvalidArgument unless 0 <= id < n_vocab (wide, so callers can check before narrowing).

@@ -18,12 +18,13 @@ constexpr std::string_view k_tokens_key = "tokenizer.ggml.tokens";
 // Texts of end-of-turn tokens that older converters did not record as eot/eos ids
 // (llama.cpp recognises the same list).
 constexpr std::string_view k_eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "_<EOT>",
-    "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",         "<|im_end|>", "<|end|>", "<end_of_turn>",
+    "<|endoftext|>",      "<EOT>",      "_<EOT>",  "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 };
 constexpr std::string_view k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
 };
 
 std::string lower_ascii(std::string s) {
@@ -87,8 +88,8 @@ void Vocab::read_tokens(const GGUFFile& file) {
                           "' is empty (expected at least one token)"));
   }
   if (texts.size() > static_cast<size_t>(INT32_MAX)) {
-    throw FormatError(cat("[tokenizer] ", file.path(), ": ", texts.size(), " tokens (expected at most ",
-                          INT32_MAX, ")"));
+    throw FormatError(
+        cat("[tokenizer] ", file.path(), ": ", texts.size(), " tokens (expected at most ", INT32_MAX, ")"));
   }
   const std::vector<float> scores = file.get_floats("tokenizer.ggml.scores");
   const std::vector<int64_t> types = file.get_ints("tokenizer.ggml.token_type");
@@ -195,9 +196,8 @@ void Vocab::index_special_tokens() {
     if (special && !tokens_[id].text.empty()) special_tokens_.push_back(id);
   }
   // Longest first, so "<|im_start|>" is found before a shorter token inside it; ties by id.
-  std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](int32_t a, int32_t b) {
-    return tokens_[a].text.size() > tokens_[b].text.size();
-  });
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[a].text.size() > tokens_[b].text.size(); });
 }
 
 }  // namespace ember

@@ -22,11 +22,17 @@ enum class VocabKind { spm, bpe, wpm };
 
 // tokenizer.ggml.token_type values.
 enum class TokenType : uint8_t {
-  undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6,
+  undefined = 0,
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6,
 };
 
 struct TokenInfo {
-  std::string text;  // as stored: SPM/WPM spell spaces "▁", BPE uses GPT-2's byte-to-unicode map
+  std::string text;    // as stored: SPM/WPM spell spaces "▁", BPE uses GPT-2's byte-to-unicode map
   float score = 0.0f;  // SPM merge priority (higher merges first)
   TokenType type = TokenType::normal;
   bool lstrip = false;  // when split out of text, swallow the whitespace before it
@@ -46,7 +52,7 @@ class Vocab {
 
   VocabKind kind() const { return kind_; }
   const std::string& model_name() const { return model_; }  // tokenizer.ggml.model
-  const std::string& pre_name() const { return pre_; }       // tokenizer.ggml.pre, "default" if absent
+  const std::string& pre_name() const { return pre_; }      // tokenizer.ggml.pre, "default" if absent
   const std::string& source() const { return source_; }     // the file it came from, for messages
 
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }

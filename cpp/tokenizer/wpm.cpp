@@ -17,7 +17,7 @@ namespace ember {
 namespace {
 
 constexpr std::string_view k_word_mark = "\xE2\x96\x81";  // U+2581 "▁"
-constexpr size_t k_max_word_chars = 100;                   // longer words become [UNK]
+constexpr size_t k_max_word_chars = 100;                  // longer words become [UNK]
 
 bool is_cjk_ideograph(uint32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||

@@ -104,9 +104,10 @@ std::vector<TokenEvent> deliver(PyRequest& r, std::vector<TokenEvent> events) {
 std::vector<TokenEvent> next_events(PyRequest& r, std::optional<double> timeout_s) {
   if (r.done) return {};
   using Clock = std::chrono::steady_clock;
-  const auto deadline = timeout_s ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>(std::max(0.0, *timeout_s)))
-                                  : Clock::time_point::max();
+  const auto deadline = timeout_s
+                            ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(std::max(0.0, *timeout_s)))
+                            : Clock::time_point::max();
   // Waits in slices so Ctrl-C reaches Python while a caller blocks without a timeout.
   constexpr auto kSlice = std::chrono::milliseconds(100);
   while (true) {
@@ -114,7 +115,8 @@ std::vector<TokenEvent> next_events(PyRequest& r, std::optional<double> timeout_
     {
       nb::gil_scoped_release release;
       const auto left = deadline - Clock::now();
-      const auto wait = std::min<Clock::duration>(std::max<Clock::duration>(left, Clock::duration::zero()), kSlice);
+      const auto wait = std::min<Clock::duration>(std::max<Clock::duration>(left, Clock::duration::zero()),
+                                                  kSlice);
       if (auto first = r.events->pop(std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
         out.push_back(std::move(*first));
         for (TokenEvent& e : r.events->drain()) out.push_back(std::move(e));
@@ -141,8 +143,8 @@ nb::dict stats_dict(const EngineStats& s) {
 }
 
 PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
-                      int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes, int block_size,
-                      int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
+                      int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes,
+                      int block_size, int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
                       bool prefix_caching, bool batch_invariant) {
   auto self = std::make_unique<PyEngine>();
   nb::gil_scoped_release release;
@@ -167,9 +169,11 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
 }
 
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
-                 int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs, int priority) {
+                 int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
+                 int priority) {
   const auto to_id = [](int64_t id, const char* what) {
-    if (id < INT32_MIN || id > INT32_MAX) throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
+    if (id < INT32_MIN || id > INT32_MAX)
+      throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
     return static_cast<int32_t>(id);
   };
   std::vector<int32_t> tokens(prompt.size());
@@ -186,7 +190,8 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   {
     nb::gil_scoped_release release;
     std::shared_ptr<WakeFd> wake = r.wake;
-    ember::Engine::Submission s = self.engine->submit(std::move(tokens), std::move(o), [wake] { wake->signal(); });
+    ember::Engine::Submission s = self.engine->submit(std::move(tokens), std::move(o),
+                                                      [wake] { wake->signal(); });
     r.id = s.id;
     r.events = std::move(s.events);
   }
@@ -200,10 +205,13 @@ void init_engine(nb::module_& m) {
 
   nb::class_<TokenEvent>(m, "TokenEvent", "One thing that happened to a request: a token and/or its end.")
       .def_ro("id", &TokenEvent::id)
-      .def_prop_ro("token", [](const TokenEvent& e) -> std::optional<int32_t> {
-        if (!e.has_token()) return std::nullopt;
-        return e.token;
-      }, "The sampled token id, or None (an end without a token: cancelled, error).")
+      .def_prop_ro(
+          "token",
+          [](const TokenEvent& e) -> std::optional<int32_t> {
+            if (!e.has_token()) return std::nullopt;
+            return e.token;
+          },
+          "The sampled token id, or None (an end without a token: cancelled, error).")
       .def_prop_ro("finish_reason", &finish_reason,
                    "None while more events follow; else 'stop' (a stop token, which is this event's "
                    "token), 'length', 'cancelled' or 'error'.")
@@ -212,13 +220,17 @@ void init_engine(nb::module_& m) {
       .def_ro("n_output_tokens", &TokenEvent::n_output_tokens)
       .def_ro("n_cached_tokens", &TokenEvent::n_cached_tokens,
               "Prompt tokens whose KV came from the prefix cache.")
-      .def_prop_ro("logprobs", [](const TokenEvent& e) -> std::optional<std::pair<float, std::vector<std::pair<int32_t, float>>>> {
-        if (!e.has_logprobs) return std::nullopt;
-        return std::make_pair(e.logprobs.logprob, e.logprobs.top);
-      }, "(logprob of token, [(id, logprob)] most likely first) when the request asked, else None.")
+      .def_prop_ro(
+          "logprobs",
+          [](const TokenEvent& e) -> std::optional<std::pair<float, std::vector<std::pair<int32_t, float>>>> {
+            if (!e.has_logprobs) return std::nullopt;
+            return std::make_pair(e.logprobs.logprob, e.logprobs.top);
+          },
+          "(logprob of token, [(id, logprob)] most likely first) when the request asked, else None.")
       .def("__repr__", [](const TokenEvent& e) {
-        return ember::cat("TokenEvent(id=", e.id, ", token=", e.token, ", finish_reason=",
-                          ember::to_string(e.finish_reason), ", n_output_tokens=", e.n_output_tokens, ")");
+        return ember::cat("TokenEvent(id=", e.id, ", token=", e.token,
+                          ", finish_reason=", ember::to_string(e.finish_reason),
+                          ", n_output_tokens=", e.n_output_tokens, ")");
       });
 
   nb::class_<PyRequest>(m, "EngineRequest",
@@ -226,16 +238,20 @@ void init_engine(nb::module_& m) {
                         "a finish_reason).")
       .def_ro("id", &PyRequest::id)
       .def_ro("done", &PyRequest::done, "The final event has been handed out.")
-      .def("fileno", [](const PyRequest& r) { return r.wake->fileno(); },
-           "A file descriptor that becomes readable when events arrive (for loop.add_reader); "
-           "drain() clears it.")
+      .def(
+          "fileno", [](const PyRequest& r) { return r.wake->fileno(); },
+          "A file descriptor that becomes readable when events arrive (for loop.add_reader); "
+          "drain() clears it.")
       .def("next_events", &next_events, nb::arg("timeout") = nb::none(),
            "Waits (GIL released) up to `timeout` seconds (None: as long as it takes) for at least one "
            "event and returns every event available; [] on timeout or after the last event.")
-      .def("drain", [](PyRequest& r) {
-        r.wake->clear();
-        return deliver(r, r.events->drain());
-      }, "Every event available now, without waiting; clears fileno()'s readiness first.");
+      .def(
+          "drain",
+          [](PyRequest& r) {
+            r.wake->clear();
+            return deliver(r, r.events->drain());
+          },
+          "Every event available now, without waiting; clears fileno()'s readiness first.");
 
   nb::class_<PyEngine>(m, "Engine",
                        "A GGUF model served by the continuous-batching engine: a C++ thread runs every "
@@ -264,33 +280,42 @@ void init_engine(nb::module_& m) {
            "never run (empty or too long prompt, bad ids or sampling values) and EngineBusy when the "
            "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
            "log-probability and that many alternatives to each event.")
-      .def("cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
-           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "
-           "finished ids are ignored.")
-      .def("stats", [](const PyEngine& self) { return stats_dict(self.engine->stats()); },
-           "{running, waiting, kv_usage (fraction of blocks referenced), prefix_query_tokens, "
-           "prefix_hit_tokens, prompt_tokens_total, generation_tokens_total, preemptions, steps}")
-      .def("shutdown", [](PyEngine& self) {
-        nb::gil_scoped_release release;
-        self.engine->shutdown();
-      }, "Stops the engine thread; unfinished requests end 'cancelled', later submits raise EngineBusy.")
+      .def(
+          "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
+          "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "
+          "finished ids are ignored.")
+      .def(
+          "stats", [](const PyEngine& self) { return stats_dict(self.engine->stats()); },
+          "{running, waiting, kv_usage (fraction of blocks referenced), prefix_query_tokens, "
+          "prefix_hit_tokens, prompt_tokens_total, generation_tokens_total, preemptions, steps}")
+      .def(
+          "shutdown",
+          [](PyEngine& self) {
+            nb::gil_scoped_release release;
+            self.engine->shutdown();
+          },
+          "Stops the engine thread; unfinished requests end 'cancelled', later submits raise EngineBusy.")
       .def_prop_ro("n_vocab", [](const PyEngine& self) { return self.model->config().n_vocab; })
-      .def_prop_ro("n_ctx", [](const PyEngine& self) { return self.engine->max_model_len(); },
-                   "Tokens one request may reach (prompt and output).")
+      .def_prop_ro(
+          "n_ctx", [](const PyEngine& self) { return self.engine->max_model_len(); },
+          "Tokens one request may reach (prompt and output).")
       .def_prop_ro("parallel", [](const PyEngine& self) { return self.config.scheduler.max_num_seqs; })
       .def_prop_ro("block_size", [](const PyEngine& self) { return self.config.kv.block_size; })
       .def_prop_ro("n_blocks", [](const PyEngine& self) { return self.config.kv.n_blocks; })
-      .def_prop_ro("kv_size", [](const PyEngine& self) {
-        return self.config.kv.n_blocks * self.config.kv.block_size;
-      }, "Tokens the KV cache holds.")
-      .def_prop_ro("kv_bytes_per_token", [](const PyEngine& self) {
-        const ember::ModelConfig& c = self.model->config();
-        return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), self.kv_type);
-      }, "Bytes one token's K and V take over all layers (in kv_type).")
-      .def_prop_ro("max_batch_tokens", [](const PyEngine& self) {
-        return self.config.scheduler.max_num_batched_tokens;
-      })
+      .def_prop_ro(
+          "kv_size", [](const PyEngine& self) { return self.config.kv.n_blocks * self.config.kv.block_size; },
+          "Tokens the KV cache holds.")
+      .def_prop_ro(
+          "kv_bytes_per_token",
+          [](const PyEngine& self) {
+            const ember::ModelConfig& c = self.model->config();
+            return ember::PagedKVCache::bytes_per_token(c.n_layer, c.n_kv_dim(), self.kv_type);
+          },
+          "Bytes one token's K and V take over all layers (in kv_type).")
+      .def_prop_ro("max_batch_tokens",
+                   [](const PyEngine& self) { return self.config.scheduler.max_num_batched_tokens; })
       .def_prop_ro("n_threads", [](const PyEngine& self) { return self.model->backend().n_threads(); })
-      .def_prop_ro("kv_type", [](const PyEngine& self) { return std::string(ember::dtype_name(self.kv_type)); },
-                   "The KV cache's element type: 'f16' or 'q8_0'.");
+      .def_prop_ro(
+          "kv_type", [](const PyEngine& self) { return std::string(ember::dtype_name(self.kv_type)); },
+          "The KV cache's element type: 'f16' or 'q8_0'.");
 }

@@ -66,11 +66,16 @@ std::vector<size_t> numpy_shape(const GGUFTensorInfo& t) {
 
 nb::object gguf_value_to_python(const GGUFValue& v) {
   switch (v.type) {
-    case GGUFType::u8: case GGUFType::u16: case GGUFType::u32: case GGUFType::u64:
-      return nb::int_(v.u);
-    case GGUFType::i8: case GGUFType::i16: case GGUFType::i32: case GGUFType::i64:
-      return nb::int_(v.i);
-    case GGUFType::f32: case GGUFType::f64: return nb::float_(v.f);
+    case GGUFType::u8:
+    case GGUFType::u16:
+    case GGUFType::u32:
+    case GGUFType::u64: return nb::int_(v.u);
+    case GGUFType::i8:
+    case GGUFType::i16:
+    case GGUFType::i32:
+    case GGUFType::i64: return nb::int_(v.i);
+    case GGUFType::f32:
+    case GGUFType::f64: return nb::float_(v.f);
     case GGUFType::boolean: return nb::bool_(v.u != 0);
     case GGUFType::string: return string_to_python(v.str);
     case GGUFType::array: {
@@ -91,10 +96,12 @@ nb::object gguf_value_to_python(const GGUFValue& v) {
 void init_gguf(nb::module_& m) {
   nb::class_<GGUFTensorInfo>(m, "TensorInfo", "One entry of a GGUF file's tensor directory.")
       .def_ro("name", &GGUFTensorInfo::name)
-      .def_prop_ro("type", [](const GGUFTensorInfo& t) { return std::string(ember::dtype_name(t.type)); },
-                   "element type name, e.g. 'q4_k'")
-      .def_prop_ro("shape", [](const GGUFTensorInfo& t) { return nb::tuple(nb::cast(numpy_shape(t))); },
-                   "shape in numpy order (slowest dimension first)")
+      .def_prop_ro(
+          "type", [](const GGUFTensorInfo& t) { return std::string(ember::dtype_name(t.type)); },
+          "element type name, e.g. 'q4_k'")
+      .def_prop_ro(
+          "shape", [](const GGUFTensorInfo& t) { return nb::tuple(nb::cast(numpy_shape(t))); },
+          "shape in numpy order (slowest dimension first)")
       .def_ro("n_elements", &GGUFTensorInfo::n_elements)
       .def_ro("offset", &GGUFTensorInfo::offset, "byte offset from the start of the data section")
       .def_ro("n_bytes", &GGUFTensorInfo::n_bytes)
@@ -120,38 +127,49 @@ void init_gguf(nb::module_& m) {
       .def_prop_ro("alignment", &GGUFFile::alignment)
       .def_prop_ro("data_offset", &GGUFFile::data_offset)
       .def_prop_ro("file_bytes", &GGUFFile::file_bytes)
-      .def_prop_ro("metadata", [](const GGUFFile& f) {
-        nb::dict out;
-        for (const auto& [key, value] : f.metadata()) out[key.c_str()] = gguf_value_to_python(value);
-        return out;
-      }, "metadata as a dict of Python values, in file order")
-      .def_prop_ro("tensors", [](const GGUFFile& f) { return f.tensors(); }, nb::rv_policy::copy)
-      .def("raw", [](std::shared_ptr<GGUFFile> f, const std::string& name) {
-        const GGUFTensorInfo& t = tensor_or_throw(*f, name);
-        // The capsule owns a reference to the file, keeping the mapping alive for the view.
-        auto* keep = new std::shared_ptr<GGUFFile>(f);
-        nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<GGUFFile>*>(p); });
-        size_t shape[1] = {static_cast<size_t>(t.n_bytes)};
-        return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(t.data, 1, shape, owner);
-      }, nb::arg("name"), "the tensor's bytes as a read-only uint8 numpy view of the file")
-      .def("dequantize", [](const GGUFFile& f, const std::string& name) {
-        const GGUFTensorInfo& t = tensor_or_throw(f, name);
-        const ember::TypeTraits& traits = ember::type_traits(t.type);
-        if (traits.dequantize_row == nullptr) {
-          throw ember::Unsupported(ember::cat("[gguf] ", f.path(), ": tensor '", name,
-                                              "': cannot dequantize type ", traits.name));
-        }
-        auto* values = new float[t.n_elements];
-        nb::capsule owner(values, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-        {
-          nb::gil_scoped_release release;
-          traits.dequantize_row(t.data, values, t.n_elements);
-        }
-        std::vector<size_t> shape = numpy_shape(t);
-        return nb::ndarray<nb::numpy, float>(values, shape.size(), shape.data(), owner);
-      }, nb::arg("name"), "the tensor's values as a float32 numpy array")
+      .def_prop_ro(
+          "metadata",
+          [](const GGUFFile& f) {
+            nb::dict out;
+            for (const auto& [key, value] : f.metadata()) out[key.c_str()] = gguf_value_to_python(value);
+            return out;
+          },
+          "metadata as a dict of Python values, in file order")
+      .def_prop_ro(
+          "tensors", [](const GGUFFile& f) { return f.tensors(); }, nb::rv_policy::copy)
+      .def(
+          "raw",
+          [](std::shared_ptr<GGUFFile> f, const std::string& name) {
+            const GGUFTensorInfo& t = tensor_or_throw(*f, name);
+            // The capsule owns a reference to the file, keeping the mapping alive for the view.
+            auto* keep = new std::shared_ptr<GGUFFile>(f);
+            nb::capsule owner(keep,
+                              [](void* p) noexcept { delete static_cast<std::shared_ptr<GGUFFile>*>(p); });
+            size_t shape[1] = {static_cast<size_t>(t.n_bytes)};
+            return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(t.data, 1, shape, owner);
+          },
+          nb::arg("name"), "the tensor's bytes as a read-only uint8 numpy view of the file")
+      .def(
+          "dequantize",
+          [](const GGUFFile& f, const std::string& name) {
+            const GGUFTensorInfo& t = tensor_or_throw(f, name);
+            const ember::TypeTraits& traits = ember::type_traits(t.type);
+            if (traits.dequantize_row == nullptr) {
+              throw ember::Unsupported(ember::cat("[gguf] ", f.path(), ": tensor '", name,
+                                                  "': cannot dequantize type ", traits.name));
+            }
+            auto* values = new float[t.n_elements];
+            nb::capsule owner(values, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+            {
+              nb::gil_scoped_release release;
+              traits.dequantize_row(t.data, values, t.n_elements);
+            }
+            std::vector<size_t> shape = numpy_shape(t);
+            return nb::ndarray<nb::numpy, float>(values, shape.size(), shape.data(), owner);
+          },
+          nb::arg("name"), "the tensor's values as a float32 numpy array")
       .def("__repr__", [](const GGUFFile& f) {
-        return ember::cat("GGUFFile('", f.path(), "', version=", f.version(), ", tensors=",
-                          f.tensors().size(), ", metadata=", f.metadata().size(), ")");
+        return ember::cat("GGUFFile('", f.path(), "', version=", f.version(),
+                          ", tensors=", f.tensors().size(), ", metadata=", f.metadata().size(), ")");
       });
 }

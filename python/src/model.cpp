@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "gguf_values.h"
 #include "model/context.h"
 #include "model/model.h"
-#include "gguf_values.h"
 
 namespace nb = nanobind;
 
@@ -87,10 +87,8 @@ nb::dict metadata(const PyModel& self) {
 }  // namespace
 
 void init_model(nb::module_& m) {
-  nb::class_<PyModel>(m, "Model",
-                      "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
-      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>,
-                    std::optional<int64_t>>(),
+  nb::class_<PyModel>(m, "Model", "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
+      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, std::optional<int64_t>>(),
            nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_ctx") = nb::none(),
            nb::arg("n_batch") = nb::none(),
            "Loads a GGUF model (weights are read from the file mapping; the CPU backend repacks the "
@@ -102,18 +100,19 @@ void init_model(nb::module_& m) {
            "per token. reset=False continues after the tokens already in the cache.")
       .def("eval_last", &eval_last, nb::arg("tokens"), nb::arg("reset") = true,
            "Like eval, but computes and returns the logits of the last token only: [n_vocab].")
-      .def("reset", [](PyModel& self) { self.context->reset(); }, "Empties the KV cache.")
+      .def(
+          "reset", [](PyModel& self) { self.context->reset(); }, "Empties the KV cache.")
       .def_prop_ro("n_vocab", &PyModel::n_vocab)
       .def_prop_ro("n_embd", [](const PyModel& self) { return self.model->config().n_embd; })
       .def_prop_ro("n_layer", [](const PyModel& self) { return self.model->config().n_layer; })
       .def_prop_ro("n_ctx_train", [](const PyModel& self) { return self.model->config().n_ctx_train; })
       .def_prop_ro("n_ctx", [](const PyModel& self) { return self.context->n_ctx(); })
       .def_prop_ro("n_batch", [](const PyModel& self) { return self.context->n_batch(); })
-      .def_prop_ro("n_past", [](const PyModel& self) { return self.context->n_past(); },
-                   "Tokens currently in the KV cache.")
+      .def_prop_ro(
+          "n_past", [](const PyModel& self) { return self.context->n_past(); },
+          "Tokens currently in the KV cache.")
       .def_prop_ro("n_threads", [](const PyModel& self) { return self.model->backend().n_threads(); })
-      .def_prop_ro("architecture", [](const PyModel& self) {
-        return std::string(self.model->config().arch->name);
-      })
+      .def_prop_ro("architecture",
+                   [](const PyModel& self) { return std::string(self.model->config().arch->name); })
       .def_prop_ro("metadata", &metadata, "GGUF metadata: scalars and strings (arrays left out).");
 }

@@ -37,9 +37,11 @@ nb::object dequantize_bytes(const std::string& type_name, const void* raw, int64
 nb::bytes quantize_array(const FloatArray& array, const std::string& type_name) {
   const ember::TypeTraits& t = ember::quantizable_type(type_name);
   if (array.ndim() == 0) {
-    throw ember::InvalidArgument(ember::cat("[quant] ", t.name, ": expected an array with at least one dimension, got a scalar"));
+    throw ember::InvalidArgument(
+        ember::cat("[quant] ", t.name, ": expected an array with at least one dimension, got a scalar"));
   }
-  (void)ember::quantized_size(t, static_cast<int64_t>(array.shape(array.ndim() - 1)));  // rows are whole blocks
+  (void)ember::quantized_size(t,
+                              static_cast<int64_t>(array.shape(array.ndim() - 1)));  // rows are whole blocks
   const int64_t n = static_cast<int64_t>(array.size());
   const int64_t n_bytes = ember::quantized_size(t, n);
   // The bytes object is filled in place: nobody else can see it until it is returned.

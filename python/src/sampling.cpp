@@ -27,8 +27,8 @@ using LogitsRow = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device
 
 const float* row_or_throw(const LogitsRow& logits, int64_t n_vocab) {
   if (static_cast<int64_t>(logits.shape(0)) != n_vocab) {
-    throw ember::InvalidArgument(ember::cat("[sampling] logits: expected ", n_vocab,
-                                            " values (n_vocab), got ", logits.shape(0)));
+    throw ember::InvalidArgument(
+        ember::cat("[sampling] logits: expected ", n_vocab, " values (n_vocab), got ", logits.shape(0)));
   }
   return logits.data();
 }
@@ -68,61 +68,77 @@ void init_sampling(nb::module_& m) {
   field("logit_bias", &SamplingParams::logit_bias, "[(token id, added to its logit)]");
   field("seed", &SamplingParams::seed, "the random generator's seed");
   params.attr("field_names") = nb::tuple(nb::cast(names));
-  params.def("validate", [](const SamplingParams& p, int32_t n_vocab) { ember::validate(p, n_vocab); },
-             nb::arg("n_vocab"), "Raises ValueError naming the first field out of range.");
+  params.def(
+      "validate", [](const SamplingParams& p, int32_t n_vocab) { ember::validate(p, n_vocab); },
+      nb::arg("n_vocab"), "Raises ValueError naming the first field out of range.");
 
   nb::class_<Sampler>(m, "Sampler",
                       "One request's sampler: logit bias, penalties over a window of recent "
                       "tokens, top-k, typical-p, top-p, min-p, temperature and a seeded draw.")
       .def(nb::init<const SamplingParams&, int32_t>(), nb::arg("params"), nb::arg("n_vocab"),
            "Raises ValueError for parameters out of range.")
-      .def("sample", [](Sampler& s, const LogitsRow& logits) {
-        const float* row = row_or_throw(logits, s.n_vocab());
-        nb::gil_scoped_release release;
-        return s.sample(row);
-      }, nb::arg("logits"), "The next token for float32 logits [n_vocab]; does not accept it.")
-      .def("distribution", [](Sampler& s, const LogitsRow& logits) {
-        const ember::Candidates& c = s.distribution(row_or_throw(logits, s.n_vocab()));
-        const size_t n = c.items.size();
-        auto* ids = new int32_t[n];
-        auto* probs = new float[n];
-        for (size_t i = 0; i < n; ++i) {
-          ids[i] = c.items[i].id;
-          probs[i] = c.items[i].p;
-        }
-        nb::capsule ids_owner(ids, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
-        nb::capsule probs_owner(probs, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-        return nb::make_tuple(nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(ids, {n}, ids_owner),
-                              nb::ndarray<nb::numpy, float, nb::ndim<1>>(probs, {n}, probs_owner));
-      }, nb::arg("logits"),
-           "(ids int32 [k], probs float32 [k]): the candidates sample() would draw from, with "
-           "their final probabilities")
+      .def(
+          "sample",
+          [](Sampler& s, const LogitsRow& logits) {
+            const float* row = row_or_throw(logits, s.n_vocab());
+            nb::gil_scoped_release release;
+            return s.sample(row);
+          },
+          nb::arg("logits"), "The next token for float32 logits [n_vocab]; does not accept it.")
+      .def(
+          "distribution",
+          [](Sampler& s, const LogitsRow& logits) {
+            const ember::Candidates& c = s.distribution(row_or_throw(logits, s.n_vocab()));
+            const size_t n = c.items.size();
+            auto* ids = new int32_t[n];
+            auto* probs = new float[n];
+            for (size_t i = 0; i < n; ++i) {
+              ids[i] = c.items[i].id;
+              probs[i] = c.items[i].p;
+            }
+            nb::capsule ids_owner(ids, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
+            nb::capsule probs_owner(probs, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+            return nb::make_tuple(nb::ndarray<nb::numpy, int32_t, nb::ndim<1>>(ids, {n}, ids_owner),
+                                  nb::ndarray<nb::numpy, float, nb::ndim<1>>(probs, {n}, probs_owner));
+          },
+          nb::arg("logits"),
+          "(ids int32 [k], probs float32 [k]): the candidates sample() would draw from, with "
+          "their final probabilities")
       .def("accept", &Sampler::accept, nb::arg("token"), "Adds a token to the penalty window.")
-      .def("accept_many", [](Sampler& s, const std::vector<int32_t>& tokens) {
-        for (int32_t t : tokens) s.accept(t);
-      }, nb::arg("tokens"))
+      .def(
+          "accept_many",
+          [](Sampler& s, const std::vector<int32_t>& tokens) {
+            for (int32_t t : tokens) s.accept(t);
+          },
+          nb::arg("tokens"))
       .def("reset", &Sampler::reset, "Empties the penalty window and reseeds.")
       .def_prop_ro("n_vocab", &Sampler::n_vocab);
 
-  m.def("token_logprobs", [](const LogitsRow& logits, int32_t token, int32_t n_top) {
-    const int32_t n_vocab = static_cast<int32_t>(logits.shape(0));
-    ember::TokenLogprobs lp;
-    {
-      nb::gil_scoped_release release;
-      lp = ember::token_logprobs(logits.data(), n_vocab, token, n_top);
-    }
-    return std::make_pair(lp.logprob, lp.top);
-  }, nb::arg("logits"), nb::arg("token"), nb::arg("n_top") = 0,
-        "(logprob of token, [(id, logprob)] of the n_top most likely): log-softmax of raw logits");
+  m.def(
+      "token_logprobs",
+      [](const LogitsRow& logits, int32_t token, int32_t n_top) {
+        const int32_t n_vocab = static_cast<int32_t>(logits.shape(0));
+        ember::TokenLogprobs lp;
+        {
+          nb::gil_scoped_release release;
+          lp = ember::token_logprobs(logits.data(), n_vocab, token, n_top);
+        }
+        return std::make_pair(lp.logprob, lp.top);
+      },
+      nb::arg("logits"), nb::arg("token"), nb::arg("n_top") = 0,
+      "(logprob of token, [(id, logprob)] of the n_top most likely): log-softmax of raw logits");
 
   nb::class_<StopStringMatcher>(m, "StopStringMatcher",
                                 "Finds stop strings in streamed text, holding back text that "
                                 "could be the start of one.")
       .def(nb::init<std::vector<std::string>>(), nb::arg("stops"))
-      .def("push", [](StopStringMatcher& s, const std::string& piece) {
-        StopStringMatcher::Result r = s.push(piece);
-        return nb::make_tuple(r.text, r.stopped, r.stop);
-      }, nb::arg("text"), "(text safe to emit, stopped, the stop string found or '')")
+      .def(
+          "push",
+          [](StopStringMatcher& s, const std::string& piece) {
+            StopStringMatcher::Result r = s.push(piece);
+            return nb::make_tuple(r.text, r.stopped, r.stop);
+          },
+          nb::arg("text"), "(text safe to emit, stopped, the stop string found or '')")
       .def("flush", &StopStringMatcher::flush, "The held-back text, once generation has ended.")
       .def_prop_ro("stopped", &StopStringMatcher::stopped);
 }

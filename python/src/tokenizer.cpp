@@ -66,17 +66,20 @@ void init_tokenizer(nb::module_& m) {
             return nb::bytes(piece.data(), piece.size());
           },
           nb::arg("id"), nb::arg("render_special") = true, "The bytes token `id` stands for.")
-      .def("is_eog", &Tokenizer::is_eog, nb::arg("id"), "Whether `id` ends generation (EOS, end of turn, ...).")
+      .def("is_eog", &Tokenizer::is_eog, nb::arg("id"),
+           "Whether `id` ends generation (EOS, end of turn, ...).")
       .def_prop_ro("n_vocab", &Tokenizer::n_vocab)
       .def_prop_ro("bos", &Tokenizer::bos, "BOS id, -1 when the vocabulary has none.")
       .def_prop_ro("eos", &Tokenizer::eos, "EOS id, -1 when the vocabulary has none.")
       .def_prop_ro("eot", &Tokenizer::eot, "End-of-turn id, -1 when the vocabulary has none.")
       .def_prop_ro("add_bos", [](const Tokenizer& t) { return t.vocab().add_bos(); })
       .def_prop_ro("add_eos", [](const Tokenizer& t) { return t.vocab().add_eos(); })
-      .def_prop_ro("model", [](const Tokenizer& t) { return t.vocab().model_name(); },
-                   "tokenizer.ggml.model: 'llama', 'gpt2' or 'bert'.")
-      .def_prop_ro("pre", [](const Tokenizer& t) { return t.vocab().pre_name(); },
-                   "tokenizer.ggml.pre, 'default' when absent.")
+      .def_prop_ro(
+          "model", [](const Tokenizer& t) { return t.vocab().model_name(); },
+          "tokenizer.ggml.model: 'llama', 'gpt2' or 'bert'.")
+      .def_prop_ro(
+          "pre", [](const Tokenizer& t) { return t.vocab().pre_name(); },
+          "tokenizer.ggml.pre, 'default' when absent.")
       .def("__len__", &Tokenizer::n_vocab);
 
   nb::class_<StreamDecoder>(m, "StreamDecoder",
@@ -84,7 +87,8 @@ void init_tokenizer(nb::module_& m) {
       .def(nb::init<std::shared_ptr<const Tokenizer>, bool>(), nb::arg("tokenizer"),
            nb::arg("skip_special") = true)
       .def(
-          "push", [](StreamDecoder& d, int64_t id) { return d.push(to_id(d.tokenizer(), id)); }, nb::arg("id"),
-           "Adds one token; returns the text that became complete (maybe '').")
-      .def("flush", &StreamDecoder::flush, "Returns held-back bytes (U+FFFD for incomplete ones) and resets.");
+          "push", [](StreamDecoder& d, int64_t id) { return d.push(to_id(d.tokenizer(), id)); },
+          nb::arg("id"), "Adds one token; returns the text that became complete (maybe '').")
+      .def("flush", &StreamDecoder::flush,
+           "Returns held-back bytes (U+FFFD for incomplete ones) and resets.");
 }

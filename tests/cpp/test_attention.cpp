@@ -144,8 +144,7 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
 // out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache,
 // each row over keys max(0, pos - window + 1) .. pos (all keys up to pos when window is 0).
 std::vector<double> reference_attention(const Cache& c, const Shape& s, const std::vector<float>& q,
-                                        const std::vector<int32_t>& positions, float scale,
-                                        int64_t window) {
+                                        const std::vector<int32_t>& positions, float scale, int64_t window) {
   const DequantizeRowFn dequantize = type_traits(c.type).dequantize_row;
   const int64_t max_pos = *std::max_element(positions.begin(), positions.end());
   std::vector<float> keys((max_pos + 1) * c.n_kv_dim), values(keys.size());  // [position, n_kv_dim]

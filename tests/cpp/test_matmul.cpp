@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "harness.h"
 #include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_kernels.h"
+#include "harness.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
 
@@ -131,8 +131,8 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
   const IsaKernels& ref = isa_kernels_scalar();
   const TypeKernels& k = kernels.of(c.type);
   const TypeKernels& rk = ref.of(c.type);
-  const std::string name = std::string(isa_name(kernels.level)) + " " + dtype_name(c.type) + " n_in=" +
-                           std::to_string(c.n_in) + " n_out=" + std::to_string(c.n_out) +
+  const std::string name = std::string(isa_name(kernels.level)) + " " + dtype_name(c.type) +
+                           " n_in=" + std::to_string(c.n_in) + " n_out=" + std::to_string(c.n_out) +
                            " n_rows=" + std::to_string(c.n_rows);
   if (k.act == ActFormat::none) {
     check(false, name + ": no kernel");
@@ -164,7 +164,8 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
 
   std::vector<float> y(c.n_rows * c.n_out, NAN);
   const std::vector<uint8_t> w_kernel = kernel_layout(kernels, c.type, w, c.n_in, c.n_out, pool);
-  matmul_with(kernels, c.type, w_kernel.data(), c.n_in, c.n_out, x.data(), c.n_rows, y.data(), pool, workspace());
+  matmul_with(kernels, c.type, w_kernel.data(), c.n_in, c.n_out, x.data(), c.n_rows, y.data(), pool,
+              workspace());
 
   int bad_vec = 0, bad_ref = 0, bad_exact = 0;
   double worst_exact = 0.0;
@@ -177,7 +178,8 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
       double exact = 0.0, magnitude = 0.0, quant_err = 0.0;
       for (int64_t i = 0; i < c.n_in; ++i) {
         exact += static_cast<double>(wr[i]) * xr[i];
-        const double xq = quant ? double(act[r * n_blocks + i / 32].d) * act[r * n_blocks + i / 32].qs[i % 32] : xr[i];
+        const double xq = quant ? double(act[r * n_blocks + i / 32].d) * act[r * n_blocks + i / 32].qs[i % 32]
+                                : xr[i];
         magnitude += std::fabs(double(wr[i]) * xq) + std::fabs(double(wr[i]) * xr[i]);
         if (quant) quant_err += std::fabs(double(wr[i])) * act[r * n_blocks + i / 32].d * 0.5;
       }
@@ -214,21 +216,24 @@ void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_
     bool single_differs = false;
     for (int64_t n_in : {256, 768}) {
       for (int64_t n_out : {1, 16, 37, 100}) {
-        const std::vector<uint8_t> w = kernel_layout(kernels, type, random_weights(type, n_in, n_out, rng), n_in, n_out, pool);
+        const std::vector<uint8_t> w = kernel_layout(kernels, type, random_weights(type, n_in, n_out, rng),
+                                                     n_in, n_out, pool);
         const std::vector<float> x = random_acts(kRows, n_in, rng);
         std::vector<float> all(kRows * n_out);
         matmul_with(kernels, type, w.data(), n_in, n_out, x.data(), kRows, all.data(), pool, workspace());
         for (int64_t n : {1, 2, 3, 4, 5}) {
           for (int64_t r0 : {int64_t{0}, kRows - n}) {
             std::vector<float> few(n * n_out, NAN);
-            matmul_with(kernels, type, w.data(), n_in, n_out, &x[r0 * n_in], n, few.data(), pool, workspace());
+            matmul_with(kernels, type, w.data(), n_in, n_out, &x[r0 * n_in], n, few.data(), pool,
+                        workspace());
             const bool same = std::memcmp(few.data(), &all[r0 * n_out], few.size() * sizeof(float)) == 0;
             if (n == 1 && !same) single_differs = true;
             if (n < min_rows) continue;
-            check(same, std::string(isa_name(kernels.level)) + " " + dtype_name(type) + " n_in=" + std::to_string(n_in) +
-                            " n_out=" + std::to_string(n_out) + ": " + std::to_string(n) +
-                            " rows differ from the same rows among " + std::to_string(kRows) +
-                            " (matmul_exact_min_rows says " + std::to_string(min_rows) + ")");
+            check(same, std::string(isa_name(kernels.level)) + " " + dtype_name(type) +
+                            " n_in=" + std::to_string(n_in) + " n_out=" + std::to_string(n_out) + ": " +
+                            std::to_string(n) + " rows differ from the same rows among " +
+                            std::to_string(kRows) + " (matmul_exact_min_rows says " +
+                            std::to_string(min_rows) + ")");
           }
         }
       }
@@ -249,7 +254,8 @@ void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
   IsaKernels amx = *isa_kernels(IsaLevel::amx);
   amx.act_tiling.min_rows = 0;
   const IsaKernels& avx512 = *isa_kernels(IsaLevel::avx512);
-  const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
+  const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0,
+                               DType::q5_1, DType::q8_0, DType::iq4_nl};
   const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
   struct Shape {
     int64_t n_in, n_out;
@@ -270,11 +276,13 @@ void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
   int failed = 0;
   for (const Case& c : cases) {
     // Both tables read the same layout (amx's is avx512's, GEMMs aside).
-    const std::vector<uint8_t> w = kernel_layout(avx512, c.type, random_weights(c.type, c.n_in, c.n_out, rng), c.n_in, c.n_out, pool);
+    const std::vector<uint8_t> w = kernel_layout(avx512, c.type, random_weights(c.type, c.n_in, c.n_out, rng),
+                                                 c.n_in, c.n_out, pool);
     const std::vector<float> x = random_acts(c.n_rows, c.n_in, rng);
     std::vector<float> y_amx(c.n_rows * c.n_out, NAN), y_avx512(c.n_rows * c.n_out, NAN);
     matmul_with(amx, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_amx.data(), pool, workspace());
-    matmul_with(avx512, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_avx512.data(), pool, workspace());
+    matmul_with(avx512, c.type, w.data(), c.n_in, c.n_out, x.data(), c.n_rows, y_avx512.data(), pool,
+                workspace());
     int64_t n_diff = 0;
     for (size_t i = 0; i < y_amx.size(); ++i) {
       n_diff += std::memcmp(&y_amx[i], &y_avx512[i], sizeof(float)) != 0;
@@ -294,11 +302,12 @@ std::mt19937_64& rng() {
     uint64_t seed = std::random_device{}();
     if (const char* s = std::getenv("EMBER_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
     const CpuFeatures& f = cpu_features();
-    std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d "
-                "amx_tile=%d amx_int8=%d neon=%d dotprod=%d; active isa %s\n",
-                static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl,
-                f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.amx_tile, f.amx_int8, f.neon, f.dotprod,
-                isa_name(active_isa_level()));
+    std::printf(
+        "seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avx_vnni=%d bf16=%d "
+        "amx_tile=%d amx_int8=%d neon=%d dotprod=%d; active isa %s\n",
+        static_cast<unsigned long long>(seed), f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl,
+        f.avx512dq, f.avx512_vnni, f.avx_vnni, f.avx512_bf16, f.amx_tile, f.amx_int8, f.neon, f.dotprod,
+        isa_name(active_isa_level()));
     return std::mt19937_64(seed);
   }();
   return generator;
@@ -313,11 +322,14 @@ const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 std::vector<Case> all_cases() {
   const char* shapes = std::getenv("EMBER_TEST_SHAPES");
   const bool small = shapes != nullptr && std::strcmp(shapes, "small") == 0;
-  const std::vector<int64_t> rows = small ? std::vector<int64_t>{1, 5, 17} : std::vector<int64_t>{1, 3, 17, 64};
+  const std::vector<int64_t> rows = small ? std::vector<int64_t>{1, 5, 17}
+                                          : std::vector<int64_t>{1, 3, 17, 64};
   const std::vector<int64_t> outs = small ? std::vector<int64_t>{1, 19} : std::vector<int64_t>{1, 7, 37};
-  const std::vector<int64_t> small_ins = small ? std::vector<int64_t>{96, 256} : std::vector<int64_t>{96, 256, 544};
+  const std::vector<int64_t> small_ins = small ? std::vector<int64_t>{96, 256}
+                                               : std::vector<int64_t>{96, 256, 544};
   const std::vector<int64_t> k_ins = small ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 768};
-  const std::vector<int64_t> float_ins = small ? std::vector<int64_t>{72, 100} : std::vector<int64_t>{72, 256, 100};
+  const std::vector<int64_t> float_ins = small ? std::vector<int64_t>{72, 100}
+                                               : std::vector<int64_t>{72, 256, 100};
   std::vector<Case> cases;
   for (int64_t n_rows : rows) {
     for (int64_t n_out : outs) {
@@ -365,11 +377,12 @@ TEST(kernels_neon) { check_level(IsaLevel::neon); }
 TEST(matmul_runs_the_active_level) {
   ThreadPool pool(2);
   const IsaLevel active = active_isa_level();
-  std::vector<uint8_t> w = kernel_layout(active_kernels(), DType::q4_0, random_weights(DType::q4_0, 256, 5, rng()),
-                                         256, 5, pool);
+  std::vector<uint8_t> w = kernel_layout(active_kernels(), DType::q4_0,
+                                         random_weights(DType::q4_0, 256, 5, rng()), 256, 5, pool);
   std::vector<float> x = random_acts(2, 256, rng()), y(10), y_ref(10);
   matmul(DType::q4_0, w.data(), 256, 5, x.data(), 2, y.data(), pool, workspace());
-  matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool, workspace());
+  matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool,
+              workspace());
   CHECK(y == y_ref);
   CHECK(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs));
 }

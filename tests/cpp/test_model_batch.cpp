@@ -169,7 +169,6 @@ TEST(invalid_batches_are_refused) {
   refused("expected 1 to 8");
 }
 
-
 // One engine step's Batch: each sequence computes tokens[start, end) of its history, with block
 // table blocks(seq), and outputs its last row.
 struct StepSeq {
