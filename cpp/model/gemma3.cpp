@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "model/sequence_ops.h"
+
 namespace ember {
 
 void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* logits) {
@@ -43,24 +45,14 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
     be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
     be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
     be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
-    for (int64_t is = 0; is < batch.n_seqs; ++is) {
-      const SequenceRows& seq = batch.seqs[is];
-      const int64_t r0 = seq.row_begin;
-      be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv, k + r0 * n_kv,
-                  v + r0 * n_kv);
-    }
+    store_kv_of_sequences(be, batch, il, n_kv, k, v);
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
     if (last && batch.n_outputs == 0) break;
 
     be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
     be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
     be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
-    for (int64_t is = 0; is < batch.n_seqs; ++is) {
-      const SequenceRows& seq = batch.seqs[is];
-      const int64_t r0 = seq.row_begin;
-      be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride),
-                   attention, attn + r0 * n_q);
-    }
+    attend_sequences(be, batch, il, n_q, attention, q, attn);
 
     // The last layer's projection and feed-forward only matter for the output rows: keep
     // those (rows [n_rows] from here on) and drop the rest.

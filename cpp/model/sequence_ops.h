@@ -1,0 +1,35 @@
+// model/sequence_ops.h: the steps of a forward pass that run per sequence of a batch (its rows
+// write to and attend over its own cache), shared by every architecture's forward pass.
+#pragma once
+
+#include <cstdint>
+
+#include "backend.h"
+#include "model/run_state.h"
+
+namespace ember {
+
+// k, v [n_tokens, n_kv]: each sequence's rows go into layer il of its cache at their positions.
+inline void store_kv_of_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_t n_kv,
+                                  const float* k, const float* v) {
+  for (int64_t is = 0; is < batch.n_seqs; ++is) {
+    const SequenceRows& seq = batch.seqs[is];
+    const int64_t r0 = seq.row_begin;
+    be.store_kv(seq.layer(il, batch.kv_layer_stride), batch.positions + r0, seq.n_rows, n_kv, k + r0 * n_kv,
+                v + r0 * n_kv);
+  }
+}
+
+// out [n_tokens, n_q] = each sequence's rows of q [n_tokens, n_q] attending over layer il of its
+// cache (which already holds those rows).
+inline void attend_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_t n_q,
+                             const AttentionParams& params, const float* q, float* out) {
+  for (int64_t is = 0; is < batch.n_seqs; ++is) {
+    const SequenceRows& seq = batch.seqs[is];
+    const int64_t r0 = seq.row_begin;
+    be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), params,
+                 out + r0 * n_q);
+  }
+}
+
+}  // namespace ember
