@@ -7,7 +7,6 @@ otherwise compete with it for the GIL."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_server_support import free_socket, wait_healthy
+from test_server_support import serve_process
 
 MIB = 1 << 20
 
@@ -42,27 +41,9 @@ def _bodies() -> list[tuple[str, bytes]]:
 
 @pytest.fixture(scope="module")
 def server_url(stories_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    sock.close()
-    # A file, not a pipe: the server logs a line per request, and a pipe nobody reads while
-    # it runs fills up (64 KiB) and blocks its event loop on a write to stderr.
-    log_path = tmp_path_factory.mktemp("serve") / "stderr.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ember.cli", "serve", str(stories_path), "--port", str(port),
-         "--parallel", "4", "--threads", "1", "--ctx-size", "512"],
-        env={**os.environ}, stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, timeout=60)
+    args = ["--parallel", "4", "--threads", "1", "--ctx-size", "512"]
+    with serve_process(stories_path, args, tmp_path_factory.mktemp("serve")) as (url, _):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
-        stderr = log_path.read_text()
-        assert "Traceback" not in stderr, stderr[-3000:]
 
 
 SENDER = """

@@ -11,7 +11,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_server_support import free_socket, sample, wait_healthy, wait_until
+from test_server_support import sample, serve_process, wait_until
 
 N_CLIENTS = 32
 REQUESTS_PER_CLIENT = 48
@@ -47,27 +46,9 @@ class Served:
 def served(stories_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     if not Path("/proc/self/fd").is_dir():
         pytest.fail("the soak test reads /proc (Linux)")
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    sock.close()
-    # A file, not a pipe: the server logs a line per request, and a pipe nobody reads while
-    # it runs fills up (64 KiB) and blocks its event loop on a write to stderr.
-    log_path = tmp_path_factory.mktemp("serve") / "stderr.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ember.cli", "serve", str(stories_path), "--port", str(port),
-         "--parallel", "4", "--max-queue", "24", "--threads", "1", "--ctx-size", "256"],
-        stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, timeout=60)
+    args = ["--parallel", "4", "--max-queue", "24", "--threads", "1", "--ctx-size", "256"]
+    with serve_process(stories_path, args, tmp_path_factory.mktemp("serve")) as (url, process):
         yield Served(url, process)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
-        stderr = log_path.read_text()
-        assert "Traceback" not in stderr, stderr[-3000:]
 
 
 CHAT = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 8}

@@ -5,10 +5,13 @@ uses) for the HTTP layer's failure paths that a real model cannot be made to tak
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,31 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def serve_process(model: Path, args: list[str], log_dir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`ember serve MODEL ARGS` as a child process on a free loopback port, healthy: (its URL,
+    the process). On exit it is terminated, and its stderr must hold no traceback."""
+    sock = free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    # A file, not a pipe: the server logs a line per request, and a pipe nobody reads while
+    # it runs fills up (64 KiB) and blocks its event loop on a write to stderr.
+    log_path = log_dir / "stderr.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ember.cli", "serve", str(model), "--port", str(port), *args],
+            stdout=subprocess.DEVNULL, stderr=log, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, timeout=60)
+            yield url, process
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    stderr = log_path.read_text()
+    assert "Traceback" not in stderr, stderr[-3000:]
 
 
 def start_server(config: ServerConfig, make_engine: Callable[[], Any] | None = None,

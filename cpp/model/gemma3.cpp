@@ -15,11 +15,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
   Backend& be = model.backend();
   const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
 
-  AttentionParams attention;
-  attention.n_head = c.n_head;
-  attention.n_head_kv = c.n_head_kv;
-  attention.head_dim = c.head_dim;
-  attention.scale = c.attention_scale;
+  AttentionParams attention = attention_params(c);
 
   float* x = s.x.as<float>();            // [n, n_embd] residual stream
   float* xn = s.xn.as<float>();          // [n, n_embd]

@@ -5,9 +5,20 @@
 #include <cstdint>
 
 #include "backend.h"
+#include "model/config.h"
 #include "model/run_state.h"
 
 namespace ember {
+
+// The attention of a model's layers (heads, head size, q·k scale); window 0 (global).
+inline AttentionParams attention_params(const ModelConfig& c) {
+  AttentionParams params;
+  params.n_head = c.n_head;
+  params.n_head_kv = c.n_head_kv;
+  params.head_dim = c.head_dim;
+  params.scale = c.attention_scale;
+  return params;
+}
 
 // k, v [n_tokens, n_kv]: each sequence's rows go into layer il of its cache at their positions.
 inline void store_kv_of_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_t n_kv,
