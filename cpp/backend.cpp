@@ -4,8 +4,9 @@
 namespace ember {
 
 const char* op_name(Op op) {
-  constexpr const char* kNames[] = {"matmul",   "get_rows", "rms_norm", "rope",    "add",      "add_bias",
-                                    "silu_mul", "gelu_mul", "scale",    "softmax", "store_kv", "attention"};
+  constexpr const char* kNames[] = {"matmul", "get_rows", "rms_norm", "layer_norm", "rope",
+                                    "add",    "add_bias", "silu_mul", "gelu_mul",   "gelu",
+                                    "scale",  "softmax",  "store_kv", "attention"};
   return kNames[static_cast<int>(op)];
 }
 

@@ -30,11 +30,13 @@ enum class Op {
   matmul,
   get_rows,
   rms_norm,
+  layer_norm,
   rope,
   add,
   add_bias,
   silu_mul,
   gelu_mul,
+  gelu,
   scale,
   softmax,
   store_kv,
@@ -166,6 +168,10 @@ class Backend {
   // y may alias x.
   virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
                         float* y) = 0;
+  // y[r, :] = (x[r, :] - mean(x[r, :])) / sqrt(var(x[r, :]) + eps) * weight + bias (LayerNorm, the
+  // population variance); x, y [n_rows, n_cols], weight and bias [n_cols]. y may alias x.
+  virtual void layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows,
+                          int64_t n_cols, float eps, float* y) = 0;
   // Rotates x[n_rows, n_heads, head_dim] in place; row r is at position positions[r].
   virtual void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                     const RopeParams& params) = 0;
@@ -178,6 +184,8 @@ class Backend {
   // y[n] = gelu(gate[n]) * up[n] (GeGLU), gelu in its tanh form:
   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may alias gate or up.
   virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  // y[n] = gelu(x[n]) in its exact form, 0.5 x (1 + erf(x / sqrt(2))) (BERT's); y may alias x.
+  virtual void gelu(const float* x, int64_t n, float* y) = 0;
   // x[n] *= s in place.
   virtual void scale(float* x, int64_t n, float s) = 0;
   // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].

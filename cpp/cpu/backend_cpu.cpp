@@ -98,6 +98,11 @@ void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, i
   cpu::rms_norm(x, weight, n_rows, n_cols, eps, y, pool_);
 }
 
+void CpuBackend::layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows,
+                            int64_t n_cols, float eps, float* y) {
+  cpu::layer_norm(x, weight, bias, n_rows, n_cols, eps, y, pool_);
+}
+
 void CpuBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                       const RopeParams& params) {
   cpu::rope(x, n_rows, n_heads, head_dim, positions, params, pool_);
@@ -116,6 +121,8 @@ void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* 
 void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
   cpu::gelu_mul(gate, up, n, y, pool_);
 }
+
+void CpuBackend::gelu(const float* x, int64_t n, float* y) { cpu::gelu(x, n, y, pool_); }
 
 void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
 

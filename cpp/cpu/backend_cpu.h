@@ -39,12 +39,15 @@ class CpuBackend final : public Backend {
                 float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,
                 float* y) override;
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows, int64_t n_cols,
+                  float eps, float* y) override;
   void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
             const RopeParams& params) override;
   void add(const float* a, const float* b, int64_t n, float* y) override;
   void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void gelu(const float* x, int64_t n, float* y) override;
   void scale(float* x, int64_t n, float s) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,

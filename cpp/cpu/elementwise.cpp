@@ -1,5 +1,5 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, scale, SwiGLU's
-// silu·mul, GeGLU's gelu·mul).
+// silu·mul, GeGLU's gelu·mul, BERT's gelu).
 #include <cmath>
 
 #include "cpu/op_kernels.h"
@@ -45,6 +45,13 @@ void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPoo
       const float x = gate[i];
       y[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * up[i];
     }
+  });
+}
+
+void gelu(const float* x, int64_t n, float* y, ThreadPool& pool) {
+  constexpr float kInvSqrt2 = 0.7071067811865476f;
+  parallel_for(pool, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
   });
 }
 

@@ -1,6 +1,6 @@
 // cpu/ops.h: the CPU implementations of backend.h's ops other than matmul (cpu/matmul.h), one
-// file each (get_rows.cpp, rms_norm.cpp, rope.cpp, elementwise.cpp, softmax.cpp, store_kv.cpp,
-// attention.cpp), threaded on the caller's pool. Shapes and semantics are those of backend.h.
+// file each (get_rows.cpp, rms_norm.cpp, layer_norm.cpp, rope.cpp, elementwise.cpp, softmax.cpp,
+// store_kv.cpp, attention.cpp), threaded on the caller's pool. Shapes and semantics are those of backend.h.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,10 @@ void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids,
 void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps, float* y,
               ThreadPool& pool);
 
+// y[n_rows, n_cols] = LayerNorm of each row of x with weight[n_cols] and bias[n_cols]; y may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows, int64_t n_cols,
+                float eps, float* y, ThreadPool& pool);
+
 // x[n_rows, n_heads, head_dim] rotated in place by positions[n_rows].
 void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const RopeParams& params, ThreadPool& pool);
@@ -36,6 +40,8 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, Threa
 void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa, ThreadPool& pool);
 // y[n] = gelu_tanh(gate[n]) * up[n] (GeGLU).
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
+// y[n] = gelu_erf(x[n]).
+void gelu(const float* x, int64_t n, float* y, ThreadPool& pool);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
 

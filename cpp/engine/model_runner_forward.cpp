@@ -35,6 +35,10 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
                               ") and max_num_seqs (", config.max_num_seqs, ") must be >= 1"));
   }
   const ModelConfig& c = model_->config();
+  if (c.is_encoder()) {
+    throw InvalidArgument(cat("[engine] ", model_->file().path(), ": '", c.arch->name,
+                              "' is an embedding model; it does not generate (embed with it instead)"));
+  }
   if (config.n_blocks < 1 || config.block_size < 1) {
     throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ",
                               config.n_blocks, " and ", config.block_size));

@@ -16,6 +16,7 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
     {"phi3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/false},
     {"gemma3", ArchFamily::gemma3, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+    {"bert", ArchFamily::bert, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
 };
 
 }  // namespace
@@ -110,6 +111,21 @@ ModelConfig read_config(const GGUFFile& file) {
     // and gemma_pytorch's config set it).
     const int64_t scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(scalar));
+  }
+  if (c.is_encoder()) {
+    c.layer_norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_epsilon", 1e-12));
+    if (!(c.layer_norm_eps > 0.0f)) throw FormatError(cat(where, "attention.layer_norm_epsilon must be > 0"));
+    if (file.get_bool(p + "attention.causal", false)) {
+      throw Unsupported(cat(where, "attention.causal is true; ember runs ", arch_name,
+                            " with bidirectional attention only"));
+    }
+    const int64_t pooling = file.get_int(p + "pooling_type", static_cast<int64_t>(Pooling::mean));
+    if (pooling < static_cast<int64_t>(Pooling::mean) || pooling > static_cast<int64_t>(Pooling::last)) {
+      throw Unsupported(
+          cat(where, "pooling_type ", pooling, " is not supported; supported: 1 (mean), 2 (cls), 3 (last)"));
+    }
+    c.pooling = static_cast<Pooling>(pooling);
+    c.n_token_types = file.get_int("tokenizer.ggml.token_type_count", 0);
   }
   return c;
 }

@@ -10,8 +10,12 @@
 
 namespace ember {
 
-// The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp).
-enum class ArchFamily { llama, gemma3 };
+// The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp,
+// model/bert.cpp). bert is an encoder: it computes embeddings (model/embedder.h), never logits.
+enum class ArchFamily { llama, gemma3, bert };
+
+// How an encoder's token states become one embedding ({arch}.pooling_type, llama.cpp's values).
+enum class Pooling { none = 0, mean = 1, cls = 2, last = 3 };
 
 // What distinguishes the supported architectures.
 struct ArchInfo {
@@ -53,6 +57,12 @@ struct ModelConfig {
   float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
   float attention_scale = 0.0f;         // q·k scale; 1/sqrt(head_dim) unless the architecture says
 
+  // Encoders (bert): LayerNorm epsilon, the pooling of token states, token type count.
+  float layer_norm_eps = 1e-12f;    // {arch}.attention.layer_norm_epsilon
+  Pooling pooling = Pooling::none;  // {arch}.pooling_type; mean when an encoder's file does not say
+  int64_t n_token_types = 0;        // tokenizer.ggml.token_type_count, else token_types.weight's rows
+
+  bool is_encoder() const { return arch->family == ArchFamily::bert; }
   bool is_swa(int64_t il) const { return sliding_window > 0 && (il + 1) % swa_pattern != 0; }
 
   int64_t n_q_dim() const { return n_head * head_dim; }      // width of Q and of attention output

@@ -21,6 +21,10 @@ int64_t choose_n_ctx(const ModelConfig& config, int64_t requested) {
 Context::Context(std::shared_ptr<const Model> model, const ContextOptions& options)
     : model_(std::move(model)) {
   const ModelConfig& c = model_->config();
+  if (c.is_encoder()) {
+    throw InvalidArgument(cat("[model] ", model_->file().path(), ": '", c.arch->name,
+                              "' is an embedding model; it has no logits (embed with it instead)"));
+  }
   if (options.n_batch <= 0) {
     throw InvalidArgument(cat("[model] n_batch must be > 0, got ", options.n_batch));
   }

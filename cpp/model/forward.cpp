@@ -2,6 +2,7 @@
 #include "model/forward.h"
 
 #include "core/error.h"
+#include "model/bert.h"
 #include "model/gemma3.h"
 #include "model/llama.h"
 
@@ -35,6 +36,15 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
                                   "; positions of a sequence must be consecutive from >= 0"));
       }
     }
+    // An encoder attends both ways: each sequence whole, in one pass, within its positions.
+    const int64_t last = b.positions[s.row_begin + s.n_rows - 1];
+    if (model.config().is_encoder() &&
+        (b.positions[s.row_begin] != 0 || last >= model.config().n_ctx_train)) {
+      throw InvalidArgument(cat("[model] sequence ", is, " has positions ", b.positions[s.row_begin], "..",
+                                last,
+                                "; an encoder's sequence must be whole, from position 0, and shorter than ",
+                                model.config().n_ctx_train, " tokens"));
+    }
     next_row += s.n_rows;
   }
   if (next_row != b.n_tokens) {
@@ -54,6 +64,7 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
   switch (model.config().arch->family) {
     case ArchFamily::llama: return llama_forward(model, scratch, batch, logits);
     case ArchFamily::gemma3: return gemma3_forward(model, scratch, batch, logits);
+    case ArchFamily::bert: return bert_forward(model, scratch, batch, logits);
   }
 }
 

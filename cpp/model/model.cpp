@@ -49,6 +49,7 @@ void Model::prepare_matmul_weights() {
       tensors.push_back(t);
   }
   for (WeightTensor* t : tensors) {
+    if (!*t) continue;  // absent: an encoder's output head, bert's gate
     Buffer b = backend_->prepare_matmul_weight(t->type, t->data, t->ne0, t->ne1);
     if (b.data() != t->data) {
       // A copy: the file's bytes are read again only where another use shares them (a tied

@@ -24,6 +24,7 @@ struct Scratch {
   Buffer ffn_up;       // f32 [n_batch, n_ff]
   Buffer positions;    // i32 [n_batch] position of each row
   Buffer output_rows;  // i32 [n_batch] rows of the micro-batch whose logits are wanted
+  Buffer key_bounds;   // i32 [n_batch] encoders: the last position each row attends to
 
   Scratch() = default;
   Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);

@@ -2,6 +2,8 @@
 // and validates them.
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ember {
@@ -82,6 +84,42 @@ WeightTensor rows_of(const WeightTensor& t, int64_t first, int64_t n) {
   return view;
 }
 
+// bert: embeddings of tokens, token types and absolute positions summed and LayerNormed, then
+// post-norm blocks whose every projection has a bias; no output head.
+ModelWeights bind_bert_weights(const Binder& b, const GGUFFile& file, ModelConfig& c) {
+  ModelWeights w;
+  const int64_t n_embd = c.n_embd;
+  w.token_embd = b.bind("token_embd.weight", {n_embd, c.n_vocab}, Use::table);
+  const GGUFTensorInfo* types = file.find_tensor("token_types.weight");
+  if (c.n_token_types <= 0 && types && types->shape.size() == 2) c.n_token_types = types->shape[1];
+  w.token_types = b.bind("token_types.weight", {n_embd, std::max<int64_t>(c.n_token_types, 1)}, Use::table);
+  w.position_embd = b.bind("position_embd.weight", {n_embd, c.n_ctx_train}, Use::table);
+  w.token_embd_norm = b.bind("token_embd_norm.weight", {n_embd}, Use::f32);
+  w.token_embd_norm_b = b.bind("token_embd_norm.bias", {n_embd}, Use::f32);
+  w.layers.resize(c.n_layer);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string blk = cat("blk.", i, ".");
+    l.wq = b.bind(blk + "attn_q.weight", {n_embd, c.n_q_dim()}, Use::matmul);
+    l.bq = b.bind(blk + "attn_q.bias", {c.n_q_dim()}, Use::f32);
+    l.wk = b.bind(blk + "attn_k.weight", {n_embd, c.n_kv_dim()}, Use::matmul);
+    l.bk = b.bind(blk + "attn_k.bias", {c.n_kv_dim()}, Use::f32);
+    l.wv = b.bind(blk + "attn_v.weight", {n_embd, c.n_kv_dim()}, Use::matmul);
+    l.bv = b.bind(blk + "attn_v.bias", {c.n_kv_dim()}, Use::f32);
+    l.wo = b.bind(blk + "attn_output.weight", {c.n_q_dim(), n_embd}, Use::matmul);
+    l.bo = b.bind(blk + "attn_output.bias", {n_embd}, Use::f32);
+    l.post_attn_norm = b.bind(blk + "attn_output_norm.weight", {n_embd}, Use::f32);
+    l.post_attn_norm_b = b.bind(blk + "attn_output_norm.bias", {n_embd}, Use::f32);
+    l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);
+    l.ffn_up_b = b.bind(blk + "ffn_up.bias", {c.n_ff}, Use::f32);
+    l.ffn_down = b.bind(blk + "ffn_down.weight", {c.n_ff, n_embd}, Use::matmul);
+    l.ffn_down_b = b.bind(blk + "ffn_down.bias", {n_embd}, Use::f32);
+    l.post_ffn_norm = b.bind(blk + "layer_output_norm.weight", {n_embd}, Use::f32);
+    l.post_ffn_norm_b = b.bind(blk + "layer_output_norm.bias", {n_embd}, Use::f32);
+  }
+  return w;
+}
+
 }  // namespace
 
 ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& backend) {
@@ -96,6 +134,7 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
                           shape_string(embd->shape)));
   }
   c.n_vocab = embd->shape[1];
+  if (c.is_encoder()) return bind_bert_weights(b, file, c);
   w.token_embd = b.bind("token_embd.weight", {c.n_embd, c.n_vocab}, Use::table);
   w.output_norm = b.bind("output_norm.weight", {c.n_embd}, Use::f32);
   w.output = b.bind("output.weight", {c.n_embd, c.n_vocab}, Use::matmul, /*optional=*/true);

@@ -37,18 +37,30 @@ struct LayerWeights {
   WeightTensor q_norm;          // [head_dim] f32, qwen3 and gemma3
   WeightTensor k_norm;          // [head_dim] f32, qwen3 and gemma3
   WeightTensor wo;              // {n_q_dim, n_embd}
+  WeightTensor bo;              // [n_embd] f32, bert only
   WeightTensor post_attn_norm;  // [n_embd] f32, gemma3: RMSNorm of the attention output
   WeightTensor post_ffn_norm;   // [n_embd] f32, gemma3: RMSNorm of the feed-forward output
-  WeightTensor ffn_norm;        // [n_embd] f32
-  WeightTensor ffn_gate;        // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
-  WeightTensor ffn_up;          // {n_embd, n_ff}
-  WeightTensor ffn_down;        // {n_ff, n_embd}
+  // bert's post-norms are LayerNorms of the residual stream after attention and after the
+  // feed-forward (post_attn_norm, post_ffn_norm), with these biases.
+  WeightTensor post_attn_norm_b;  // [n_embd] f32, bert only
+  WeightTensor post_ffn_norm_b;   // [n_embd] f32, bert only
+  WeightTensor ffn_norm;          // [n_embd] f32
+  WeightTensor ffn_gate;          // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
+  WeightTensor ffn_up;            // {n_embd, n_ff}
+  WeightTensor ffn_down;          // {n_ff, n_embd}
+  WeightTensor ffn_up_b;          // [n_ff] f32, bert only (its feed-forward is down(gelu(up(h))))
+  WeightTensor ffn_down_b;        // [n_embd] f32, bert only
 };
 
 struct ModelWeights {
   WeightTensor token_embd;           // {n_embd, n_vocab}, any dtype get_rows reads
-  WeightTensor output_norm;          // [n_embd] f32
-  WeightTensor output;               // {n_embd, n_vocab}: output.weight, or token_embd when tied
+  WeightTensor output_norm;          // [n_embd] f32; absent for encoders
+  WeightTensor output;               // {n_embd, n_vocab}: output.weight, or token_embd when tied;
+                                     // absent for encoders
+  WeightTensor token_types;          // {n_embd, n_token_types} f32, bert only
+  WeightTensor position_embd;        // {n_embd, n_ctx_train}, bert only (absolute positions)
+  WeightTensor token_embd_norm;      // [n_embd] f32, bert only: LayerNorm of the summed embeddings
+  WeightTensor token_embd_norm_b;    // [n_embd] f32, bert only
   bool tied_output = false;          // output.weight was absent
   WeightTensor rope_freqs;           // [n_rot / 2] f32 llama3-style frequency divisors; absent: all 1
   std::vector<LayerWeights> layers;  // [n_layer]

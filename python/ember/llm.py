@@ -20,8 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Union
 
+import numpy as np
+
 from ember import _core
 from ember.chat import ChatTemplate, Message
+from ember.embeddings import Embedder, EmbeddingInput, is_embedding_model
 from ember.engine import Engine
 from ember.hub import resolve_model
 from ember.openai_format import Formatter
@@ -41,19 +44,33 @@ class LLM:
         once over a KV cache of kv_size tokens (see ember.engine.Engine)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
-        self.engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
-                             kv_size=kv_size, kv_type=kv_type)
+        # An embedding model (bert) gets an Embedder instead of the generation engine.
+        self.embedder: Embedder | None = None
+        self._engine: Engine | None = None
+        if is_embedding_model(self.path):
+            self.embedder = Embedder(self.path, n_threads=n_threads)
+        else:
+            self._engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
+                                  kv_size=kv_size, kv_type=kv_type)
         self._metadata: dict[str, Any] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The generation engine; ValueError for an embedding model, which does not generate."""
+        if self._engine is None:
+            raise ValueError(f"{self.model_name} is an embedding model: it does not generate "
+                             "(use LLM.embed)")
+        return self._engine
 
     # --- the model ---------------------------------------------------------------------------
 
     @property
     def tokenizer(self) -> _core.Tokenizer:
-        return self.engine.tokenizer
+        return self.embedder.tokenizer if self.embedder else self.engine.tokenizer
 
     @property
     def n_ctx(self) -> int:
-        return self.engine.n_ctx
+        return self.embedder.max_tokens if self.embedder else self.engine.n_ctx
 
     @property
     def n_vocab(self) -> int:
@@ -77,7 +94,7 @@ class LLM:
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of `text`; add_special adds BOS/EOS as the vocabulary asks, parse_special
         turns control-token texts such as "<|im_start|>" into those tokens."""
-        return self.engine.tokenize(text, add_special, parse_special)
+        return list(self.tokenizer.encode(text, add_special, parse_special))
 
     def detokenize(self, tokens: Sequence[int], skip_special: bool = True) -> str:
         return self.tokenizer.decode(list(tokens), skip_special=skip_special)
@@ -134,9 +151,25 @@ class LLM:
                     **sampling: Any) -> Iterator[str]:
         return _texts(self.chat_deltas(messages, params, **sampling))
 
+    # --- embeddings ----------------------------------------------------------------------------
+
+    def embed(self, inputs: EmbeddingInput | Sequence[EmbeddingInput], normalize: bool = True
+              ) -> np.ndarray:
+        """Embeddings of texts (or token-id lists) from an embedding model: float32
+        [len(inputs), n_embd], pooled as the model's file says and of unit length unless
+        normalize=False; a single text (or one list of token ids) gives one row. ValueError
+        for a generation model."""
+        if self.embedder is None:
+            arch = self.metadata.get("general.architecture")
+            raise ValueError(f"{self.model_name} ({arch}) is not an embedding model")
+        single = isinstance(inputs, str) or (bool(inputs) and isinstance(inputs[0], int))
+        batch = [inputs] if single else list(inputs)
+        return self.embedder.embed(batch, normalize)
+
     def close(self) -> None:
         """Stops the engine thread (also done when the LLM is garbage-collected)."""
-        self.engine.close()
+        if self._engine is not None:
+            self._engine.close()
 
     # --- OpenAI-shaped results -----------------------------------------------------------------
 

@@ -4,13 +4,13 @@
     convert("path/to/hf-model-or-repo/id", "model.gguf", "q4_k_m")
     quantize_gguf("model-f16.gguf", "model-q4_k_m.gguf", "q4_k_m")
 
-One module per architecture family (llama.py, qwen2.py, qwen3.py), registered by Hugging Face
+One module per architecture family (llama.py, qwen2.py, qwen3.py, bert.py, ...), registered by Hugging Face
 class name in registry.py; importing this package registers them all.
 """
 
 from __future__ import annotations
 
-from . import gemma3, llama, phi3, qwen2, qwen3  # noqa: F401  (registers the families)
+from . import bert, gemma3, llama, phi3, qwen2, qwen3  # noqa: F401  (registers the families)
 from .convert import ConvertResult, convert
 from .errors import ConvertError
 from .qtypes import OUTPUT_TYPES

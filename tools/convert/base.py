@@ -156,9 +156,8 @@ class DecoderFamily:
         ]
         return specs
 
-    def tensor_specs(self) -> list[TensorSpec]:
-        """Every checkpoint tensor the GGUF file takes, in GGUF order, checked against the
-        checkpoint: required ones present, shapes as config.json implies, nothing left over."""
+    def all_specs(self) -> list[TensorSpec]:
+        """Every GGUF tensor of the family, in GGUF order (optional ones included)."""
         hp, ckpt = self.hp, self.checkpoint
         specs = [TensorSpec("token_embd.weight", "model.embed_tokens.weight",
                             (hp.n_vocab, hp.n_embd))]
@@ -170,6 +169,17 @@ class DecoderFamily:
         if "lm_head.weight" not in ckpt and hp.tie_embeddings is False:
             raise ConvertError(f"{ckpt.folder}: no lm_head.weight, but config.json says "
                                f"tie_word_embeddings is false")
+        return specs
+
+    def ignored(self, hf_name: str) -> bool:
+        """Checkpoint tensors the GGUF file does not need."""
+        return hf_name.endswith(IGNORED_SUFFIXES)
+
+    def tensor_specs(self) -> list[TensorSpec]:
+        """Every checkpoint tensor the GGUF file takes, in GGUF order, checked against the
+        checkpoint: required ones present, shapes as config.json implies, nothing left over."""
+        hp, ckpt = self.hp, self.checkpoint
+        specs = self.all_specs()
         present = []
         for s in specs:
             entry = ckpt.entries.get(s.hf_name)
@@ -184,7 +194,7 @@ class DecoderFamily:
             present.append(s)
         used = {s.hf_name for s in present}
         extra = sorted(n for n in ckpt.entries
-                       if n not in used and not n.endswith(IGNORED_SUFFIXES))
+                       if n not in used and not self.ignored(n))
         if extra:
             raise ConvertError(f"{ckpt.folder}: tensor {extra[0]} has no place in a "
                                f"{self.gguf_arch} GGUF file ({len(extra)} such tensors); is "

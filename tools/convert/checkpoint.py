@@ -28,6 +28,10 @@ _DTYPES: dict[str, tuple[str, int]] = {
     "F16": ("<f2", 2),
     "BF16": ("<u2", 2),
     "F64": ("<f8", 8),
+    # Integer buffers (BERT's embeddings.position_ids) are listed so the header reads; no
+    # family converts them.
+    "I64": ("<i8", 8),
+    "I32": ("<i4", 4),
 }
 
 

@@ -149,10 +149,16 @@ def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
     return t
 
 
+# Tables llama.cpp always keeps in f32 (its converter and quantizer), whatever the output type.
+ALWAYS_F32 = ("position_embd.weight", "token_types.weight")
+
+
 def tensor_type(out: OutputType, name: str, shape: tuple[int, ...], model: ModelShape
                 ) -> GGMLQuantizationType:
     """The type tensor `name` of `shape` (numpy order, rows last) is written as under `out`."""
     if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        return Q.F32
+    if name in ALWAYS_F32:
         return Q.F32
     if out.base in FLOAT_TYPES:
         return out.base

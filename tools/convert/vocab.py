@@ -1,4 +1,4 @@
-"""Tokenizer metadata: tokenizer.model (SentencePiece) or tokenizer.json (byte-level BPE) to the
+"""Tokenizer metadata: tokenizer.model (SentencePiece) or tokenizer.json (byte-level BPE, WordPiece) to the
 tokenizer.ggml.* keys, the way llama.cpp's convert_hf_to_gguf.py writes them.
 
 Special token ids, add_bos/add_eos, merges and the chat template come from gguf.SpecialVocab
@@ -30,7 +30,7 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
 class Vocab:
     """What tokenizer.ggml.* gets: model, pre-tokenizer, tokens with scores and types."""
 
-    model: str                      # "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+    model: str                      # "llama" (SentencePiece), "gpt2" (byte-level BPE), "bert"
     pre: str                        # tokenizer.ggml.pre
     tokens: list[bytes]
     token_types: list[int]          # gguf.TokenType values
@@ -140,6 +140,8 @@ def _bpe_vocab(path: Path, n_vocab: int | None, folder: Path, model_type: str) -
     """convert_hf_to_gguf.py's get_vocab_base + _set_vocab_gpt2, read from tokenizer.json."""
     tokenizer = _read_json(path)
     model = tokenizer.get("model") or {}
+    if model.get("type") == "WordPiece":
+        return _wordpiece_vocab(tokenizer, n_vocab, folder)
     if model.get("type") != "BPE":
         raise ConvertError(f"{path}: tokenizer model type {model.get('type')!r} is not supported "
                            f"(byte-level BPE, or SentencePiece via tokenizer.model)")
@@ -175,6 +177,37 @@ def _bpe_vocab(path: Path, n_vocab: int | None, folder: Path, model_type: str) -
     if not special.merges:
         raise ConvertError(f"{path}: BPE tokenizer without merges")
     return Vocab("gpt2", _pre_tokenizer_name(tokenizer, model_type), tokens, types, None, special)
+
+
+def _wordpiece_vocab(tokenizer: dict, n_vocab: int | None, folder: Path) -> Vocab:
+    """convert_hf_to_gguf.py's BertModel.set_vocab: the WordPiece vocabulary in llama.cpp's
+    "phantom space" spelling — control tokens as they are, continuations with their "##"
+    removed, word-initial pieces with a leading "\u2581"."""
+    model = tokenizer["model"]
+    by_id: dict[int, str] = {i: t for t, i in model.get("vocab", {}).items()}
+    special = {a["id"] for a in tokenizer.get("added_tokens", []) if a.get("special")}
+    n = n_vocab or (max(by_id) + 1)
+    prefix = model.get("continuing_subword_prefix", "##")
+    tokens: list[bytes] = []
+    types: list[int] = []
+    for i in range(n):
+        text = by_id.get(i)
+        if text is None:
+            tokens.append(f"[PAD{i}]".encode())
+            types.append(int(TokenType.UNUSED))
+        elif i in special:
+            tokens.append(text.encode("utf-8"))
+            types.append(int(TokenType.CONTROL))
+        else:
+            piece = text[len(prefix):] if text.startswith(prefix) else "\u2581" + text
+            tokens.append(piece.encode("utf-8"))
+            types.append(int(TokenType.NORMAL))
+    special_vocab = gguf.SpecialVocab(folder, n_vocab=n)
+    # gguf-py writes no cls id any more: [CLS] opens every input as the BOS token (llama.cpp's
+    # reading of BERT vocabularies).
+    cls = special_vocab.special_token_ids.pop("cls", None)
+    defaults = {"bos": cls} if cls is not None else {}
+    return Vocab("bert", "default", tokens, types, None, special_vocab, defaults)
 
 
 def _read_json(path: Path) -> dict:

@@ -1,0 +1,82 @@
+// model/bert.cpp: the BERT encoder — token, position and token-type embeddings summed and
+// LayerNormed, then post-norm blocks of bidirectional multi-head attention and a GELU
+// feed-forward, every projection with a bias. Reads top to bottom; every op goes through the
+// Backend. Pooling and normalisation of the token states are the embedder's (model/embedder.h).
+#include "model/bert.h"
+
+#include "model/sequence_ops.h"
+
+namespace ember {
+
+void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* states) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  Backend& be = model.backend();
+  const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
+  const float eps = c.layer_norm_eps;
+  const AttentionParams attention = attention_params(c);
+
+  float* x = s.x.as<float>();      // [n, n_embd] residual stream
+  float* xn = s.xn.as<float>();    // [n, n_embd]
+  float* q = s.q.as<float>();      // [n, n_q]
+  float* k = s.k.as<float>();      // [n, n_kv]
+  float* v = s.v.as<float>();      // [n, n_kv]
+  float* attn = s.attn.as<float>();  // [n, n_q]
+  float* up = s.ffn_up.as<float>();  // [n, n_ff]
+  // [n] i32: first the token type of every row (0: single-sentence input), then the last
+  // position each row attends to. The attention op sees keys up to a row's bound, so bounding
+  // every row by its sequence's last position makes it bidirectional.
+  int32_t* row_ids = s.key_bounds.as<int32_t>();
+
+  // --- embeddings: norm(token + position + token type) ---
+  be.get_rows(w.token_embd.type, w.token_embd.data, n_embd, batch.tokens, n, x);
+  be.get_rows(w.position_embd.type, w.position_embd.data, n_embd, batch.positions, n, xn);
+  be.add(x, xn, n * n_embd, x);
+  for (int64_t r = 0; r < n; ++r) row_ids[r] = 0;
+  be.get_rows(w.token_types.type, w.token_types.data, n_embd, row_ids, n, xn);
+  be.add(x, xn, n * n_embd, x);
+  be.layer_norm(x, w.token_embd_norm.f32(), w.token_embd_norm_b.f32(), n, n_embd, eps, x);
+
+  be.synchronize();  // the token types are read before the bounds overwrite them
+  for (int64_t is = 0; is < batch.n_seqs; ++is) {
+    const SequenceRows& seq = batch.seqs[is];
+    for (int64_t r = seq.row_begin; r < seq.row_begin + seq.n_rows; ++r) {
+      row_ids[r] = batch.positions[seq.row_begin + seq.n_rows - 1];
+    }
+  }
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+
+    // --- attention: x = norm(x + wo · attention(q, k, v) + bo) ---
+    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, x, n, q);
+    be.add_bias(q, l.bq.f32(), n, n_q);
+    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, x, n, k);
+    be.add_bias(k, l.bk.f32(), n, n_kv);
+    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, x, n, v);
+    be.add_bias(v, l.bv.f32(), n, n_kv);
+    store_kv_of_sequences(be, batch, il, n_kv, k, v);
+    for (int64_t is = 0; is < batch.n_seqs; ++is) {
+      const SequenceRows& seq = batch.seqs[is];
+      const int64_t r0 = seq.row_begin;
+      be.attention(q + r0 * n_q, row_ids + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), attention,
+                   attn + r0 * n_q);
+    }
+    be.matmul(l.wo.type, l.wo.data, n_q, n_embd, attn, n, xn);
+    be.add_bias(xn, l.bo.f32(), n, n_embd);
+    be.add(x, xn, n * n_embd, x);
+    be.layer_norm(x, l.post_attn_norm.f32(), l.post_attn_norm_b.f32(), n, n_embd, eps, x);
+
+    // --- feed-forward: x = norm(x + down(gelu(up(x) + b_up)) + b_down) ---
+    be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, x, n, up);
+    be.add_bias(up, l.ffn_up_b.f32(), n, c.n_ff);
+    be.gelu(up, n * c.n_ff, up);
+    be.matmul(l.ffn_down.type, l.ffn_down.data, c.n_ff, n_embd, up, n, xn);
+    be.add_bias(xn, l.ffn_down_b.f32(), n, n_embd);
+    be.add(x, xn, n * n_embd, x);
+    be.layer_norm(x, l.post_ffn_norm.f32(), l.post_ffn_norm_b.f32(), n, n_embd, eps, x);
+  }
+  if (batch.n_outputs > 0) be.get_rows(DType::f32, x, n_embd, batch.output_rows, batch.n_outputs, states);
+}
+
+}  // namespace ember

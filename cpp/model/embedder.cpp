@@ -1,0 +1,125 @@
+// model/embedder.cpp: packing sequences into forward passes, and pooling their token states.
+#include "model/embedder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/forward.h"
+
+namespace ember {
+
+Embedder::Embedder(std::shared_ptr<const Model> model, const EmbedderOptions& options)
+    : model_(std::move(model)) {
+  const ModelConfig& c = model_->config();
+  if (!c.is_encoder()) {
+    throw InvalidArgument(cat("[embed] ", model_->file().path(), ": architecture '", c.arch->name,
+                              "' is a generation model, not an embedding model"));
+  }
+  if (options.n_batch <= 0) throw InvalidArgument(cat("[embed] n_batch must be > 0, got ", options.n_batch));
+  const int64_t n_batch = std::max(options.n_batch, c.n_ctx_train);
+  scratch_ = Scratch(model_->backend(), c, n_batch);
+  kv_row_bytes_ = c.n_kv_dim() * int64_t{sizeof(uint16_t)};
+  const size_t cache_bytes = static_cast<size_t>(c.n_layer * n_batch * kv_row_bytes_);
+  k_cache_ = model_->backend().alloc(cache_bytes);
+  v_cache_ = model_->backend().alloc(cache_bytes);
+  tokens_.resize(n_batch);
+  positions_.resize(n_batch);
+  output_rows_.resize(n_batch);
+  states_.resize(static_cast<size_t>(n_batch * c.n_embd));
+}
+
+void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(seqs[i].size());
+    if (n == 0 || n > max_tokens()) {
+      throw InvalidArgument(cat("[embed] input ", i, " has ", n, " tokens; expected 1 to ", max_tokens(),
+                                " (the model's context length)"));
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      if (seqs[i][t] < 0 || seqs[i][t] >= n_vocab) {
+        throw InvalidArgument(cat("[embed] input ", i, " token ", t, " has id ", seqs[i][t],
+                                  ", outside the vocabulary [0, ", n_vocab, ")"));
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t first = 0;
+  while (first < seqs.size()) {
+    size_t count = 0;
+    int64_t rows = 0;
+    while (first + count < seqs.size() && rows + static_cast<int64_t>(seqs[first + count].size()) <= n_batch()) {
+      rows += static_cast<int64_t>(seqs[first + count].size());
+      ++count;
+    }
+    run_pass(seqs, first, count, normalize, out);
+    first += count;
+  }
+}
+
+void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs, size_t first, size_t count,
+                        bool normalize, float* out) {
+  const ModelConfig& c = model_->config();
+  const int64_t n_embd = c.n_embd;
+  seq_rows_.clear();
+  int64_t n_rows = 0, n_outputs = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    const int64_t n = static_cast<int64_t>(seqs[i].size());
+    SequenceRows s;
+    s.row_begin = n_rows;
+    s.n_rows = n;
+    // Slots of a contiguous cache: the sequence's position t sits at slot row_begin + t.
+    s.kv.type = DType::f16;
+    s.kv.k = k_cache_.as<uint8_t>() + n_rows * kv_row_bytes_;
+    s.kv.v = v_cache_.as<uint8_t>() + n_rows * kv_row_bytes_;
+    s.kv.row_bytes = kv_row_bytes_;
+    seq_rows_.push_back(s);
+    for (int64_t t = 0; t < n; ++t) {
+      tokens_[n_rows + t] = seqs[i][t];
+      positions_[n_rows + t] = static_cast<int32_t>(t);
+    }
+    switch (c.pooling) {  // the rows pooling reads
+      case Pooling::cls: output_rows_[n_outputs++] = static_cast<int32_t>(n_rows); break;
+      case Pooling::last: output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + n - 1); break;
+      default:
+        for (int64_t t = 0; t < n; ++t) output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + t);
+    }
+    n_rows += n;
+  }
+  ForwardBatch batch;
+  batch.tokens = tokens_.data();
+  batch.positions = positions_.data();
+  batch.n_tokens = n_rows;
+  batch.seqs = seq_rows_.data();
+  batch.n_seqs = static_cast<int64_t>(seq_rows_.size());
+  batch.kv_layer_stride = n_batch() * kv_row_bytes_;
+  batch.output_rows = output_rows_.data();
+  batch.n_outputs = n_outputs;
+  validate_batch(*model_, scratch_, batch);
+  forward(*model_, scratch_, batch, states_.data());
+  model_->backend().synchronize();
+
+  // Pooling in f32 over the output rows: each sequence's rows (mean), or its one row.
+  int64_t state_row = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float* e = out + (first + i) * n_embd;
+    const int64_t n_pooled = c.pooling == Pooling::mean ? seq_rows_[i].n_rows : 1;
+    std::fill(e, e + n_embd, 0.0f);
+    for (int64_t r = 0; r < n_pooled; ++r, ++state_row) {
+      const float* st = states_.data() + state_row * n_embd;
+      for (int64_t d = 0; d < n_embd; ++d) e[d] += st[d];
+    }
+    const float inv_n = 1.0f / static_cast<float>(n_pooled);
+    for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_n;
+    if (normalize) {
+      double sum_sq = 0.0;
+      for (int64_t d = 0; d < n_embd; ++d) sum_sq += double{e[d]} * e[d];
+      // A zero vector stays zero (as sentence-transformers' normalize, which clamps the norm).
+      const float inv_norm = sum_sq > 0.0 ? static_cast<float>(1.0 / std::sqrt(sum_sq)) : 0.0f;
+      for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_norm;
+    }
+  }
+}
+
+}  // namespace ember

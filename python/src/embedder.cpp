@@ -1,0 +1,88 @@
+// embedder.cpp: bindings for cpp/model/embedder.h — ember._core.Embedder, an encoder model's
+// embeddings of token sequences. Embeddings go to numpy without copies; the GIL is released
+// around loading and embedding.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/embedder.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Embeddings = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
+
+struct PyEmbedder {
+  std::shared_ptr<ember::Model> model;
+  std::unique_ptr<ember::Embedder> embedder;
+
+  PyEmbedder(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_batch) {
+    nb::gil_scoped_release release;
+    ember::ModelOptions model_options;
+    model_options.n_threads = n_threads.value_or(0);
+    model = ember::Model::load(path, model_options);
+    ember::EmbedderOptions options;
+    if (n_batch) options.n_batch = *n_batch;
+    embedder = std::make_unique<ember::Embedder>(model, options);
+  }
+};
+
+Embeddings embed(PyEmbedder& self, const std::vector<std::vector<int64_t>>& inputs, bool normalize) {
+  std::vector<std::vector<int32_t>> tokens(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (int64_t id : inputs[i]) {
+      if (id < INT32_MIN || id > INT32_MAX)
+        throw ember::InvalidArgument(ember::cat("[embed] input ", i, " has token id ", id, ", out of range"));
+      tokens[i].push_back(static_cast<int32_t>(id));
+    }
+  }
+  std::vector<std::span<const int32_t>> seqs(tokens.begin(), tokens.end());
+  const size_t n_embd = static_cast<size_t>(self.embedder->n_embd());
+  float* data = new float[std::max<size_t>(inputs.size() * n_embd, 1)];
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  {
+    nb::gil_scoped_release release;
+    self.embedder->embed(seqs, normalize, data);
+  }
+  return Embeddings(data, {inputs.size(), n_embd}, owner);
+}
+
+const char* pooling_name(ember::Pooling p) {
+  switch (p) {
+    case ember::Pooling::mean: return "mean";
+    case ember::Pooling::cls: return "cls";
+    case ember::Pooling::last: return "last";
+    case ember::Pooling::none: break;
+  }
+  return "none";
+}
+
+}  // namespace
+
+void init_embedder(nb::module_& m) {
+  nb::class_<PyEmbedder>(m, "Embedder", "An encoder model (bert) loaded for embeddings.")
+      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>>(), nb::arg("path"),
+           nb::arg("n_threads") = nb::none(), nb::arg("n_batch") = nb::none(),
+           "Loads a GGUF encoder model. n_threads defaults to the physical cores, n_batch (token rows "
+           "per forward pass, sequences packed whole) to 2048.")
+      .def("embed", &embed, nb::arg("inputs"), nb::arg("normalize") = true,
+           "Embeddings [len(inputs), n_embd] float32 of token sequences, pooled as the model says "
+           "(mean, cls or last) and L2-normalised unless normalize=False.")
+      .def_prop_ro("n_embd", [](const PyEmbedder& self) { return self.embedder->n_embd(); })
+      .def_prop_ro("max_tokens", [](const PyEmbedder& self) { return self.embedder->max_tokens(); })
+      .def_prop_ro("n_batch", [](const PyEmbedder& self) { return self.embedder->n_batch(); })
+      .def_prop_ro("pooling",
+                   [](const PyEmbedder& self) { return pooling_name(self.model->config().pooling); })
+      .def_prop_ro("architecture",
+                   [](const PyEmbedder& self) { return std::string(self.model->config().arch->name); });
+}

@@ -1,0 +1,122 @@
+"""BERT encoders (GGUF architecture "bert"): sentence-embedding models such as
+sentence-transformers/all-MiniLM-L6-v2 or BAAI/bge-small-en-v1.5.
+
+As llama.cpp's converter writes them: word, position and token-type embeddings, an embedding
+LayerNorm, post-LayerNorm blocks with biases on every projection, no output head (the pooler is
+dropped); attention.causal false; pooling_type from the sentence-transformers Pooling module
+(modules.json -> its config.json), mean when there is none; the WordPiece vocabulary in
+"phantom space" form (see vocab.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from gguf import GGUFWriter, PoolingType
+
+from .base import DecoderFamily, HParams, TensorSpec
+from .checkpoint import Checkpoint
+from .errors import ConvertError
+from .registry import register
+
+# Checkpoint tensors an embedding model does not use.
+_UNUSED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+
+
+@register("BertModel")
+class BertFamily(DecoderFamily):
+    gguf_arch = "bert"
+    activations: ClassVar[tuple[str, ...]] = ("gelu",)
+
+    def __init__(self, hp: HParams, checkpoint: Checkpoint, where: str, config: dict) -> None:
+        super().__init__(hp, checkpoint, where, config)
+        if hp.n_ctx is None:
+            raise ConvertError(f"{where}: max_position_embeddings is missing (BERT's position "
+                               "table needs it)")
+        if config.get("position_embedding_type", "absolute") != "absolute":
+            raise ConvertError(f"{where}: position_embedding_type "
+                               f"{config['position_embedding_type']!r} is not supported (absolute)")
+        self.layer_norm_eps = float(config.get("layer_norm_eps", 1e-12))
+        self.n_token_types = int(config.get("type_vocab_size") or 1)
+        self.pooling = _pooling_type(checkpoint, where)
+        # BertForMaskedLM-style checkpoints prefix every name with "bert."
+        self.prefix = "bert." if "bert.embeddings.word_embeddings.weight" in checkpoint else ""
+
+    def all_specs(self) -> list[TensorSpec]:
+        hp, p = self.hp, self.prefix
+        e = p + "embeddings."
+        specs = [
+            TensorSpec("token_embd.weight", e + "word_embeddings.weight", (hp.n_vocab, hp.n_embd)),
+            TensorSpec("token_types.weight", e + "token_type_embeddings.weight",
+                       (self.n_token_types, hp.n_embd)),
+            TensorSpec("position_embd.weight", e + "position_embeddings.weight",
+                       (hp.n_ctx, hp.n_embd)),
+            TensorSpec("token_embd_norm.weight", e + "LayerNorm.weight", (hp.n_embd,)),
+            TensorSpec("token_embd_norm.bias", e + "LayerNorm.bias", (hp.n_embd,)),
+        ]
+        for i in range(hp.n_layer):
+            specs += self.layer_specs(i)
+        return specs
+
+    def layer_specs(self, i: int) -> list[TensorSpec]:
+        hp = self.hp
+        p, b = f"{self.prefix}encoder.layer.{i}.", f"blk.{i}."
+        d, ff = hp.n_embd, hp.n_ff
+        pairs = [
+            ("attn_q", "attention.self.query", (d, d)),
+            ("attn_k", "attention.self.key", (d, d)),
+            ("attn_v", "attention.self.value", (d, d)),
+            ("attn_output", "attention.output.dense", (d, d)),
+            ("attn_output_norm", "attention.output.LayerNorm", None),
+            ("ffn_up", "intermediate.dense", (ff, d)),
+            ("ffn_down", "output.dense", (d, ff)),
+            ("layer_output_norm", "output.LayerNorm", None),
+        ]
+        specs = []
+        for gguf_name, hf_name, shape in pairs:
+            rows = (shape or (d,))[0]
+            specs.append(TensorSpec(f"{b}{gguf_name}.weight", f"{p}{hf_name}.weight", shape or (d,)))
+            specs.append(TensorSpec(f"{b}{gguf_name}.bias", f"{p}{hf_name}.bias", (rows,)))
+        return specs
+
+    def ignored(self, hf_name: str) -> bool:
+        return hf_name.removeprefix(self.prefix) in _UNUSED or super().ignored(hf_name)
+
+    def add_metadata(self, w: GGUFWriter) -> None:
+        hp = self.hp
+        w.add_context_length(hp.n_ctx)
+        w.add_embedding_length(hp.n_embd)
+        w.add_block_count(hp.n_layer)
+        w.add_feed_forward_length(hp.n_ff)
+        w.add_head_count(hp.n_head)
+        w.add_layer_norm_eps(self.layer_norm_eps)
+        w.add_causal_attention(False)
+        w.add_pooling_type(self.pooling)
+        w.add_token_type_count(self.n_token_types)
+        w.add_vocab_size(hp.n_vocab)
+
+
+def _pooling_type(checkpoint: Checkpoint, where: str) -> PoolingType:
+    """The sentence-transformers Pooling module's mode (convert_hf_to_gguf's
+    _try_set_pooling_type); mean for a plain BERT checkpoint."""
+    folder = checkpoint.folder
+    modules = folder / "modules.json"
+    if not modules.is_file():
+        return PoolingType.MEAN
+    try:
+        entries = json.loads(modules.read_text("utf-8"))
+        path = next((m["path"] for m in entries if m["type"].endswith("Pooling")), None)
+        if path is None:
+            return PoolingType.MEAN
+        pooling = json.loads((folder / path / "config.json").read_text("utf-8"))
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
+        raise ConvertError(f"{modules}: cannot read the Pooling module's config ({err})") from None
+    if pooling.get("pooling_mode_mean_tokens"):
+        return PoolingType.MEAN
+    if pooling.get("pooling_mode_cls_token"):
+        return PoolingType.CLS
+    if pooling.get("pooling_mode_lasttoken"):
+        return PoolingType.LAST
+    raise ConvertError(f"{folder / path / 'config.json'}: pooling mode {pooling} is not "
+                       "supported (mean, cls or lasttoken)")
