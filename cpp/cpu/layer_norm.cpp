@@ -7,8 +7,8 @@
 
 namespace ember::cpu {
 
-void layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows, int64_t n_cols, float eps,
-                float* y, ThreadPool& pool) {
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows, int64_t n_cols,
+                float eps, float* y, ThreadPool& pool) {
   const int64_t min_rows = 8192 / n_cols + 1;  // about 8K elements per thread at least
   parallel_for(pool, n_rows, min_rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

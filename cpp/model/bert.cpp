@@ -16,11 +16,11 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
   const float eps = c.layer_norm_eps;
   const AttentionParams attention = attention_params(c);
 
-  float* x = s.x.as<float>();      // [n, n_embd] residual stream
-  float* xn = s.xn.as<float>();    // [n, n_embd]
-  float* q = s.q.as<float>();      // [n, n_q]
-  float* k = s.k.as<float>();      // [n, n_kv]
-  float* v = s.v.as<float>();      // [n, n_kv]
+  float* x = s.x.as<float>();        // [n, n_embd] residual stream
+  float* xn = s.xn.as<float>();      // [n, n_embd]
+  float* q = s.q.as<float>();        // [n, n_q]
+  float* k = s.k.as<float>();        // [n, n_kv]
+  float* v = s.v.as<float>();        // [n, n_kv]
   float* attn = s.attn.as<float>();  // [n, n_q]
   float* up = s.ffn_up.as<float>();  // [n, n_ff]
   // [n] i32: first the token type of every row (0: single-sentence input), then the last

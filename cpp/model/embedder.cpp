@@ -49,7 +49,8 @@ void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool nor
   while (first < seqs.size()) {
     size_t count = 0;
     int64_t rows = 0;
-    while (first + count < seqs.size() && rows + static_cast<int64_t>(seqs[first + count].size()) <= n_batch()) {
+    while (first + count < seqs.size() &&
+           rows + static_cast<int64_t>(seqs[first + count].size()) <= n_batch()) {
       rows += static_cast<int64_t>(seqs[first + count].size());
       ++count;
     }

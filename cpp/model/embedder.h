@@ -43,8 +43,8 @@ class Embedder {
 
   std::shared_ptr<const Model> model_;
   Scratch scratch_;
-  Buffer k_cache_;        // f16 [n_layer, n_batch, n_kv_dim]: a pass's keys, row r at slot r
-  Buffer v_cache_;        // f16 [n_layer, n_batch, n_kv_dim]
+  Buffer k_cache_;  // f16 [n_layer, n_batch, n_kv_dim]: a pass's keys, row r at slot r
+  Buffer v_cache_;  // f16 [n_layer, n_batch, n_kv_dim]
   int64_t kv_row_bytes_ = 0;
   std::vector<int32_t> tokens_;         // [n_batch] the pass's tokens, sequences one after another
   std::vector<int32_t> positions_;      // [n_batch]

@@ -95,6 +95,9 @@ def serve(
         help="comma-separated Host names to answer besides IP addresses, localhost and --host "
              "('*': any); other Host headers get a 403 (DNS rebinding)",
         show_default=False)] = None,
+    embedding: Annotated[bool, typer.Option(
+        "--embedding", envvar="EMBER_EMBEDDING",
+        help="serve an embedding model (bert): /v1/embeddings, no generation")] = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -108,7 +111,7 @@ def serve(
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
         shutdown_timeout=shutdown_timeout, max_connections=max_connections,
         header_timeout=header_timeout, body_timeout=body_timeout, idle_timeout=idle_timeout,
-        host_allow=_names(host_allow))
+        host_allow=_names(host_allow), embedding=embedding)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -35,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import generation
+from ember.server import embeddings, generation
 from ember.server.browser import HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -187,6 +187,7 @@ def _routes() -> list[Route]:
         routes += [
             _route(f"{prefix}/chat/completions", generation.chat_completions, ["POST"]),
             _route(f"{prefix}/completions", generation.completions, ["POST"]),
+            _route(f"{prefix}/embeddings", embeddings.embeddings, ["POST"]),
             _route(f"{prefix}/models", list_models, ["GET"]),
             _route(prefix + "/models/{model:path}", get_model, ["GET"]),
         ]

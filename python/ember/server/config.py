@@ -29,6 +29,7 @@ class ServerConfig:
     body_timeout: float = 30.0        # seconds for a request's whole body to arrive (408 beyond)
     idle_timeout: float = 5.0         # seconds a kept-alive connection may wait between requests
     host_allow: list[str] = field(default_factory=list)  # Host names besides the listen address
+    embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
 
     def __post_init__(self) -> None:
         # Checked here so `ember serve` fails before it listens; the engine checks them again

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request as HTTPRequest
 
 from ember.chat import ChatTemplate
+from ember.embeddings import Embedder
 from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
@@ -105,6 +106,7 @@ class AppContext:
         self.config = config
         self.make_engine = make_engine or self._load_engine
         self.engine: Engine | None = None
+        self.embedder: Embedder | None = None  # instead of the engine with config.embedding
         self.template: ChatTemplate | None = None
         self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
         self.metrics = ServerMetrics()
@@ -130,6 +132,8 @@ class AppContext:
         """Runs in a background thread: loads the model; on failure logs it and tells the
         runner (which stops the server)."""
         assert self.loop is not None
+        if self.config.embedding:
+            return self._load_embedder()
         try:
             engine = self.make_engine()
             template = engine.chat_template  # read (and compiled) now: a bad one fails the load
@@ -146,6 +150,27 @@ class AppContext:
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
         self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound)
+
+    def _load_embedder(self) -> None:
+        from ember.embeddings import is_embedding_model
+        from ember.hub import resolve_model
+
+        assert self.loop is not None
+        try:
+            path = resolve_model(self.config.model)
+            if not is_embedding_model(path):
+                raise ValueError(f"{path.name} is not an embedding model (--embedding serves "
+                                 "encoder models such as bert)")
+            embedder = Embedder(path, n_threads=self.config.threads)
+        except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            self.load_error = f"loading the model failed: {err}"
+            log.error("could not load the model: %s", err)
+            if self.on_load_error is not None:
+                self.on_load_error()
+            return
+        log.info("loaded %s: embeddings of %d dimensions, inputs of up to %d tokens",
+                 path.name, embedder.n_embd, embedder.max_tokens)
+        self.loop.call_soon_threadsafe(setattr, self, "embedder", embedder)
 
     def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound) -> None:
         self.engine, self.template, self.bound = engine, template, bound
@@ -176,6 +201,9 @@ class AppContext:
     def require_ready(self) -> Engine:
         if self.shutting_down:
             raise APIError(503, "the server is shutting down", code="shutting_down")
+        if self.embedder is not None:
+            raise APIError(400, "this server serves an embedding model (ember serve "
+                           "--embedding): only /v1/embeddings answers", code="not_supported")
         if self.engine is None:
             if self.load_error:
                 raise APIError(503, self.load_error, code="model_error")
@@ -186,7 +214,7 @@ class AppContext:
         """(status, message): "ok", "loading", "error" or "shutting_down"."""
         if self.shutting_down:
             return "shutting_down", "the server is shutting down"
-        if self.engine is not None:
+        if self.engine is not None or self.embedder is not None:
             return "ok", ""
         if self.load_error:
             return "error", self.load_error
@@ -194,6 +222,8 @@ class AppContext:
 
     @property
     def model_path(self) -> Path:
+        if self.embedder is not None:
+            return self.embedder.path
         return Path(self.engine.path if self.engine is not None else self.config.model or "")
 
     @property
