@@ -10,9 +10,9 @@ generation runs on ember.engine.
 The model loads in a background thread once the server listens: /health answers 503 while it
 loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set;
 every route needs a Host header that names this server (browser.py).
-Unknown model names in requests are a 400 with code "model_not_found" (DESIGN.md: every client
-mistake is a 400; OpenAI itself answers 404 there). A request may name the model by an alias,
-the file name or the file name without .gguf; omitting `model` means the served model.
+With one model served, a request's `model` may name anything: it is answered by the served model,
+under its id (the first --alias, else the file name), as llama-server does. /v1/models lists the
+id and the other aliases; GET /v1/models/NAME answers for those names and the file's (404 else).
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ async def health(request: Request, ctx: AppContext) -> Response:
     return json_response({"status": status, **err.body()}, 503, err.headers())
 
 
-def _model_card(ctx: AppContext) -> dict[str, Any]:
+def _model_card(ctx: AppContext, name: str) -> dict[str, Any]:
     engine = ctx.require_ready()
-    return {"id": ctx.model_name, "object": "model", "created": ctx.created,
+    return {"id": name, "object": "model", "created": ctx.created,
             "owned_by": "ember",
             "meta": {"file": ctx.model_path.name, "n_ctx": engine.n_ctx,
                      "n_vocab": engine.n_vocab, "n_slots": engine.parallel}}
@@ -90,18 +90,18 @@ def _model_card(ctx: AppContext) -> dict[str, Any]:
 
 async def list_models(request: Request, ctx: AppContext) -> Response:
     ctx.require_ready()
-    return json_response({"object": "list", "data": [_model_card(ctx)]})
+    return json_response({"object": "list",
+                          "data": [_model_card(ctx, name) for name in ctx.model_names]})
 
 
 async def get_model(request: Request, ctx: AppContext) -> Response:
     ctx.require_ready()
     name = request.path_params["model"]
-    try:
-        ctx.check_model(name)
-    except APIError:
-        raise APIError(404, f"the model '{name}' does not exist", param="model",
-                       code="model_not_found") from None
-    return json_response(_model_card(ctx))
+    path = ctx.model_path
+    if name not in {*ctx.model_names, path.name, path.stem}:
+        raise APIError(404, f"the model '{name}' does not exist; this server serves "
+                       f"'{ctx.model_name}'", param="model", code="model_not_found")
+    return json_response(_model_card(ctx, name if name in ctx.model_names else ctx.model_name))
 
 
 async def metrics(request: Request, ctx: AppContext) -> Response:

@@ -27,6 +27,7 @@ from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
 from ember.server.metrics import ServerMetrics
 from ember.server.prompt_bound import PromptBound
+from ember.server.protocol import Defaults
 
 log = logging.getLogger("ember.server")
 
@@ -202,17 +203,22 @@ class AppContext:
             return self.config.aliases[0]
         return self.model_path.name or "ember"
 
+    @property
+    def model_names(self) -> list[str]:
+        """The served model's id, then the other names of --alias (listed in /v1/models)."""
+        return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+
     def check_model(self, requested: str | None) -> str:
-        """The name to answer with; a 400 when `requested` names another model."""
-        if requested is None or requested == "":
-            return self.model_name
-        path = self.model_path
-        names = {*self.config.aliases, path.name, path.stem, self.model_name}
-        if requested not in names:
-            raise APIError(400, f"the model '{requested}' does not exist; this server serves "
-                           f"'{self.model_name}' (see /v1/models)", param="model",
-                           code="model_not_found")
+        """The name to answer with: the served id, whatever `requested` says (with one model
+        served, llama-server answers every name too, and apps hard-code names)."""
         return self.model_name
+
+    @property
+    def defaults(self) -> Defaults:
+        """What requests get for the fields they omit (--n-predict, --temp, ...)."""
+        c = self.config
+        return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
+                        max_n=c.max_n)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any) -> T:
         """work(*args) on the loop for a small body, in a worker thread for a large one (what

@@ -336,7 +336,7 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_chat_request(
-        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
     options = parsed.options
     model = ctx.check_model(options.model)
     prompt = await encode_chat(ctx, parsed.messages)
@@ -351,7 +351,7 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_completion_request(
-        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
     options = parsed.options
     model = ctx.check_model(options.model)
     prompts = []
