@@ -298,15 +298,17 @@ def render_limits(bound: PromptBound) -> RenderLimits:
                         max_total_chars=max(16 * bound.max_bytes, 4 << 20))
 
 
-def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool
-                 ) -> list[int]:
-    """Runs in a worker thread: render (bounded), the context bound, tokenize."""
+def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
+                 prefill: str | None = None, add_generation_prompt: bool = True) -> list[int]:
+    """Runs in a worker thread: render (bounded), the context bound, tokenize. With `prefill`,
+    the reply's opening text follows the rendered prompt."""
     engine = ctx.require_ready()
     assert ctx.template is not None
     bound = _bound(ctx)
     limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        text = ctx.template.render(messages, add_generation_prompt=True, limits=limits)
+        text = ctx.template.render(messages, add_generation_prompt=add_generation_prompt,
+                                   limits=limits) + (prefill or "")
     except ChatTemplateLimitError as err:
         if err.kind == "size":
             raise bound.too_long("messages", f"more text than that ({err})") from None
@@ -321,11 +323,13 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
 
 
 async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
-                      within_context: bool = True) -> list[int]:
+                      within_context: bool = True, prefill: str | None = None,
+                      add_generation_prompt: bool = True) -> list[int]:
     """The prompt tokens of checked messages in the model's chat template, rendered and
     tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
     or the prompt is certainly longer than the context."""
-    return await ctx.in_worker(_encode_chat, ctx, messages, within_context)
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context, prefill,
+                               add_generation_prompt)
 
 
 _INLINE_TOKENIZE_CHARS = 4096
@@ -339,7 +343,8 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
     options = parsed.options
     model = ctx.check_model(options.model)
-    prompt = await encode_chat(ctx, parsed.messages)
+    prompt = await encode_chat(ctx, parsed.messages, prefill=parsed.prefill,
+                               add_generation_prompt=parsed.add_generation_prompt)
     _check_prompt(ctx, prompt, "messages")
     fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
     params = [options.choice_params(i) for i in range(options.n)]

@@ -72,6 +72,10 @@ class Options:
 class ChatCompletionRequest:
     options: Options
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The text the reply starts with (a trailing assistant message, continued), then the
+    # messages before it are rendered with add_generation_prompt.
+    prefill: str | None = None
+    add_generation_prompt: bool = True
 
 
 @dataclass
@@ -462,12 +466,49 @@ def parse_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return _messages(Fields(body))
 
 
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content)
+    return content or ""
+
+
+def split_prefill(body: Fields, messages: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """(messages to render, prefill, add_generation_prompt). A trailing assistant message is
+    continued, as llama-server does: the reply starts with its text. vLLM's spellings choose
+    explicitly: continue_final_message (it needs a trailing assistant message) and
+    add_generation_prompt (false: render the messages as they are, no new turn opened); both
+    true contradict each other."""
+    continue_final = body.get("continue_final_message")
+    add_prompt = body.get("add_generation_prompt")
+    continue_final = body.boolean("continue_final_message") if continue_final is not None \
+        else None
+    add_prompt = body.boolean("add_generation_prompt") if add_prompt is not None else None
+    if continue_final and add_prompt:
+        raise bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be "
+                          "true: the first continues the last assistant message, the second "
+                          "opens a new turn", param="continue_final_message",
+                          code="invalid_value")
+    # A lone assistant message has no conversation to continue: it is rendered as it is.
+    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1
+    if continue_final and not can_continue:
+        raise bad_request("'continue_final_message' needs an assistant message last, after at "
+                          "least one other message", param="continue_final_message",
+                          code="invalid_value")
+    if continue_final is None:
+        continue_final = can_continue and add_prompt is None
+    if continue_final:
+        return messages[:-1], _content_text(messages[-1]["content"]), True
+    return messages, None, add_prompt is not False
+
+
 def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                        defaults: Defaults) -> ChatCompletionRequest:
     fields = Fields(body)
     messages = _messages(fields)
+    rendered, prefill, add_prompt = split_prefill(fields, messages)
     options = _options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
-    return ChatCompletionRequest(options, messages)
+    return ChatCompletionRequest(options, rendered, prefill, add_prompt)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
