@@ -146,7 +146,8 @@ def test_response_format_is_refused_not_ignored(server: RunningServer) -> None:
 
 
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"echo": True}, {"suffix": "end"}, {"best_of": 3}])
+                                   {"grammar": "root ::= \"a\""}, {"suffix": "end"},
+                                   {"best_of": 3}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
     path = "/v1/chat/completions" if name == "tools" else "/v1/completions"

@@ -35,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import generation
+from ember.server import generation, llama_api
 from ember.server.browser import HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -45,7 +45,7 @@ from ember.server.protocol import Fields, parse_messages
 
 log = logging.getLogger("ember.server")
 
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 
 
 # --- routes ------------------------------------------------------------------------------------
@@ -110,8 +110,23 @@ async def metrics(request: Request, ctx: AppContext) -> Response:
 
 
 async def slots(request: Request, ctx: AppContext) -> Response:
+    """ember's slot view plus llama-server's fields (id_task, speculative, params, next_token);
+    ?fail_on_no_slot=1 answers 503 when every slot is busy, as llama-server does."""
     engine = ctx.require_ready()
-    return json_response([view.as_json(engine.n_ctx) for view in ctx.slots.views])
+    views = ctx.slots.views
+    if request.query_params.get("fail_on_no_slot") in ("1", "true") and all(
+            v.request is not None for v in views):
+        raise APIError(503, "no slot is available", code="no_slot_available")
+    params = llama_api.default_settings(ctx)
+    out = []
+    for view in views:
+        slot = view.as_json(engine.n_ctx)
+        out.append({**slot, "id_task": view.request.id if view.request is not None else -1,
+                    "speculative": False, "params": params,
+                    "next_token": {"has_next_token": view.request is not None,
+                                   "has_new_line": False, "n_remain": -1,
+                                   "n_decoded": slot["n_decoded"], "stopping_word": ""}})
+    return json_response(out)
 
 
 async def tokenize(request: Request, ctx: AppContext) -> Response:
@@ -174,19 +189,31 @@ def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
     return engine.tokenizer.decode(tokens, skip_special=True)
 
 
+EMBEDDING_PATHS = ("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking",
+                   "/v1/rerank", "/v1/reranking")
+
+
 def _routes() -> list[Route]:
     routes = [
         _route("/health", health, ["GET"]),
+        _route("/v1/health", health, ["GET"]),
         _route("/metrics", metrics, ["GET"]),
         _route("/slots", slots, ["GET"]),
         _route("/tokenize", tokenize, ["POST"]),
         _route("/detokenize", detokenize, ["POST"]),
+        _route("/v1/completions", generation.completions, ["POST"]),
+        # llama-server's own API; un-prefixed /completions is its alias of /completion there.
+        _route("/completion", llama_api.completion, ["POST"]),
+        _route("/completions", llama_api.completion, ["POST"]),
+        _route("/infill", llama_api.infill, ["POST"]),
+        _route("/apply-template", llama_api.apply_template, ["POST"]),
+        _route("/props", llama_api.props, ["GET"]),
+        *(_route(path, llama_api.no_embeddings, ["POST"]) for path in EMBEDDING_PATHS),
     ]
-    # llama-server also answers without the /v1 prefix; so do we.
+    # llama-server also answers these without the /v1 prefix; so do we.
     for prefix in ("/v1", ""):
         routes += [
             _route(f"{prefix}/chat/completions", generation.chat_completions, ["POST"]),
-            _route(f"{prefix}/completions", generation.completions, ["POST"]),
             _route(f"{prefix}/models", list_models, ["GET"]),
             _route(prefix + "/models/{model:path}", get_model, ["GET"]),
         ]

@@ -21,13 +21,16 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 
+from ember import _core
 from ember.chat import ChatTemplate
 from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
+from ember.server.fim import FimTokens
 from ember.server.metrics import ServerMetrics
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import Defaults
+from ember.server.scoring import PromptScorer
 
 log = logging.getLogger("ember.server")
 
@@ -108,6 +111,8 @@ class AppContext:
         self.engine: Engine | None = None
         self.template: ChatTemplate | None = None
         self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
+        self.fim: FimTokens | None = None      # the model's infill tokens, if it has them
+        self._scorer: PromptScorer | None = None
         self.metrics = ServerMetrics()
         self.slots = Slots(config.parallel)
         self.created = int(time.time())
@@ -138,6 +143,8 @@ class AppContext:
             # recurses or builds huge strings fails here, visibly, not on the first request.
             template.check()
             bound = PromptBound.of(engine)
+            fim = FimTokens.of(_core.GGUFFile(str(engine.path)).metadata) \
+                if engine.path.is_file() else None
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self.load_error = f"loading the model failed: {err}"
             log.error("could not load the model: %s", err)
@@ -146,10 +153,11 @@ class AppContext:
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
-        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound)
+        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim)
 
-    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound) -> None:
-        self.engine, self.template, self.bound = engine, template, bound
+    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound,
+                    fim: FimTokens | None) -> None:
+        self.engine, self.template, self.bound, self.fim = engine, template, bound, fim
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
@@ -192,6 +200,15 @@ class AppContext:
         if self.load_error:
             return "error", self.load_error
         return "loading", "the model is loading"
+
+    @property
+    def scorer(self) -> PromptScorer:
+        """Scores prompts (echo + logprobs); its model loads on first use."""
+        engine = self.require_ready()
+        if self._scorer is None:
+            self._scorer = PromptScorer(engine.path, self.config.threads, engine.n_ctx,
+                                        engine.tokenizer)
+        return self._scorer
 
     @property
     def model_path(self) -> Path:

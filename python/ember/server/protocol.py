@@ -2,10 +2,11 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, echo, suffix, best_of > 1) is an
-error, never silently dropped. Omitted sampling fields take SamplingParams' (llama.cpp's)
-defaults; max_tokens defaults to 16 for completions (as OpenAI) and to "until the model stops
-or the context is full" for chat.
+honour yet (response_format json_object/json_schema, tools, grammars, best_of > n) is an error,
+never silently dropped (docs/server-fields.md lists every field). Omitted fields take the
+server's defaults (--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens
+then defaults to 16 for completions (as OpenAI) and to "until the model stops or the context is
+full" for chat.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class ChatCompletionRequest:
 class CompletionRequest:
     options: Options
     prompts: list[Prompt] = field(default_factory=list)
+    echo: bool = False              # the prompt comes back before the completion (and is scored)
+    suffix: str | None = None       # fill in the middle between the prompt and this
 
 
 def _type_name(value: Any) -> str:
@@ -178,13 +181,6 @@ def _check_unsupported(body: Fields) -> None:
         raise _unsupported("tools", "tool calling")
     if body.get("functions"):
         raise _unsupported("functions", "function calling")
-    if body.get("echo"):
-        raise _unsupported("echo", "echoing the prompt")
-    if body.get("suffix"):
-        raise _unsupported("suffix", "a suffix (fill-in-the-middle)")
-    best_of = body.integer("best_of", low=1)
-    if best_of is not None and best_of > 1:
-        raise _unsupported("best_of", "best_of > 1")
 
 
 def _stop(body: Fields) -> list[str]:
@@ -243,10 +239,12 @@ def _max_tokens(body: Fields, name: str, n_ctx: int, low: int = 1) -> int | None
     return value
 
 
-def _token_budget(body: Fields, *, chat: bool, n_ctx: int, defaults: Defaults) -> int | None:
+def _token_budget(body: Fields, *, chat: bool, n_ctx: int, defaults: Defaults,
+                  native: bool) -> int | None:
     """max_completion_tokens, max_tokens or llama-server's n_predict (-1: no limit), else the
-    server's --n-predict, else the API's default: 16 for completions (OpenAI's; an explicit
-    null means no limit), no limit for chat. 0 (completions only) evaluates the prompt alone."""
+    server's --n-predict, else the API's default: 16 for OpenAI completions (an explicit null
+    means no limit), no limit for chat and llama-server's /completion. 0 (not in chat) evaluates
+    the prompt alone."""
     names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
     for name in names:
         value = _max_tokens(body, name, n_ctx, low=1 if chat else 0)
@@ -257,7 +255,7 @@ def _token_budget(body: Fields, *, chat: bool, n_ctx: int, defaults: Defaults) -
         return None if n_predict == -1 else _max_tokens(body, "n_predict", n_ctx, low=0)
     if defaults.n_predict is not None:
         return None if defaults.n_predict == -1 else min(defaults.n_predict, n_ctx)
-    if chat or "max_tokens" in body.body:
+    if chat or native or "max_tokens" in body.body:
         return None
     return min(16, n_ctx)
 
@@ -292,9 +290,17 @@ def _llama_logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
     return out
 
 
-def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults
-             ) -> Options:
+def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
+                  native: bool = False) -> Options:
+    """The options every generation endpoint shares: chat's (logprobs as a boolean) or
+    completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
+    default)."""
     _check_unsupported(body)
+    if chat:
+        for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
+            if body.get(name) is not None:
+                raise bad_request(f"'{name}' is a field of /v1/completions, not of chat "
+                                  "completions", param=name, code="unsupported_parameter")
     check_off(body.body)
     model = body.string("model")
     if model is not None:
@@ -327,7 +333,7 @@ def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: De
         logprobs, top_logprobs = n_logprobs is not None, n_logprobs or 0
     if n_probs and body.get("logprobs") is None:
         logprobs, top_logprobs = True, n_probs
-    max_tokens = _token_budget(body, chat=chat, n_ctx=n_ctx, defaults=defaults)
+    max_tokens = _token_budget(body, chat=chat, n_ctx=n_ctx, defaults=defaults, native=native)
 
     repeat_name = "repetition_penalty" if body.get("repetition_penalty") is not None \
         else "repeat_penalty"
@@ -507,7 +513,7 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
     fields = Fields(body)
     messages = _messages(fields)
     rendered, prefill, add_prompt = split_prefill(fields, messages)
-    options = _options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
+    options = parse_options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
     return ChatCompletionRequest(options, rendered, prefill, add_prompt)
 
 
@@ -515,5 +521,15 @@ def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: in
                              defaults: Defaults) -> CompletionRequest:
     fields = Fields(body)
     prompts = _prompts(fields, n_vocab)
-    options = _options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
-    return CompletionRequest(options, prompts)
+    options = parse_options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
+    best_of = fields.integer("best_of", low=1)
+    if best_of is not None and best_of < options.n:
+        raise bad_request(f"'best_of' ({best_of}) must be >= 'n' ({options.n})",
+                          param="best_of", code="invalid_value")
+    if best_of is not None and best_of > options.n:
+        raise _unsupported("best_of", f"best_of > n (generating {best_of} and returning the "
+                           f"{options.n} most likely) ; send best_of = n or omit it")
+    suffix = fields.string("suffix")
+    if suffix is not None:
+        check_text(suffix, "suffix")
+    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None)
