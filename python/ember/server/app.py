@@ -3,8 +3,11 @@
     app = create_app(ServerConfig(model="model.gguf", parallel=4))
 
 Layout of ember.server: app.py (this: routes and middleware), context.py (AppContext: state and
-request helpers), generation.py (the completion endpoints), protocol.py (request validation),
-errors.py, metrics.py, config.py, run.py (uvicorn). Responses are shaped by ember.openai_format;
+request helpers), generation.py (OpenAI's completion endpoints and the request path all APIs
+share), llama_api.py (llama-server's native API), responses_api.py (OpenAI Responses),
+anthropic_api.py (Anthropic Messages), protocol.py + llama_fields.py (request validation),
+fim.py, scoring.py, webui.py (the chat page), browser.py (Host and CORS rules), errors.py,
+metrics.py, config.py, run.py (uvicorn). OpenAI responses are shaped by ember.openai_format;
 generation runs on ember.engine.
 
 The model loads in a background thread once the server listens: /health answers 503 while it
@@ -35,7 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import generation, llama_api
+from ember.server import anthropic_api, generation, llama_api, responses_api
 from ember.server.browser import HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -208,6 +211,10 @@ def _routes() -> list[Route]:
         _route("/infill", llama_api.infill, ["POST"]),
         _route("/apply-template", llama_api.apply_template, ["POST"]),
         _route("/props", llama_api.props, ["GET"]),
+        _route("/v1/responses", responses_api.create, ["POST"]),
+        _route("/v1/responses/{response_id}", responses_api.retrieve, ["GET"]),
+        _route("/v1/messages", anthropic_api.messages, ["POST"]),
+        _route("/v1/messages/count_tokens", anthropic_api.count_tokens, ["POST"]),
         *(_route(path, llama_api.no_embeddings, ["POST"]) for path in EMBEDDING_PATHS),
     ]
     # llama-server also answers these without the /v1 prefix; so do we.
@@ -223,8 +230,8 @@ def _routes() -> list[Route]:
 # --- middleware and errors ---------------------------------------------------------------------
 
 class APIKeyMiddleware:
-    """Requires "Authorization: Bearer KEY" on every path but PUBLIC_PATHS (constant-time
-    comparison)."""
+    """Requires "Authorization: Bearer KEY" (or "x-api-key: KEY", as Anthropic's clients send
+    it) on every path but PUBLIC_PATHS (constant-time comparison)."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
@@ -241,8 +248,12 @@ class APIKeyMiddleware:
                 if scheme.lower() == b"bearer":
                     given = token.strip()
                 break
+            if name == b"x-api-key":
+                given = value.strip()
+                break
         if not hmac.compare_digest(given, self._key):
-            message = ("a valid API key is required: send 'Authorization: Bearer KEY'" if
+            message = ("a valid API key is required: send 'Authorization: Bearer KEY' (or "
+                       "'x-api-key: KEY')" if
                        not given else "the API key is not valid")
             response = APIError(401, message, code="invalid_api_key").response()
             await response(scope, receive, send)

@@ -30,6 +30,7 @@ from ember.server.fim import FimTokens
 from ember.server.metrics import ServerMetrics
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import Defaults
+from ember.server.response_store import ResponseStore
 from ember.server.scoring import PromptScorer
 
 log = logging.getLogger("ember.server")
@@ -113,6 +114,7 @@ class AppContext:
         self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
         self.fim: FimTokens | None = None      # the model's infill tokens, if it has them
         self._scorer: PromptScorer | None = None
+        self.responses = ResponseStore()       # /v1/responses created with store: true
         self.metrics = ServerMetrics()
         self.slots = Slots(config.parallel)
         self.created = int(time.time())
