@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
 from ember.server import anthropic_api, generation, llama_api, responses_api
-from ember.server.browser import HostCheckMiddleware
+from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
@@ -294,10 +294,11 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
             await asyncio.to_thread(ctx.close)
 
     middleware = [Middleware(HostCheckMiddleware, listen_host=config.host,
-                             allowed=config.host_allow)]
-    if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,
-                                     allow_methods=["*"], allow_headers=["*"]))
+                             allowed=config.host_allow),
+                  Middleware(OriginCheckMiddleware, allowed=config.cors_origins),
+                  Middleware(CORSMiddleware, allow_origins=config.cors_origins,
+                             allow_origin_regex=LOOPBACK_ORIGIN, allow_methods=["*"],
+                             allow_headers=["*"], max_age=600)]
     if config.api_key:
         middleware.append(Middleware(APIKeyMiddleware, api_key=config.api_key))
     app = Starlette(routes=_routes(), middleware=middleware, lifespan=lifespan,
