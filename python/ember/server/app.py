@@ -11,7 +11,8 @@ metrics.py, config.py, run.py (uvicorn). OpenAI responses are shaped by ember.op
 generation runs on ember.engine.
 
 The model loads in a background thread once the server listens: /health answers 503 while it
-loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set;
+loads, then 200 {"status": "ok"}. Every route but /health and the chat page at / needs the API
+key when one is set;
 every route needs a Host header that names this server (browser.py).
 With one model served, a request's `model` may name anything: it is answered by the served model,
 under its id (the first --alias, else the file name), as llama-server does. /v1/models lists the
@@ -38,7 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import anthropic_api, generation, llama_api, responses_api
+from ember.server import anthropic_api, generation, llama_api, responses_api, webui
 from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -48,7 +49,7 @@ from ember.server.protocol import Fields, parse_messages
 
 log = logging.getLogger("ember.server")
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})  # "/": the chat page (no data)
 
 
 # --- routes ------------------------------------------------------------------------------------
@@ -196,8 +197,9 @@ EMBEDDING_PATHS = ("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/r
                    "/v1/rerank", "/v1/reranking")
 
 
-def _routes() -> list[Route]:
-    routes = [
+def _routes(config: ServerConfig) -> list[Route]:
+    routes = [_route("/", webui.index, ["GET"])] if config.webui else []
+    routes += [
         _route("/health", health, ["GET"]),
         _route("/v1/health", health, ["GET"]),
         _route("/metrics", metrics, ["GET"]),
@@ -301,7 +303,7 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
                              allow_headers=["*"], max_age=600)]
     if config.api_key:
         middleware.append(Middleware(APIKeyMiddleware, api_key=config.api_key))
-    app = Starlette(routes=_routes(), middleware=middleware, lifespan=lifespan,
+    app = Starlette(routes=_routes(config), middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _bug})
     app.state.ctx = ctx
     return app
