@@ -3,6 +3,7 @@ or is a 400 naming it (docs/server-fields.md), on stories260K behind a real serv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,11 +159,21 @@ def test_a_trailing_assistant_message_is_continued(server: RunningServer) -> Non
     out = ok(server, "/v1/chat/completions", prefilled)
     raw = ok(server, "/v1/completions", {"prompt": chatml([user]) + "<|im_start|>assistant\n"
                                          + start, "max_tokens": 8, "logit_bias": NO_EOS})
-    assert out["choices"][0]["message"]["content"] == raw["choices"][0]["text"]
+    continuation = raw["choices"][0]["text"]
+    # As llama-server: the reply is the whole assistant message, prefill included.
+    assert out["choices"][0]["message"]["content"] == start + continuation
     assert out["usage"]["prompt_tokens"] == raw["usage"]["prompt_tokens"]
-    # vLLM's spelling says the same; closing the turn instead is asked for explicitly.
+    assert out["usage"]["completion_tokens"] == 8
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={**prefilled, "stream": True}, timeout=60) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines()
+                  if line.startswith("data: {")]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert streamed == start + continuation
+    # vLLM's spelling continues too, and answers the continuation only (as vLLM does);
+    # closing the turn instead is asked for explicitly.
     same = ok(server, "/v1/chat/completions", {**prefilled, "continue_final_message": True})
-    assert same["choices"][0]["message"]["content"] == out["choices"][0]["message"]["content"]
+    assert same["choices"][0]["message"]["content"] == continuation
     closed = ok(server, "/v1/chat/completions", {**prefilled, "continue_final_message": False})
     new_turn = ok(server, "/v1/completions", {
         "prompt": chatml(prefilled["messages"]) + "<|im_start|>assistant\n", "max_tokens": 8,

@@ -101,8 +101,8 @@ class Formatter:
         return merged_usage([g for g in groups if g])
 
     def echo(self, index: int, text: str, logprobs: list[TokenLogprob]) -> None:
-        """Completions' `echo`: choice `index` starts with its prompt (and the prompt's token
-        logprobs, when logprobs are asked for)."""
+        """Choice `index` starts with this text: completions' `echo` (the prompt, and its token
+        logprobs when logprobs are asked for), or a chat reply's prefill."""
         self.choices[index].echo = (text, logprobs)
 
     # --- streaming -------------------------------------------------------------------------

@@ -174,7 +174,8 @@ async def _messages(request: HTTPRequest, ctx: AppContext) -> Response:
         raise bad_request("'max_tokens' is required", param="max_tokens",
                           code="missing_required")
     chat = {**chat_body(body), "max_tokens": max_tokens}
-    options, prompt = await generation.prepare_chat(request, ctx, chat)
+    parsed, prompt = await generation.prepare_chat(request, ctx, chat)
+    options = parsed.options
     shape = MessagesShape(ctx.check_model(body.string("model")))
     shape.n_prompt_tokens = len(prompt)
     return await generation.respond(request, ctx, shape, [prompt], [options.choice_params(0)],

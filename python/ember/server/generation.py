@@ -34,7 +34,7 @@ from ember.server.fim import infill_prompt
 from ember.server.fim import require as require_fim
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import (
-    Options,
+    ChatCompletionRequest,
     Prompt,
     check_text,
     parse_chat_request,
@@ -405,24 +405,28 @@ _INLINE_TOKENIZE_CHARS = 4096
 
 
 async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
-                       ) -> tuple[Options, list[int]]:
+                       ) -> tuple[ChatCompletionRequest, list[int]]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) checked, rendered and
-    tokenized: its options and prompt tokens."""
+    tokenized: the parsed request and its prompt tokens."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_chat_request(
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
     prompt = await encode_chat(ctx, parsed.messages, prefill=parsed.prefill,
                                add_generation_prompt=parsed.add_generation_prompt)
     check_prompt(ctx, prompt, "messages")
-    return parsed.options, prompt
+    return parsed, prompt
 
 
 async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
-    options, prompt = await prepare_chat(request, ctx, body)
+    parsed, prompt = await prepare_chat(request, ctx, body)
+    options = parsed.options
     model = ctx.check_model(options.model)
     fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
+    if parsed.prefill_in_reply and parsed.prefill:
+        for i in range(options.n):
+            fmt.echo(i, parsed.prefill, [])
     params = [options.choice_params(i) for i in range(options.n)]
     return await respond(request, ctx, OpenAIShape(fmt, options.include_usage),
                          [prompt] * options.n, params, options.stream, arrival)

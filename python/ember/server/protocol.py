@@ -77,6 +77,10 @@ class ChatCompletionRequest:
     # messages before it are rendered with add_generation_prompt.
     prefill: str | None = None
     add_generation_prompt: bool = True
+    # The reply's content starts with the prefill: llama-server's way, when the trailing
+    # assistant message was continued implicitly; vLLM's continue_final_message: true answers
+    # only the continuation, and so does ember then.
+    prefill_in_reply: bool = False
 
 
 @dataclass
@@ -514,7 +518,9 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
     messages = _messages(fields)
     rendered, prefill, add_prompt = split_prefill(fields, messages)
     options = parse_options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
-    return ChatCompletionRequest(options, rendered, prefill, add_prompt)
+    implicit = body.get("continue_final_message") is None
+    return ChatCompletionRequest(options, rendered, prefill, add_prompt,
+                                 prefill_in_reply=prefill is not None and implicit)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,

@@ -123,6 +123,8 @@ class ResponsesShape:
             "text": {"format": {"type": "text"}}, "truncation": "disabled",
             "usage": None, **self._echo,
         }
+        if status in ("completed", "incomplete"):
+            out["completed_at"] = int(time.time())
         if result is not None:
             u = result.usage
             out["usage"] = {"input_tokens": u.prompt_tokens,
@@ -208,8 +210,9 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     # Instructions apply to this response only: they are not carried to the next.
     system = [{"role": "system", "content": instructions}] if instructions else []
     store = body.boolean("store")
-    options, prompt = await generation.prepare_chat(
+    parsed, prompt = await generation.prepare_chat(
         request, ctx, _chat_body(body, [*system, *history, *messages]))
+    options = parsed.options
     params = options.choice_params(0)
     echo = {"instructions": instructions, "max_output_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p,
