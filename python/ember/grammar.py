@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember import _core
@@ -31,15 +31,22 @@ KINDS = ("json_schema", "gbnf", "lark", "regex")
 
 
 class ConstraintError(ValueError):
-    """A schema or grammar that cannot be compiled; the message says which part and why."""
+    """A schema or grammar that cannot be compiled; the message says which part and why.
+    param: the request field it came from (for the server's 400), when known."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
 class Constraint:
-    """kind: "json_schema" (text: the schema as JSON), "gbnf", "lark" or "regex"."""
+    """kind: "json_schema" (text: the schema as JSON), "gbnf", "lark" or "regex". param: the
+    request field it came from, for error messages (the server sets it)."""
 
     kind: str
     text: str
+    param: str | None = field(default=None, compare=False)
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any] | bool | str) -> Constraint:
@@ -83,7 +90,8 @@ class Constraint:
                 schema = {} if schema else {"not": {}}
             options = {"whitespace_pattern": WHITESPACE, "coerce_one_of": True, "lenient": False}
             if "x-guidance" in schema:
-                raise ConstraintError("the JSON schema's 'x-guidance' key is reserved (ember sets it)")
+                raise ConstraintError("the JSON schema's 'x-guidance' key is reserved (ember sets it)",
+                                      self.param)
             return "json_schema", json.dumps({**schema, "x-guidance": options})
         if self.kind == "gbnf":
             from llguidance.gbnf_to_lark import gbnf_to_lark
@@ -91,7 +99,7 @@ class Constraint:
             try:
                 return "lark", gbnf_to_lark(self.text)
             except Exception as err:  # its parser raises several types, all for bad grammar text
-                raise ConstraintError(f"the GBNF grammar cannot be read: {err}") from None
+                raise ConstraintError(f"the GBNF grammar cannot be read: {err}", self.param) from None
         return self.kind, self.text
 
 
@@ -120,7 +128,7 @@ class GrammarCompiler:
         except ValueError as err:
             message = str(err).removeprefix("[grammar] ")
             raise ConstraintError(f"the {constraint.kind.replace('_', ' ')} cannot be enforced: "
-                                  f"{message}") from None
+                                  f"{message}", constraint.param) from None
 
     @property
     def n_compiled(self) -> int:

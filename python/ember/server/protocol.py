@@ -2,7 +2,7 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, echo, suffix, best_of > 1) is an
+honour yet (tools, echo, suffix, best_of > 1) is an
 error, never silently dropped. Omitted sampling fields take SamplingParams' (llama.cpp's)
 defaults; max_tokens defaults to 16 for completions (as OpenAI) and to "until the model stops
 or the context is full" for chat.
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 
 Prompt = Union[str, list[int]]
@@ -153,17 +154,6 @@ def _unsupported(name: str, what: str) -> APIError:
 
 
 def _check_unsupported(body: Fields) -> None:
-    response_format = body.get("response_format")
-    if response_format is not None:
-        kind = response_format.get("type") if isinstance(response_format, Mapping) else None
-        if kind in ("json_object", "json_schema"):
-            raise _unsupported("response_format", f"type '{kind}' (it needs grammar-constrained "
-                               "sampling, which ember's server does not have yet); omit it or "
-                               "use {\"type\": \"text\"}")
-        if kind != "text":
-            raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-                              f"\"json_schema\", ...}}, got {show(response_format)}",
-                              param="response_format", code="invalid_value")
     if body.get("tools"):
         raise _unsupported("tools", "tool calling")
     if body.get("functions"):
@@ -280,7 +270,8 @@ def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, max_n: int) 
         params = SamplingParams(
             **{k: v for k, v in sampling.items() if v is not None},
             logit_bias=_logit_bias(body, n_vocab), max_tokens=max_tokens, stop=_stop(body),
-            logprobs=logprobs, top_logprobs=top_logprobs)
+            logprobs=logprobs, top_logprobs=top_logprobs,
+            constraint=parse_constraint(body.body))
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
