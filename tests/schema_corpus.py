@@ -54,7 +54,8 @@ HAND: list[tuple[str, Schema]] = [
     ("uuid", {"type": "string", "format": "uuid"}),
     ("email", {"type": "string", "format": "email"}),
     ("event", _obj({"title": NAME, "day": {"type": "string", "format": "date"},
-                    "start": {"type": "string", "format": "time"}, "id": {"type": "string", "format": "uuid"}})),
+                    "start": {"type": "string", "format": "time"},
+                    "id": {"type": "string", "format": "uuid"}})),
     ("array_ints", {"type": "array", "items": {"type": "integer"}, "maxItems": 8}),
     ("array_bounded", {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 2,
                        "maxItems": 3}),
@@ -99,8 +100,8 @@ HAND: list[tuple[str, Schema]] = [
                         "minProperties": 1, "maxProperties": 2}),
     ("description_only", {"description": "anything at all"}),
     ("true_schema", True),
-    ("mixed_enum_object", _obj({"status": {"enum": ["ok", "error"]}, "code": {"type": "integer", "minimum": 100,
-                                                                            "maximum": 599},
+    ("mixed_enum_object", _obj({"status": {"enum": ["ok", "error"]},
+                                "code": {"type": "integer", "minimum": 100, "maximum": 599},
                                 "message": {"type": "string", "maxLength": 30}})),
 ]
 
