@@ -23,9 +23,10 @@ from typing import Any
 
 from ember import _core
 
-# At most 20 whitespace characters between two JSON tokens: room for pretty-printing with
-# newlines and indentation, none for an endless run of spaces.
-WHITESPACE = r"[\x20\x0A\x0D\x09]{1,20}"
+# Between two JSON tokens at most one space, or one line break and up to 20 characters of
+# indentation (llama.cpp's JSON grammars allow the same): room for pretty-printing, none for a
+# weak model to spin in whitespace.
+WHITESPACE = r"\x20|\x0D?\x0A[\x20\x09]{0,20}"
 
 KINDS = ("json_schema", "gbnf", "lark", "regex")
 
