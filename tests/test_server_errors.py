@@ -130,24 +130,8 @@ def test_n_too_large(server: RunningServer) -> None:
     assert_error(post(server, "/v1/completions", {"prompt": "a", "n": 0}), 400, param="n")
 
 
-def test_response_format_is_refused_not_ignored(server: RunningServer) -> None:
-    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
-    for response_format in ({"type": "json_object"},
-                            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
-        with pytest.raises(openai.BadRequestError) as raised:
-            client.chat.completions.create(model="stories", messages=CHAT["messages"],
-                                           response_format=response_format)  # type: ignore
-        assert raised.value.status_code == 400
-        assert "response_format" in raised.value.message
-        assert response_format["type"] in raised.value.message
-    out = client.chat.completions.create(model="stories", messages=CHAT["messages"],
-                                         max_tokens=2, response_format={"type": "text"})
-    assert out.choices[0].message.content is not None
-
-
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"grammar": "root ::= \"a\""}, {"suffix": "end"},
-                                   {"best_of": 3}])
+                                   {"suffix": "end"}, {"best_of": 3}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
     path = "/v1/chat/completions" if name == "tools" else "/v1/completions"

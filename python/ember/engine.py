@@ -25,6 +25,7 @@ from typing import Union
 
 from ember import _core
 from ember.chat import ChatTemplate
+from ember.grammar import GrammarCompiler
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
@@ -253,6 +254,7 @@ class Engine:
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
+        self._grammars: GrammarCompiler | None = None
 
     @property
     def chat_template(self) -> ChatTemplate:
@@ -260,6 +262,13 @@ class Engine:
         if self._chat_template is None:
             self._chat_template = ChatTemplate.from_gguf(self.path)
         return self._chat_template
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """Compiles constraints for this model's vocabulary (built on first use)."""
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer)
+        return self._grammars
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -320,6 +329,7 @@ class Engine:
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
         request = Request(self, tokens, params, perf_counter())
+        grammar = self.grammars.compile(params.constraint) if params.constraint else None
         if params.max_tokens == 0:
             return request
         core_params = params.to_core()
@@ -327,7 +337,8 @@ class Engine:
         request._handle = handle = self._core.submit(
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
-            logprobs=params.top_logprobs if params.logprobs else -1, priority=priority)
+            logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
+            grammar=grammar)
         request._id = handle.id
         return request
 

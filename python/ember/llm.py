@@ -23,6 +23,7 @@ from typing import Any, Union
 from ember import _core
 from ember.chat import ChatTemplate, Message
 from ember.engine import Engine
+from ember.grammar import Constraint
 from ember.hub import resolve_model
 from ember.openai_format import Formatter
 from ember.results import Delta, GenerationResult
@@ -187,7 +188,21 @@ def _chunks(fmt: Formatter, deltas: Iterator[Delta], include_usage: bool
 
 
 def _params(params: SamplingParams | None, sampling: Mapping[str, Any]) -> SamplingParams:
+    sampling = _constraint_keywords(sampling)
     return replace(params, **sampling) if params else SamplingParams(**sampling)
+
+
+def _constraint_keywords(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """json_schema=SCHEMA (a dict, True or JSON text) and grammar=GBNF as a Constraint."""
+    values = dict(sampling)
+    schema, grammar = values.pop("json_schema", None), values.pop("grammar", None)
+    if schema is not None and grammar is not None:
+        raise ValueError("give json_schema or grammar, not both")
+    if schema is not None:
+        values["constraint"] = Constraint.json_schema(schema)
+    elif grammar is not None:
+        values["constraint"] = Constraint.gbnf(grammar)
+    return values
 
 
 def _texts(deltas: Iterator[Delta]) -> Iterator[str]:
@@ -208,7 +223,7 @@ _OPENAI_ALIASES = {"repetition_penalty": "repeat_penalty"}
 def _openai_params(sampling: Mapping[str, Any], **fixed: Any) -> SamplingParams:
     fields = SamplingParams.field_names()
     values: dict[str, Any] = {}
-    for key, value in sampling.items():
+    for key, value in _constraint_keywords(sampling).items():
         name = _OPENAI_ALIASES.get(key, key)
         if name not in fields:
             raise TypeError(f"unknown sampling parameter '{key}'")

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from ember.chat import ChatTemplateError, ChatTemplateLimitError
 from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
+from ember.grammar import ConstraintError
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
@@ -195,6 +196,8 @@ def _submit(ctx: AppContext, prompts: Sequence[list[int]],
             raise APIError(503, f"the server is busy: the queue holds {ctx.config.max_queue} "
                            "waiting requests (--max-queue); retry later",
                            code="queue_full") from None
+        if isinstance(err, ConstraintError):
+            raise bad_request(str(err), param=err.param, code="invalid_value") from None
         if isinstance(err, ValueError):
             raise bad_request(str(err), code="invalid_value") from None
         raise

@@ -2,11 +2,10 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, grammars, best_of > n) is an error,
-never silently dropped (docs/server-fields.md lists every field). Omitted fields take the
-server's defaults (--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens
-then defaults to 16 for completions (as OpenAI) and to "until the model stops or the context is
-full" for chat.
+honour yet (tools, best_of > n) is an error, never silently dropped (docs/server-fields.md
+lists every field). Omitted fields take the server's defaults (--n-predict, --temp, ...), else
+SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI) and
+to "until the model stops or the context is full" for chat.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.llama_fields import check_off, sampler_overrides
 
@@ -166,21 +166,6 @@ def _unsupported(name: str, what: str) -> APIError:
 
 
 def _check_unsupported(body: Fields) -> None:
-    response_format = body.get("response_format")
-    if response_format is not None:
-        kind = response_format.get("type") if isinstance(response_format, Mapping) else None
-        if kind in ("json_object", "json_schema"):
-            raise _unsupported("response_format", f"type '{kind}' (it needs grammar-constrained "
-                               "sampling, which ember's server does not have yet); omit it or "
-                               "use {\"type\": \"text\"}")
-        if kind != "text":
-            raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-                              f"\"json_schema\", ...}}, got {show(response_format)}",
-                              param="response_format", code="invalid_value")
-    # llama-server's: grammar "" is no grammar; any json_schema, {} included, constrains.
-    if body.get("grammar") or body.get("json_schema") is not None:
-        name = "grammar" if body.get("grammar") else "json_schema"
-        raise _unsupported(name, "grammar-constrained sampling")
     if body.get("tools"):
         raise _unsupported("tools", "tool calling")
     if body.get("functions"):
@@ -366,7 +351,7 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"))
+            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body))
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
