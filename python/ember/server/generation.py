@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from starlette.requests import Request as HTTPRequest
@@ -35,6 +36,9 @@ from ember.server.protocol import (
     parse_chat_request,
     parse_completion_request,
 )
+from ember.tool_calls import ToolFormat
+from ember.tool_template import prepare_chat
+from ember.tools import ToolRequest
 
 log = logging.getLogger("ember.server")
 
@@ -179,14 +183,14 @@ class EventStreamResponse(StreamingResponse):
             self._events.close()
 
 
-def _submit(ctx: AppContext, prompts: Sequence[list[int]],
-            params: Sequence[SamplingParams]) -> list[Request]:
+def _submit(ctx: AppContext, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
+            keep_tokens: Sequence[int] = ()) -> list[Request]:
     """Queues every choice or none: a full queue is a 503 and cancels what was queued."""
     engine = ctx.require_ready()
     requests: list[Request] = []
     try:
         for prompt, p in zip(prompts, params):
-            requests.append(engine.submit(prompt, p))
+            requests.append(engine.submit(prompt, p, keep_tokens=keep_tokens))
     except BaseException as err:
         for request in requests:
             request.cancel()
@@ -209,8 +213,8 @@ def _stream_error(err: Exception) -> APIError:
 
 async def _respond(request: HTTPRequest, ctx: AppContext, fmt: Formatter,
                    prompts: list[list[int]], params: list[SamplingParams], options: Options,
-                   arrival: float) -> Response:
-    requests = _submit(ctx, prompts, params)
+                   arrival: float, keep_tokens: Sequence[int] = ()) -> Response:
+    requests = _submit(ctx, prompts, params, keep_tokens)
     events = ChoiceEvents(ctx, requests, fmt.id, arrival)
     if not options.stream:
         try:
@@ -298,15 +302,25 @@ def render_limits(bound: PromptBound) -> RenderLimits:
                         max_total_chars=max(16 * bound.max_bytes, 4 << 20))
 
 
-def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool
-                 ) -> list[int]:
-    """Runs in a worker thread: render (bounded), the context bound, tokenize."""
+@dataclass
+class ChatPrompt:
+    tokens: list[int]
+    tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
+    keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
+
+
+def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
+                 tools: ToolRequest | None) -> ChatPrompt:
+    """Runs in a worker thread: tools into the messages, render (bounded), the context bound,
+    tokenize."""
     engine = ctx.require_ready()
     assert ctx.template is not None
     bound = _bound(ctx)
     limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        text = ctx.template.render(messages, add_generation_prompt=True, limits=limits)
+        chat = prepare_chat(ctx.template, engine.tokenizer, messages, tools)
+        text = ctx.template.render(chat.messages, add_generation_prompt=True, limits=limits,
+                                   **chat.variables)
     except ChatTemplateLimitError as err:
         if err.kind == "size":
             raise bound.too_long("messages", f"more text than that ({err})") from None
@@ -317,15 +331,24 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     check_text(text, "messages")
     if within_context:
         bound.check(text, "messages")
-    return ctx.template.tokenize(engine.tokenizer, text)
+    return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
+                      chat.keep_tokens)
+
+
+async def encode_chat_prompt(ctx: AppContext, messages: list[dict[str, Any]],
+                             tools: ToolRequest | None = None, within_context: bool = True
+                             ) -> ChatPrompt:
+    """The prompt of checked messages (and tools) in the model's chat template, rendered and
+    tokenized in a worker thread, with how to read tool calls in the answer; a 400 when the
+    template refuses them, runs past its limits or the prompt is certainly longer than the
+    context."""
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context, tools)
 
 
 async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
                       within_context: bool = True) -> list[int]:
-    """The prompt tokens of checked messages in the model's chat template, rendered and
-    tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
-    or the prompt is certainly longer than the context."""
-    return await ctx.in_worker(_encode_chat, ctx, messages, within_context)
+    """The prompt tokens of checked messages (encode_chat_prompt without tools)."""
+    return (await encode_chat_prompt(ctx, messages, None, within_context)).tokens
 
 
 _INLINE_TOKENIZE_CHARS = 4096
@@ -339,11 +362,13 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
     options = parsed.options
     model = ctx.check_model(options.model)
-    prompt = await encode_chat(ctx, parsed.messages)
-    _check_prompt(ctx, prompt, "messages")
-    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
+    prompt = await encode_chat_prompt(ctx, parsed.messages, parsed.tools)
+    _check_prompt(ctx, prompt.tokens, "messages")
+    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs,
+                    tool_format=prompt.tool_format)
     params = [options.choice_params(i) for i in range(options.n)]
-    return await _respond(request, ctx, fmt, [prompt] * options.n, params, options, arrival)
+    return await _respond(request, ctx, fmt, [prompt.tokens] * options.n, params, options,
+                          arrival, prompt.keep_tokens)
 
 
 async def completions(request: HTTPRequest, ctx: AppContext) -> Response:

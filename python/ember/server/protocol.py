@@ -2,10 +2,10 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, echo, suffix, best_of > 1) is an
-error, never silently dropped. Omitted sampling fields take SamplingParams' (llama.cpp's)
-defaults; max_tokens defaults to 16 for completions (as OpenAI) and to "until the model stops
-or the context is full" for chat.
+honour yet (response_format json_object/json_schema, a forced tool_choice, echo, suffix,
+best_of > 1) is an error, never silently dropped. Chat's `tools` are checked by ember.tools.
+Omitted sampling fields take SamplingParams' (llama.cpp's) defaults; max_tokens defaults to 16
+for completions (as OpenAI) and to "until the model stops or the context is full" for chat.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Union
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.errors import APIError, bad_request
+from ember.tools import ToolRequest, ToolsError, parse_tools
 
 Prompt = Union[str, list[int]]
 
@@ -70,6 +71,7 @@ class Options:
 class ChatCompletionRequest:
     options: Options
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: ToolRequest | None = None
 
 
 @dataclass
@@ -152,7 +154,7 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
-def _check_unsupported(body: Fields) -> None:
+def _check_unsupported(body: Fields, chat: bool) -> None:
     response_format = body.get("response_format")
     if response_format is not None:
         kind = response_format.get("type") if isinstance(response_format, Mapping) else None
@@ -164,8 +166,8 @@ def _check_unsupported(body: Fields) -> None:
             raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
                               f"\"json_schema\", ...}}, got {show(response_format)}",
                               param="response_format", code="invalid_value")
-    if body.get("tools"):
-        raise _unsupported("tools", "tool calling")
+    if body.get("tools") and not chat:
+        raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
         raise _unsupported("functions", "function calling")
     if body.get("echo"):
@@ -234,7 +236,7 @@ def _max_tokens(body: Fields, name: str, n_ctx: int) -> int | None:
 
 
 def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, max_n: int) -> Options:
-    _check_unsupported(body)
+    _check_unsupported(body, chat)
     model = body.string("model")
     if model is not None:
         check_text(model, "model")
@@ -394,7 +396,12 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
     fields = Fields(body)
     messages = _messages(fields)
     options = _options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, max_n=max_n)
-    return ChatCompletionRequest(options, messages)
+    try:
+        tools = parse_tools(body.get("tools"), body.get("tool_choice"),
+                            body.get("parallel_tool_calls"))
+    except ToolsError as err:
+        raise bad_request(str(err), param=err.param, code=err.code) from None
+    return ChatCompletionRequest(options, messages, tools)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
