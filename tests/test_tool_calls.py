@@ -194,3 +194,64 @@ def test_call_constraint_in_each_format() -> None:
         + hermes.suffix
     assert [(c.name, json.loads(c.arguments)) for c in parse(text, HERMES).calls] == [
         ("get_weather", {"city": "Oslo"})]
+
+
+# --- the OpenAI shapes (ember.openai_format.Formatter) ---------------------------------------------
+
+def _deltas(text: str, finish: str) -> list[Any]:
+    from ember.results import Delta, GenerationResult, Timings, Usage
+
+    result = GenerationResult(text, [], finish, Usage(3, len(text), 3 + len(text)),
+                              Timings(0.0, 0.0, 0.0, 0.0))
+    return [Delta(c, [], [], finish if i == len(text) - 1 else None,
+                  result if i == len(text) - 1 else None) for i, c in enumerate(text)]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["calls"]][:8], ids=lambda c: c["name"])
+def test_formatter_streams_what_it_answers(case: dict[str, Any]) -> None:
+    from ember.openai_format import Formatter
+
+    fmt_name, text = case["format"], case["output"]
+    whole = Formatter(chat=True, model="m", n_choices=1, logprobs=False,
+                      tool_format=FORMATS[fmt_name])
+    for delta in _deltas(text, "stop"):
+        whole.add(0, delta)
+    [choice] = whole.response()["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    message = choice["message"]
+    assert message["content"] == case["content"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in message["tool_calls"]] == [tuple(c) for c in case["calls"]]
+    assert all(c["type"] == "function" and c["id"] for c in message["tool_calls"])
+
+    stream = Formatter(chat=True, model="m", n_choices=1, logprobs=False,
+                       tool_format=FORMATS[fmt_name])
+    chunks = [c for d in _deltas(text, "stop") for c in stream.chunks(0, d)]
+    content, calls = "", []
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"]
+        content += delta.get("content") or ""
+        for part in delta.get("tool_calls", []):
+            if "id" in part:
+                calls.append([part["function"]["name"], part["function"]["arguments"]])
+            else:
+                calls[part["index"]][1] += part["function"]["arguments"]
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None,
+                                        "finish_reason": "tool_calls"}
+    assert content == (message["content"] or "")
+    assert calls == [[c["function"]["name"], c["function"]["arguments"]]
+                     for c in message["tool_calls"]]
+    if fmt_name == "mistral":  # ids Mistral's templates accept back
+        assert all(len(c["id"]) == 9 and c["id"].isalnum() for c in message["tool_calls"])
+
+
+def test_a_call_cut_by_max_tokens_keeps_finish_reason_length() -> None:
+    from ember.openai_format import Formatter
+
+    fmt = Formatter(chat=True, model="m", n_choices=1, logprobs=False, tool_format=HERMES)
+    for delta in _deltas('<tool_call>\n{"name": "f", "arguments": {"a": "b', "length"):
+        fmt.add(0, delta)
+    [choice] = fmt.response()["choices"]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["tool_calls"][0]["function"] == {"name": "f",
+                                                              "arguments": '{"a": "b'}

@@ -12,6 +12,7 @@ ember has one those are refused (ToolsError with code "unsupported_parameter").
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,11 @@ def _tool(value: Any, i: int) -> dict[str, Any]:
         parameters = {"type": "object", "properties": {}}
     if not isinstance(parameters, Mapping):
         raise ToolsError(f"'{param}.function.parameters' must be a JSON schema object", param)
+    try:
+        json.dumps(parameters)
+    except (RecursionError, TypeError, ValueError):
+        raise ToolsError(f"'{param}.function.parameters' nests too deeply to be a schema",
+                         param) from None
     out: dict[str, Any] = {"name": name}
     if description is not None:
         out["description"] = description
