@@ -149,3 +149,29 @@ def test_marker_tokens_of_the_vocabulary_are_kept() -> None:
     chat = prepare_chat(template, Tekken(), [{"role": "user", "content": "x"}],
                         parse_tools([WEATHER]))
     assert chat.format == MISTRAL and chat.keep_tokens == [5, 32]
+
+
+def test_a_forced_call_opens_the_answer_in_the_prompt() -> None:
+    # What tool_choice "required" / a named function will do once constrained decoding exists
+    # (parse_tools refuses them until then): the prompt ends with the call's opening markup,
+    # and the answer is parsed as its continuation.
+    from ember.openai_format import Formatter
+    from ember.results import Delta, GenerationResult, Timings, Usage
+    from ember.tools import ToolRequest
+
+    tools = parse_tools([WEATHER]).tools  # type: ignore[union-attr]
+    template = ChatTemplate((TEMPLATES / "qwen2.5.jinja").read_text())
+    forced = ToolRequest(tools, "function", "get_weather")
+    chat = prepare_chat(template, NoVocabulary(), openai_chat('{"city": "Paris"}')[:1], forced)
+    assert chat.format == HERMES and chat.answer_prefix == "<tool_call>\n"
+    assert chat.constraint is not None
+    assert chat.constraint.schema["properties"]["name"] == {"const": "get_weather"}
+    answer = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    fmt = Formatter(chat=True, model="m", n_choices=1, logprobs=False, tool_format=chat.format,
+                    answer_prefix=chat.answer_prefix)
+    result = GenerationResult(answer, [], "stop", Usage(1, 1, 2), Timings(0.0, 0.0, 0.0, 0.0))
+    fmt.add(0, Delta(answer, [], [], "stop", result))
+    [choice] = fmt.response()["choices"]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": '{"city": "Oslo"}'}

@@ -101,9 +101,9 @@ class LLM:
         """The prompt tokens, and how to read tool calls in the answer (ember.tool_template)."""
         request = parse_tools(tools, tool_choice, parallel_tool_calls)
         chat = prepare_chat(self.chat_template, self.tokenizer, messages, request)
-        tokens = self.chat_template.encode(self.tokenizer, chat.messages,
-                                           **{**(variables or {}), **chat.variables})
-        return tokens, chat
+        text = self.chat_template.render(chat.messages, add_generation_prompt=True,
+                                         **{**(variables or {}), **chat.variables})
+        return self.chat_template.tokenize(self.tokenizer, text + chat.answer_prefix), chat
 
     def _prompt_tokens(self, prompt: Prompt) -> list[int]:
         # Like llama.cpp, control tokens spelled out in a raw prompt are those tokens.
@@ -193,7 +193,7 @@ class LLM:
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0)
         tokens, chat = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls)
         fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
-                        tool_format=chat.format)
+                        tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))
         deltas = self.stream_deltas(tokens, params, keep_tokens=chat.keep_tokens)
         return _shaped(fmt, deltas, stream, include_usage)

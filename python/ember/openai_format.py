@@ -100,7 +100,7 @@ class Formatter:
 
     def __init__(self, chat: bool, model: str, n_choices: int, logprobs: bool,
                  usage_groups: list[list[int]] | None = None,
-                 tool_format: ToolFormat | None = None) -> None:
+                 tool_format: ToolFormat | None = None, answer_prefix: str = "") -> None:
         self.chat = chat
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -109,6 +109,7 @@ class Formatter:
         self.choices = [_Choice() for _ in range(n_choices)]
         self.usage_groups = usage_groups or [list(range(n_choices))]
         self.tool_format = tool_format if chat else None
+        self.answer_prefix = answer_prefix  # text in the prompt that the answer continues
 
     def _head(self, stream: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if stream else "chat.completion") if self.chat \
@@ -167,7 +168,7 @@ class Formatter:
     def _tool_chunks(self, index: int, choice: _Choice, event: Delta) -> list[dict[str, Any]]:
         assert self.tool_format is not None
         if choice.tools is None:
-            choice.tools = ToolCallStream(self.tool_format)
+            choice.tools = ToolCallStream(self.tool_format, self.answer_prefix)
         content, calls = choice.tools.push(event.text)
         if event.finish_reason is not None:
             more_content, more_calls = choice.tools.finish()
@@ -221,7 +222,7 @@ class Formatter:
                 message: dict[str, Any] = {"role": "assistant", "content": text}
                 finish_reason = c.finish_reason
                 if self.tool_format is not None:
-                    parsed = parse(text, self.tool_format)
+                    parsed = parse(self.answer_prefix + text, self.tool_format)
                     if parsed.calls:
                         message["content"] = parsed.content or None
                         message["tool_calls"] = [{

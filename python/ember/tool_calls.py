@@ -410,9 +410,9 @@ class CallDelta:
 class ToolCallStream:
     """Feeds a choice's text as it streams; returns the new content and call fragments."""
 
-    def __init__(self, fmt: ToolFormat) -> None:
+    def __init__(self, fmt: ToolFormat, prefix: str = "") -> None:
         self.fmt = fmt
-        self.text = ""
+        self.text = prefix  # the answer's opening, written in the prompt (a forced call's)
         self.sent = ParsedOutput("")
 
     def push(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ember.chat import ChatTemplate, ChatTemplateError, Message
 from ember.tool_calls import GENERIC, ToolFormat, detect_format
-from ember.tools import ToolRequest
+from ember.tools import CallConstraint, ToolRequest, call_constraint
 
 STANDARD_TOOL_PROMPT = (
     "You can call these tools (functions); each is given with the JSON schema of its "
@@ -115,6 +115,13 @@ class PreparedChat:
     variables: dict[str, Any] = field(default_factory=dict)  # `tools`, for the template
     format: ToolFormat | None = None  # the format to parse the answer in; None: not parsed
     keep_tokens: list[int] = field(default_factory=list)  # control tokens to keep as text
+    constraint: CallConstraint | None = None  # a forced call (tool_choice required / named)
+
+    @property
+    def answer_prefix(self) -> str:
+        """Text the answer starts with, written after the generation prompt: a forced call's
+        opening markup (`<tool_call>\n`), which the output parser reads first."""
+        return self.constraint.prefix if self.constraint is not None else ""
 
 
 def _text(content: Any) -> str:
@@ -208,7 +215,8 @@ def prepare_chat(template: ChatTemplate, tokenizer: Any, messages: Sequence[Mess
         assert tools is not None
         _add_standard_prompt(out, tools, support)
     keep = [t for t in (lookup(m) for m in fmt.markers) if t is not None] if offered else []
-    return PreparedChat(out, variables, fmt if offered else None, keep)
+    constraint = call_constraint(tools, fmt) if tools is not None and tools.forced else None
+    return PreparedChat(out, variables, fmt if offered else None, keep, constraint)
 
 
 def standard_tool_prompt(tools: ToolRequest) -> str:

@@ -154,8 +154,10 @@ class CallConstraint:
 def call_constraint(request: ToolRequest, fmt: ToolFormat) -> CallConstraint:
     """What a request with tool_choice "required" or a named function must generate: one call
     (or, in formats that list calls and with parallel calls allowed, one or more) of the allowed
-    functions, whose arguments match each one's parameter schema. Wiring it in is: prompt +=
-    prefix, sample under a grammar of `schema`, then `suffix`."""
+    functions, whose arguments match each one's parameter schema. The prompt already ends
+    with `prefix` (PreparedChat.answer_prefix) and the output parser reads it first; what is
+    left to wire in is sampling under a grammar of `schema` (and lifting parse_tools' refusal).
+    `suffix` is optional for the parser (a hermes call without its closing tag still counts)."""
     tools = [t["function"] for t in request.tools
              if request.function is None or t["function"]["name"] == request.function]
     key = "parameters" if fmt.name == "llama3" else "arguments"

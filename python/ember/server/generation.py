@@ -307,6 +307,7 @@ class ChatPrompt:
     tokens: list[int]
     tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
     keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
+    answer_prefix: str = ""  # the answer's opening, at the end of the prompt
 
 
 def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
@@ -320,7 +321,7 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     try:
         chat = prepare_chat(ctx.template, engine.tokenizer, messages, tools)
         text = ctx.template.render(chat.messages, add_generation_prompt=True, limits=limits,
-                                   **chat.variables)
+                                   **chat.variables) + chat.answer_prefix
     except ChatTemplateLimitError as err:
         if err.kind == "size":
             raise bound.too_long("messages", f"more text than that ({err})") from None
@@ -332,7 +333,7 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     if within_context:
         bound.check(text, "messages")
     return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
-                      chat.keep_tokens)
+                      chat.keep_tokens, chat.answer_prefix)
 
 
 async def encode_chat_prompt(ctx: AppContext, messages: list[dict[str, Any]],
@@ -365,7 +366,7 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     prompt = await encode_chat_prompt(ctx, parsed.messages, parsed.tools)
     _check_prompt(ctx, prompt.tokens, "messages")
     fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs,
-                    tool_format=prompt.tool_format)
+                    tool_format=prompt.tool_format, answer_prefix=prompt.answer_prefix)
     params = [options.choice_params(i) for i in range(options.n)]
     return await _respond(request, ctx, fmt, [prompt.tokens] * options.n, params, options,
                           arrival, prompt.keep_tokens)
