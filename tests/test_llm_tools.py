@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ember import LLM
+from ember.tool_template import vocabulary_lookup
 from ember.tools import ToolsError
 
 WEATHER = {"type": "function", "function": {
@@ -69,5 +70,15 @@ def test_kept_control_tokens_stay_in_the_text(stories_path: Path) -> None:
         kept = list(llm.stream_deltas("Once upon a time", keep_tokens=[bos], **forced))
         assert "".join(d.text for d in kept) == "<s><s><s>"
         assert kept[-1].result is not None and kept[-1].result.text == "<s><s><s>"
+        # How a format's markers are found in a vocabulary: one token with exactly that text.
+        lookup = vocabulary_lookup(llm.tokenizer)
+        assert lookup("<s>") == bos and lookup("[TOOL_CALLS]") is None
+        # A token decoding shows anyway is not doubled.
+        once = llm.tokenize("Once", add_special=False)[0]
+        forced["logit_bias"] = {once: 100}
+        plain = llm.generate("Once upon a time", **forced)
+        shown = list(llm.stream_deltas("Once upon a time", keep_tokens=[once], **forced))
+        assert plain.tokens == [once] * 3 and plain.text.count("Once") == 3
+        assert "".join(d.text for d in shown) == plain.text
     finally:
         llm.close()

@@ -67,9 +67,11 @@ class Request:
         self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
         self._id = 0
         self._decoder = _core.StreamDecoder(engine.tokenizer)
-        # Control tokens whose text stays in the output (a tool-call format's markers).
-        self._kept = {t: engine.tokenizer.token_to_piece(t).decode("utf-8", errors="replace")
-                      for t in keep_tokens}
+        # Control tokens whose text stays in the output (a tool-call format's markers); tokens
+        # that decoding shows anyway are left to it.
+        tokenizer = engine.tokenizer
+        self._kept = {t: tokenizer.token_to_piece(t).decode("utf-8", errors="replace")
+                      for t in keep_tokens if tokenizer.decode([t], skip_special=True) == ""}
         self._stops = _core.StopStringMatcher(list(params.stop))
         self._start = start
         self._first_token_at: float | None = None
