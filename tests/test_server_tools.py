@@ -239,3 +239,45 @@ def test_smollm2_tool_request_streams_as_it_answers(smollm2_server: RunningServe
     after = client.chat.completions.create(**{**kwargs, "messages": messages})
     assert after.usage.prompt_tokens > whole.usage.prompt_tokens + 20
     assert after.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.fixture(scope="module")
+def smollm2_qwen_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[RunningServer]:
+    """SmolLM2 with Qwen2.5's template: a real model whose template renders tools itself."""
+    from gguf_template import with_chat_template
+
+    model = with_chat_template(smollm2_path, tmp_path_factory.mktemp("qwen") / "smol-qwen.gguf",
+                               (TEMPLATES / "qwen2.5.jinja").read_text())
+    running = start_server(ServerConfig(model=str(model), parallel=1, threads=1, ctx_size=2048,
+                                        aliases=["m"]))
+    yield running
+    running.stop()
+
+
+def test_a_real_model_with_a_tool_template(smollm2_qwen_server: RunningServer) -> None:
+    url = smollm2_qwen_server.url
+    messages = [*ask(), {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees, sunny"}]
+    prompt = httpx.post(url + "/tokenize", timeout=30, json={
+        "messages": messages, "with_pieces": True}).json()
+    # /tokenize renders without tools; the chat request renders them (Qwen's <tools> block).
+    text = "".join(p["piece"] for p in prompt["tokens"])
+    assert ("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>"
+            "\n21 degrees, sunny\n</tool_response><|im_end|>") in text
+    client = openai.OpenAI(base_url=smollm2_qwen_server.base_url, api_key="unused",
+                           max_retries=0)
+    kwargs: Any = {"model": "m", "messages": messages, "tools": [WEATHER], "temperature": 0,
+                   "max_tokens": 32}
+    whole = client.chat.completions.create(**kwargs)
+    assert whole.usage.prompt_tokens > prompt["count"] + 60  # + the <tools> system block
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    content, calls, finish = reassemble(chunks)
+    message = whole.choices[0].message
+    assert finish == whole.choices[0].finish_reason
+    assert content == (message.content or "")
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (c.function.name, c.function.arguments) for c in message.tool_calls or []]
