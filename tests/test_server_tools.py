@@ -281,3 +281,20 @@ def test_a_real_model_with_a_tool_template(smollm2_qwen_server: RunningServer) -
     assert content == (message.content or "")
     assert [(c["name"], c["arguments"]) for c in calls] == [
         (c.function.name, c.function.arguments) for c in message.tool_calls or []]
+
+
+def test_every_choice_is_parsed(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(model="m", messages=ask("Paris and Lyon"),
+                                         tools=[WEATHER], n=2)
+    assert [c.index for c in out.choices] == [0, 1]
+    for choice in out.choices:
+        assert choice.finish_reason == "tool_calls"
+        assert [json.loads(c.function.arguments)["city"] for c in choice.message.tool_calls] == [
+            "Paris", "Lyon"]
+    chunks = list(client.chat.completions.create(model="m", messages=ask("Paris and Lyon"),
+                                                 tools=[WEATHER], n=2, stream=True))
+    for index in (0, 1):
+        mine = [c for c in chunks if c.choices and c.choices[0].index == index]
+        _, calls, finish = reassemble(mine)
+        assert finish == "tool_calls"
+        assert [json.loads(c["arguments"])["city"] for c in calls] == ["Paris", "Lyon"]

@@ -163,8 +163,7 @@ def _object_call(text: str, i: int) -> tuple[ParsedCall | None, int | None, bool
     end = value_end(text, i)
     if end is None:
         first = _FIRST_KEY.match(text, i)
-        if first and text[first.end():first.end() + 1] != "" and \
-                _loads('"' + first.group(1) + '"') not in _CALL_KEYS:
+        if first and _loads('"' + first.group(1) + '"') not in _CALL_KEYS:
             return None, None, True  # {"answer": ...}: not a call, whatever follows
         return None, None, False
     calls = _calls_from_value(_loads(text[i:end]))
@@ -184,7 +183,7 @@ def _array_calls(text: str, i: int) -> tuple[list[ParsedCall] | None, int | None
             return None, None, True
         call, end, decided = _object_call(text, j)
         if call is None:
-            return (calls or None) if calls else None, None, decided or bool(calls)
+            return (calls or None), None, decided or bool(calls)
         calls.append(call)
         if end is None:
             return calls, None, True
