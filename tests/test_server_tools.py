@@ -298,3 +298,14 @@ def test_every_choice_is_parsed(client: openai.OpenAI) -> None:
         _, calls, finish = reassemble(mine)
         assert finish == "tool_calls"
         assert [json.loads(c["arguments"])["city"] for c in calls] == ["Paris", "Lyon"]
+
+
+def test_a_trailing_assistant_call_is_history_not_a_prefill(
+        client: openai.OpenAI, qwen: tuple[RunningServer, ScriptedEngine]) -> None:
+    # A trailing assistant message is continued (llama-server's prefill), unless it carries
+    # tool calls: then it is rendered whole and a new turn opens.
+    messages: Any = [*ask(), {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}]
+    client.chat.completions.create(model="m", messages=messages, tools=[WEATHER])
+    assert qwen[1].prompts[-1].endswith(QWEN_CALL + "<|im_end|>\n<|im_start|>assistant\n")
