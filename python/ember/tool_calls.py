@@ -298,12 +298,16 @@ def _one_call(text: str, i: int) -> tuple[list[ParsedCall] | None, int | None, b
     return ([call] if call else None), end, decided
 
 
+_FENCE = re.compile(r"```(?:json)?[ \t]*\n\s*")
+_FENCE_START = re.compile(r"`{1,3}(?:j(?:s(?:o(?:n)?)?)?)?[ \t]*")
+
+
 def _parse_json_answer(text: str, final: bool, sep: str, start_markers: tuple[str, ...]
                        ) -> ParsedOutput:
     """llama3 and generic: calls are JSON values at the start of the answer (or after a start
-    marker), separated by `sep` characters."""
+    marker, or in a ```json fence), separated by `sep` characters."""
     out = _Builder()
-    start, marker_len = 0, 0
+    start, marker_len, fenced = 0, 0, False
     for marker in start_markers:
         k = text.find(marker)
         if k >= 0:
@@ -313,7 +317,14 @@ def _parse_json_answer(text: str, final: bool, sep: str, start_markers: tuple[st
         lead = _WS.match(text).end()
         if lead == len(text):
             return _tail(out, text, final, start_markers)
-        if text[lead] not in "{[":
+        fence = _FENCE.match(text, lead)
+        if fence is None and not final and _FENCE_START.fullmatch(text, lead):
+            return ParsedOutput("")  # may open a fence
+        if fence is not None:
+            fenced, marker_len = True, fence.end() - lead
+            if fence.end() == len(text) and not final:
+                return ParsedOutput("")
+        elif text[lead] not in "{[":
             return _tail(out, text, final, start_markers)
         start = lead
     out.text(text[:start])
@@ -335,10 +346,14 @@ def _parse_json_answer(text: str, final: bool, sep: str, start_markers: tuple[st
         while j < len(text) and (text[j].isspace() or text[j] in sep):
             j += 1
     if n_calls == 0:
+        if fenced:  # a fence holding no call: content
+            return ParsedOutput(text) if final or j < len(text) else ParsedOutput("")
         if marker_len:
             return ParsedOutput(text if final else text[:start])  # a lone marker: content
         return ParsedOutput(text) if final or j < len(text) else _tail(_Builder(), text, False, ())
-    return _tail(out, text[j:], final, ())
+    if fenced and text.startswith("```", j):
+        j = _WS.match(text, j + 3).end()
+    return _tail(out, text[j:], final, ("```",) if fenced else ())
 
 
 _MISTRAL_NAME = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]([^\[]*))?\[ARGS\]")
