@@ -257,8 +257,12 @@ def _parse_hermes(text: str, final: bool) -> ParsedOutput:
         body = _WS.match(text, start + len("<tool_call>")).end()
         close = text.find("</tool_call>", body)
         limit = close if close >= 0 else len(text)
-        call, end, decided = (_object_call(text[:limit], body) if text[body:body + 1] == "{"
-                              else (None, None, body < limit or final))
+        if text[body:body + 1] == "{":
+            call, _, decided = _object_call(text[:limit], body)
+        elif text[body:body + 1] == "<":
+            call, decided = _xml_call(text[:limit], body, complete=close >= 0 or final)
+        else:
+            call, decided = None, body < limit or final
         if call is None and (decided or final or close >= 0):
             search = start + 1  # not a call: its text is content
             continue
@@ -271,6 +275,32 @@ def _parse_hermes(text: str, final: bool) -> ParsedOutput:
         if close < 0:
             return out.output()
         pos = search = close + len("</tool_call>")
+
+
+_XML_FUNCTION = re.compile(r"<function=([^>\n]+)>")
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+
+
+def _xml_call(text: str, i: int, complete: bool) -> tuple[ParsedCall | None, bool]:
+    """Qwen3-Coder's XML call at text[i] (inside a <tool_call> block): `<function=NAME>` then
+    `<parameter=KEY>\nVALUE\n</parameter>`s. Its arguments are rebuilt as a JSON object (a
+    value that reads as JSON is that value, else a string), so they arrive whole, once the
+    function closes or the text ends."""
+    head = _XML_FUNCTION.match(text, i)
+    if head is None:
+        rest = text[i:]
+        undecided = "<function=".startswith(rest) or re.fullmatch(r"<function=[^>\n]*", rest)
+        return None, not undecided or complete
+    close = text.find("</function>", head.end())
+    if close < 0 and not complete:
+        return ParsedCall(head.group(1).strip(), "", complete=False), True
+    arguments = {}
+    for m in _XML_PARAMETER.finditer(text, head.end(), close if close >= 0 else len(text)):
+        value = _loads(m.group(2))
+        arguments[m.group(1).strip()] = m.group(2) if value is _INVALID or isinstance(
+            value, str) else value
+    return ParsedCall(head.group(1).strip(), json.dumps(arguments, ensure_ascii=False),
+                      complete=close >= 0), True
 
 
 def _json_calls(text: str, i: int) -> tuple[list[ParsedCall] | None, int | None, bool]:

@@ -79,7 +79,9 @@ def template_support(source: str, bos_token: str, eos_token: str) -> TemplateToo
     calls, object_arguments = False, True
     for arguments in ({"ember_probe_arg": 1}, '{"ember_probe_arg": 1}'):
         text = _renders(template, [_PROBE_USER, _probe_call(arguments)], "ember_probe_call")
-        if text is not None and '"ember_probe_arg"' in text:
+        # The arguments must show, and not as a Python dict's repr (a template that prints
+        # them as they are wants OpenAI's JSON string).
+        if text is not None and "ember_probe_arg" in text and "{'ember_probe_arg'" not in text:
             calls, object_arguments = True, isinstance(arguments, dict)
             break
     role = False
