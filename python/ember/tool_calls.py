@@ -4,7 +4,8 @@ streams, into calls (name + arguments JSON text) and the content around them.
 
 Formats (facts from the models' templates and llama.cpp's common/chat.cpp):
 - hermes (Hermes 2/3, Qwen2.5, Qwen3): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`,
-  one block per call, text may come before;
+  one block per call, text may come before; Qwen3-Coder writes the body as XML (`<function=NAME>`
+  with `<parameter=KEY>` values), read as the same calls;
 - llama3 (Llama 3.1/3.2/3.3): the answer is `{"name": ..., "parameters": {...}}`, optionally after
   `<|python_tag|>`; several calls separated by `;` or whitespace;
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...]` (Nemo, v0.3) or
