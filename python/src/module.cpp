@@ -9,6 +9,7 @@ void init_quant(nb::module_& m);
 void init_tokenizer(nb::module_& m);
 void init_model(nb::module_& m);
 void init_embedder(nb::module_& m);
+void init_grammar(nb::module_& m);
 void init_sampling(nb::module_& m);
 void init_engine(nb::module_& m);
 void init_cpu(nb::module_& m);
@@ -21,6 +22,7 @@ NB_MODULE(_core, m) {
   init_tokenizer(m);
   init_model(m);
   init_embedder(m);
+  init_grammar(m);
   init_sampling(m);
   init_engine(m);
   init_cpu(m);

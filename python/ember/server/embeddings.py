@@ -8,8 +8,8 @@
 
 base64 is the little-endian float32 bytes of each vector, as OpenAI's client decodes it. Every
 input of a request is embedded in one call (packed into shared forward passes); requests take
-turns. A generation server answers this route with a 400, and this server's generation routes
-answer 400 too (AppContext.require_ready).
+turns. A generation server answers this route with a 501 (as llama-server without --embedding),
+and this server's generation routes answer 400 (AppContext.require_ready).
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ async def embeddings(request: Request, ctx: AppContext) -> Response:
     embedder = ctx.embedder
     if embedder is None:
         ctx.require_ready()  # 503 while loading or shutting down
-        raise APIError(400, "this server's model does not embed: start `ember serve "
-                       "--embedding` with an embedding model (bert)", code="not_supported")
+        raise APIError(501, f"{request.url.path}: this server has no embedding model; start "
+                       "`ember serve --embedding` with one (bert)", code="not_supported",
+                       error_type="not_supported_error")
     name = ctx.check_model(body.get("model"))
     encoding = _check_options(body, embedder)
     try:
