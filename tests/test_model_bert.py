@@ -107,6 +107,8 @@ def test_converted_file_is_a_bert_with_mean_pooling(minilm_gguf: dict[str, Path]
     assert md["bert.pooling_type"] == 1 and md["bert.attention.causal"] is False
     assert md["tokenizer.ggml.model"] == "bert" and md["tokenizer.ggml.bos_token_id"] == 101
     assert md["bert.embedding_length"] == 384 and md["bert.block_count"] == 6
+    f = _core.GGUFFile(str(minilm_gguf["f32"]))  # one value, without converting the vocabulary
+    assert f.get("general.architecture") == "bert" and f.get("no.such.key", 7) == 7
 
 
 def test_tokens_equal_transformers(minilm_gguf: dict[str, Path], reference) -> None:

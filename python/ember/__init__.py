@@ -22,6 +22,7 @@ from ember._core import (
     UnsupportedError,
 )
 from ember.chat import ChatTemplate, ChatTemplateError
+from ember.embeddings import Embedder
 from ember.engine import Engine, EngineBusy, EngineError, Request
 from ember.llm import LLM
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
@@ -34,6 +35,7 @@ __all__ = [
     "ChatTemplate",
     "ChatTemplateError",
     "Delta",
+    "Embedder",
     "Engine",
     "EngineBusy",
     "EngineError",

@@ -30,7 +30,7 @@ ENCODER_ARCHITECTURES = frozenset({"bert"})
 
 
 def is_embedding_model(path: str | os.PathLike[str]) -> bool:
-    return _core.GGUFFile(str(path)).metadata.get("general.architecture") in ENCODER_ARCHITECTURES
+    return _core.GGUFFile(str(path)).get("general.architecture") in ENCODER_ARCHITECTURES
 
 
 class Embedder:

@@ -168,6 +168,16 @@ void init_gguf(nb::module_& m) {
             return nb::ndarray<nb::numpy, float>(values, shape.size(), shape.data(), owner);
           },
           nb::arg("name"), "the tensor's values as a float32 numpy array")
+      .def(
+          "get",
+          [](const GGUFFile& f, const std::string& key, nb::object fallback) -> nb::object {
+            for (const auto& [name, value] : f.metadata()) {
+              if (name == key) return gguf_value_to_python(value);
+            }
+            return fallback;
+          },
+          nb::arg("key"), nb::arg("default") = nb::none(),
+          "one metadata value (default when absent), without converting the others")
       .def("__repr__", [](const GGUFFile& f) {
         return ember::cat("GGUFFile('", f.path(), "', version=", f.version(),
                           ", tensors=", f.tensors().size(), ", metadata=", f.metadata().size(), ")");
