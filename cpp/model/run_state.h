@@ -24,6 +24,7 @@ struct Scratch {
   Buffer ffn_up;       // f32 [n_batch, n_ff]
   Buffer positions;    // i32 [n_batch] position of each row
   Buffer output_rows;  // i32 [n_batch] rows of the micro-batch whose logits are wanted
+  Buffer logits;       // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
 
   Scratch() = default;
   Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);
