@@ -54,7 +54,8 @@ std::vector<BackendDevice> list_devices(std::vector<std::string>* notes) {
   }
 #else
   if (notes) {
-    notes->push_back("vulkan: this build has no Vulkan backend (pip install . -C cmake.define.EMBER_VULKAN=ON)");
+    notes->push_back(
+        "vulkan: this build has no Vulkan backend (pip install . -C cmake.define.EMBER_VULKAN=ON)");
   }
 #endif
   return devices;
@@ -83,8 +84,8 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
     throw Unsupported(cat("[backend] '", name, "': this build has no Vulkan backend (available: ", names,
                           "); build it with pip install . -C cmake.define.EMBER_VULKAN=ON"));
   }
-  throw Unsupported(cat("[backend] unknown device '", name, "'; expected auto, cpu, vulkan or vulkan:N (available: ",
-                        names, ")"));
+  throw Unsupported(cat("[backend] unknown device '", name,
+                        "'; expected auto, cpu, vulkan or vulkan:N (available: ", names, ")"));
 }
 
 }  // namespace ember

@@ -19,8 +19,9 @@ void VulkanBackend::attention(const float* q, const int32_t* positions, int64_t 
                               const AttentionParams& params, float* out) {
   if (n_rows == 0) return;
   const int64_t max_pos = positions[n_rows - 1] > positions[0] ? positions[n_rows - 1] : positions[0];
-  const size_t table_bytes =
-      kv.block_table ? sizeof(int32_t) * static_cast<size_t>(max_pos / kv.block_size + 1) : 0;
+  const size_t table_bytes = kv.block_table
+                                 ? sizeof(int32_t) * static_cast<size_t>(max_pos / kv.block_size + 1)
+                                 : 0;
   const AttentionPush push{device_.device_address(q),
                            device_.device_address(out),
                            device_.device_address(kv.k),
@@ -36,7 +37,8 @@ void VulkanBackend::attention(const float* q, const int32_t* positions, int64_t 
                            static_cast<uint32_t>(params.window),
                            params.scale};
   const vk::Grid g = vk::grid(n_rows * params.n_head);
-  device_.dispatch(kv.type == DType::q8_0 ? "attention_q8_0" : "attention_f16", &push, sizeof(push), g.x, g.y);
+  device_.dispatch(kv.type == DType::q8_0 ? "attention_q8_0" : "attention_f16", &push, sizeof(push), g.x,
+                   g.y);
 }
 
 }  // namespace ember

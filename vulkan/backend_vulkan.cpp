@@ -9,8 +9,6 @@ namespace ember {
 
 namespace {
 
-constexpr int64_t kMatMatMinRows = 8;  // matmul: matmul_mat from this many rows, matmul_vec below
-
 BackendDevice to_backend_device(const vk::PhysicalDeviceInfo& info, int index) {
   BackendDevice d;
   d.backend = "vulkan";
@@ -35,7 +33,9 @@ std::vector<BackendDevice> vulkan_devices() {
 
 VulkanBackend::VulkanBackend(int index) : device_(vk::open_api(), index), index_(index) {}
 
-std::string VulkanBackend::device_name() const { return cat("vulkan:", index_, " (", device_.info().name, ")"); }
+std::string VulkanBackend::device_name() const {
+  return cat("vulkan:", index_, " (", device_.info().name, ")");
+}
 
 std::optional<DeviceMemory> VulkanBackend::device_memory() const {
   DeviceMemory m;
@@ -52,11 +52,6 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
     default: return dtype == DType::f32;
   }
-}
-
-int64_t VulkanBackend::matmul_exact_min_rows(DType) const {
-  // Each kernel gives a row the same bits whatever rows come with it; the two kernels differ.
-  return kMatMatMinRows;
 }
 
 Buffer VulkanBackend::alloc(size_t n_bytes) { return Buffer(this, device_.allocate(n_bytes), n_bytes, true); }

@@ -29,7 +29,7 @@ class VulkanBackend final : public Backend {
   int n_threads() const override { return 1; }
   bool supports(Op op, DType dtype) const override;
   int64_t matmul_exact_min_rows(DType wtype) const override;
-  void reserve_matmul(int64_t, int64_t) override {}
+  void reserve_matmul(int64_t max_rows, int64_t max_n_in) override;
   void synchronize() override { device_.submit_and_wait(); }
   int64_t n_submissions() const override { return device_.n_submissions(); }
 
@@ -67,6 +67,7 @@ class VulkanBackend final : public Backend {
 
   vk::Device device_;
   int index_;
+  Buffer act_;  // f32 [max_rows, max_n_in] activations rounded for quantized weights (matmul.cpp)
 };
 
 // The Vulkan devices of this machine, with what ember can use; throws Unsupported saying why

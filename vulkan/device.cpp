@@ -73,23 +73,27 @@ Api::~Api() {
 
 std::shared_ptr<Api> open_api() {
   auto api = std::make_shared<Api>();
-  api->library = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!api->library) api->library = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
+  // EMBER_VULKAN_LOADER names another loader library (a path, or a soname).
+  const char* loader = std::getenv("EMBER_VULKAN_LOADER");
+  const std::string name = loader && *loader ? loader : "libvulkan.so.1";
+  api->library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!api->library) {
-    throw Unsupported("[vulkan] no Vulkan loader (libvulkan.so.1) on this system; install your GPU driver's "
-                      "Vulkan support (Debian/Ubuntu: libvulkan1 and mesa-vulkan-drivers)");
+    throw Unsupported(cat("[vulkan] no Vulkan loader (", name,
+                          ") on this system; install your GPU driver's Vulkan support (Debian/Ubuntu: "
+                          "libvulkan1 and mesa-vulkan-drivers)"));
   }
-  api->vkGetInstanceProcAddr =
-      reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(api->library, "vkGetInstanceProcAddr"));
+  api->vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(
+      dlsym(api->library, "vkGetInstanceProcAddr"));
   if (!api->vkGetInstanceProcAddr) throw Unsupported("[vulkan] libvulkan has no vkGetInstanceProcAddr");
-  auto create = reinterpret_cast<PFN_vkCreateInstance>(api->vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
+  auto create = reinterpret_cast<PFN_vkCreateInstance>(
+      api->vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
   auto version = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(
       api->vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
   uint32_t instance_version = VK_API_VERSION_1_0;
   if (version) version(&instance_version);
   if (instance_version < VK_API_VERSION_1_2) {
-    throw Unsupported(cat("[vulkan] the Vulkan loader is version ", VK_API_VERSION_MAJOR(instance_version), ".",
-                          VK_API_VERSION_MINOR(instance_version), "; ember needs 1.2"));
+    throw Unsupported(cat("[vulkan] the Vulkan loader is version ", VK_API_VERSION_MAJOR(instance_version),
+                          ".", VK_API_VERSION_MINOR(instance_version), "; ember needs 1.2"));
   }
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "ember";
@@ -98,10 +102,10 @@ std::shared_ptr<Api> open_api() {
   info.pApplicationInfo = &app;
   const VkResult r = create(&info, nullptr, &api->instance);
   if (r != VK_SUCCESS) {
-    throw Unsupported(cat("[vulkan] no Vulkan driver answered (vkCreateInstance: VkResult ", static_cast<int>(r),
-                          "); install one (Debian/Ubuntu: mesa-vulkan-drivers)"));
+    throw Unsupported(cat("[vulkan] no Vulkan driver answered (vkCreateInstance: VkResult ",
+                          static_cast<int>(r), "); install one (Debian/Ubuntu: mesa-vulkan-drivers)"));
   }
-#define EMBER_VK_LOAD(name)                                                                       \
+#define EMBER_VK_LOAD(name)                                                                   \
   api->name = reinterpret_cast<PFN_##name>(api->vkGetInstanceProcAddr(api->instance, #name)); \
   if (!api->name) throw Unsupported("[vulkan] the loader lacks " #name);
   EMBER_VK_INSTANCE_FUNCTIONS(EMBER_VK_LOAD)
@@ -149,7 +153,8 @@ Device::Device(std::shared_ptr<Api> api, int index) : api_(std::move(api)), next
   }
   info_ = devices[index];
   if (!info_.unusable.empty()) {
-    throw Unsupported(cat("[vulkan] device ", index, " (", info_.name, ") cannot run ember: ", info_.unusable));
+    throw Unsupported(
+        cat("[vulkan] device ", index, " (", info_.name, ") cannot run ember: ", info_.unusable));
   }
   const Api& a = *api_;
   VkPhysicalDevice pd = info_.handle;
@@ -195,7 +200,8 @@ Device::Device(std::shared_ptr<Api> api, int index) : api_(std::move(api)), next
   a.vkGetPhysicalDeviceMemoryProperties(pd, &mp);
   const char* staging = std::getenv("EMBER_VULKAN_STAGING");
   const bool force_staging = staging && std::strcmp(staging, "1") == 0;
-  const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   int device_type = -1, mapped_type = -1, host_type = -1;
   for (uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
     const VkMemoryPropertyFlags f = mp.memoryTypes[i].propertyFlags;
@@ -205,7 +211,8 @@ Device::Device(std::shared_ptr<Api> api, int index) : api_(std::move(api)), next
     if ((f & host) == host && host_type < 0) host_type = static_cast<int>(i);
   }
   if (device_type < 0 || host_type < 0) {
-    throw Unsupported(cat("[vulkan] device ", index, " (", info_.name, ") lacks device-local or host-visible memory"));
+    throw Unsupported(
+        cat("[vulkan] device ", index, " (", info_.name, ") lacks device-local or host-visible memory"));
   }
   device_memory_mapped_ = mapped_type >= 0 && !force_staging;
   device_memory_type_ = static_cast<uint32_t>(device_memory_mapped_ ? mapped_type : device_type);
@@ -323,7 +330,8 @@ Resolved Device::resolve(const void* p) const {
 
 VkDeviceAddress Device::device_address(const void* p) const {
   const Resolved r = resolve(p);
-  if (!r.allocation) throw std::logic_error("[vulkan] an op was given host memory where it writes device memory");
+  if (!r.allocation)
+    throw std::logic_error("[vulkan] an op was given host memory where it writes device memory");
   return r.address();
 }
 
@@ -400,11 +408,11 @@ void Device::dispatch(const char* shader, const void* push, uint32_t push_bytes,
   a.vkCmdDispatch(commands_, groups_x, groups_y, groups_z);
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                          VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   a.vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0,
-                         nullptr, 0, nullptr);
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                         &barrier, 0, nullptr, 0, nullptr);
 }
 
 void Device::copy(VkBuffer src, size_t src_offset, VkBuffer dst, size_t dst_offset, size_t n_bytes) {
@@ -413,12 +421,12 @@ void Device::copy(VkBuffer src, size_t src_offset, VkBuffer dst, size_t dst_offs
   api_->vkCmdCopyBuffer(commands_, src, dst, 1, &region);
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                          VK_ACCESS_HOST_READ_BIT;
-  api_->vkCmdPipelineBarrier(commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                                 VK_PIPELINE_STAGE_HOST_BIT,
-                             0, 1, &barrier, 0, nullptr, 0, nullptr);
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
+  api_->vkCmdPipelineBarrier(
+      commands_, VK_PIPELINE_STAGE_TRANSFER_BIT,
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0,
+      1, &barrier, 0, nullptr, 0, nullptr);
 }
 
 void Device::write(const Resolved& dst, const void* src, size_t n_bytes) {

@@ -23,48 +23,48 @@
 namespace ember::vk {
 
 // The entry points ember uses, loaded from libvulkan with vkGetInstanceProcAddr.
-#define EMBER_VK_INSTANCE_FUNCTIONS(X)                                                                   \
-  X(vkDestroyInstance)                                                                                    \
-  X(vkEnumeratePhysicalDevices)                                                                           \
-  X(vkGetPhysicalDeviceProperties)                                                                        \
-  X(vkGetPhysicalDeviceMemoryProperties)                                                                  \
-  X(vkGetPhysicalDeviceMemoryProperties2)                                                                 \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)                                                             \
-  X(vkGetPhysicalDeviceFeatures2)                                                                         \
-  X(vkEnumerateDeviceExtensionProperties)                                                                 \
-  X(vkCreateDevice)                                                                                       \
-  X(vkDestroyDevice)                                                                                      \
-  X(vkGetDeviceQueue)                                                                                     \
-  X(vkCreateBuffer)                                                                                       \
-  X(vkDestroyBuffer)                                                                                      \
-  X(vkGetBufferMemoryRequirements)                                                                        \
-  X(vkAllocateMemory)                                                                                     \
-  X(vkFreeMemory)                                                                                         \
-  X(vkBindBufferMemory)                                                                                   \
-  X(vkMapMemory)                                                                                          \
-  X(vkGetBufferDeviceAddress)                                                                             \
-  X(vkCreateShaderModule)                                                                                 \
-  X(vkDestroyShaderModule)                                                                                \
-  X(vkCreatePipelineLayout)                                                                               \
-  X(vkDestroyPipelineLayout)                                                                              \
-  X(vkCreateComputePipelines)                                                                             \
-  X(vkDestroyPipeline)                                                                                    \
-  X(vkCreateCommandPool)                                                                                  \
-  X(vkDestroyCommandPool)                                                                                 \
-  X(vkAllocateCommandBuffers)                                                                             \
-  X(vkBeginCommandBuffer)                                                                                 \
-  X(vkEndCommandBuffer)                                                                                   \
-  X(vkResetCommandBuffer)                                                                                 \
-  X(vkCmdBindPipeline)                                                                                    \
-  X(vkCmdPushConstants)                                                                                   \
-  X(vkCmdDispatch)                                                                                        \
-  X(vkCmdPipelineBarrier)                                                                                 \
-  X(vkCmdCopyBuffer)                                                                                      \
-  X(vkCreateFence)                                                                                        \
-  X(vkDestroyFence)                                                                                       \
-  X(vkResetFences)                                                                                        \
-  X(vkWaitForFences)                                                                                      \
-  X(vkQueueSubmit)                                                                                        \
+#define EMBER_VK_INSTANCE_FUNCTIONS(X)        \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkGetPhysicalDeviceMemoryProperties2)     \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkEnumerateDeviceExtensionProperties)     \
+  X(vkCreateDevice)                           \
+  X(vkDestroyDevice)                          \
+  X(vkGetDeviceQueue)                         \
+  X(vkCreateBuffer)                           \
+  X(vkDestroyBuffer)                          \
+  X(vkGetBufferMemoryRequirements)            \
+  X(vkAllocateMemory)                         \
+  X(vkFreeMemory)                             \
+  X(vkBindBufferMemory)                       \
+  X(vkMapMemory)                              \
+  X(vkGetBufferDeviceAddress)                 \
+  X(vkCreateShaderModule)                     \
+  X(vkDestroyShaderModule)                    \
+  X(vkCreatePipelineLayout)                   \
+  X(vkDestroyPipelineLayout)                  \
+  X(vkCreateComputePipelines)                 \
+  X(vkDestroyPipeline)                        \
+  X(vkCreateCommandPool)                      \
+  X(vkDestroyCommandPool)                     \
+  X(vkAllocateCommandBuffers)                 \
+  X(vkBeginCommandBuffer)                     \
+  X(vkEndCommandBuffer)                       \
+  X(vkResetCommandBuffer)                     \
+  X(vkCmdBindPipeline)                        \
+  X(vkCmdPushConstants)                       \
+  X(vkCmdDispatch)                            \
+  X(vkCmdPipelineBarrier)                     \
+  X(vkCmdCopyBuffer)                          \
+  X(vkCreateFence)                            \
+  X(vkDestroyFence)                           \
+  X(vkResetFences)                            \
+  X(vkWaitForFences)                          \
+  X(vkQueueSubmit)                            \
   X(vkDeviceWaitIdle)
 
 struct Api {
@@ -89,10 +89,10 @@ std::shared_ptr<Api> open_api();
 struct PhysicalDeviceInfo {
   VkPhysicalDevice handle = VK_NULL_HANDLE;
   std::string name;
-  std::string type;              // "discrete", "integrated", "virtual", "cpu", "other"
-  int64_t memory_bytes = 0;      // the largest device-local heap
+  std::string type;               // "discrete", "integrated", "virtual", "cpu", "other"
+  int64_t memory_bytes = 0;       // the largest device-local heap
   int64_t memory_free_bytes = 0;  // its budget left (VK_EXT_memory_budget), else memory_bytes
-  std::string unusable;          // empty: ember can run on it; else why not
+  std::string unusable;           // empty: ember can run on it; else why not
 };
 std::vector<PhysicalDeviceInfo> physical_devices(const Api& api);
 

@@ -16,17 +16,23 @@ struct ElementwisePush {
 
 }  // namespace
 
-void VulkanBackend::elementwise(uint32_t op, const float* a, const float* b, int64_t n, int64_t n_cols, float s,
-                                float* y) {
+void VulkanBackend::elementwise(uint32_t op, const float* a, const float* b, int64_t n, int64_t n_cols,
+                                float s, float* y) {
   if (n == 0) return;
-  const ElementwisePush push{device_.device_address(a), b ? device_.device_address(b) : 0,
-                             device_.device_address(y), static_cast<uint32_t>(n), static_cast<uint32_t>(n_cols),
-                             op, s};
+  const ElementwisePush push{device_.device_address(a),
+                             b ? device_.device_address(b) : 0,
+                             device_.device_address(y),
+                             static_cast<uint32_t>(n),
+                             static_cast<uint32_t>(n_cols),
+                             op,
+                             s};
   const vk::Grid g = vk::grid((n + 255) / 256);
   device_.dispatch("elementwise", &push, sizeof(push), g.x, g.y);
 }
 
-void VulkanBackend::add(const float* a, const float* b, int64_t n, float* y) { elementwise(kAdd, a, b, n, 1, 0, y); }
+void VulkanBackend::add(const float* a, const float* b, int64_t n, float* y) {
+  elementwise(kAdd, a, b, n, 1, 0, y);
+}
 
 void VulkanBackend::add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) {
   elementwise(kAddBias, x, bias, n_rows * n_cols, n_cols, 0, x);

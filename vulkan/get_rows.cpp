@@ -17,7 +17,8 @@ void VulkanBackend::get_rows(DType type, const void* table, int64_t n_cols, cons
                              float* y) {
   if (n_ids == 0) return;
   const GetRowsPush push{device_.device_address(table), device_.argument(ids, sizeof(int32_t) * n_ids),
-                         device_.device_address(y), static_cast<uint32_t>(n_cols), static_cast<uint32_t>(n_ids)};
+                         device_.device_address(y), static_cast<uint32_t>(n_cols),
+                         static_cast<uint32_t>(n_ids)};
   const vk::Grid g = vk::grid(n_ids);
   device_.dispatch(vk::shader_of("get_rows", type).c_str(), &push, sizeof(push), g.x, g.y);
 }

@@ -47,7 +47,7 @@ class Model {
   // The matmul weights as the backend reads them (Backend::prepare_matmul_weight): views of the
   // mapping, or the backend's repacked copies, which weights_' matmul tensors then point into.
   std::vector<Buffer> matmul_weights_;
-  std::vector<Buffer> op_weights_;  // the other tensors ops read, as the backend reads them
+  std::vector<Buffer> op_weights_;        // the other tensors ops read, as the backend reads them
   std::vector<float> rope_inv_freq_;      // [n_rot / 2], scaling and frequency factors folded in
   std::vector<float> rope_inv_freq_swa_;  // [n_rot / 2] of sliding-window layers; empty: none
 };

@@ -329,6 +329,9 @@ void init_engine(nb::module_& m) {
           },
           "(total, free) bytes of the device's memory; None on the CPU.")
       .def_prop_ro(
+          "device_submissions", [](const PyEngine& self) { return self.model->backend().n_submissions(); },
+          "Command submissions to the device so far (one per engine step that ran; 0 on the CPU).")
+      .def_prop_ro(
           "kv_type", [](const PyEngine& self) { return std::string(ember::dtype_name(self.kv_type)); },
           "The KV cache's element type: 'f16' or 'q8_0'.");
 }

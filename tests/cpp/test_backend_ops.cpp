@@ -141,7 +141,8 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
 bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 void check_matmul(DType type) {
-  if (!backends().dev->supports(Op::matmul, type)) FAIL(cat("the device has no ", dtype_name(type), " matmul"));
+  if (!backends().dev->supports(Op::matmul, type))
+    FAIL(cat("the device has no ", dtype_name(type), " matmul"));
   const int64_t block = type_traits(type).block_size;
   // Decode-shaped (under the device's mat-mat threshold) and prefill-shaped row counts.
   for (int64_t n_rows : {int64_t{1}, pick({2, 3, 5}), pick({8, 9}), pick({33, 37, 70})}) {
@@ -215,26 +216,59 @@ WEIGHT_CASES(q8_0)
 WEIGHT_CASES(q4_k)
 WEIGHT_CASES(q6_k)
 
+// Every row's bits are the same whatever rows come with it (matmul_exact_min_rows() == 1), across
+// the device's decode and prefill kernels; else the same from matmul_exact_min_rows() rows on.
+TEST(matmul_rows_independent) {
+  Backend& be = *backends().dev;
+  for (DType type : {DType::f32, DType::q4_0, DType::q6_k}) {
+    const int64_t n_in = type_traits(type).block_size * (type == DType::f32 ? 3 : 2), n_out = 70;
+    const int64_t min_rows = be.matmul_exact_min_rows(type);
+    std::vector<float> w;
+    const std::vector<uint8_t> wbytes = random_weights(type, n_in, n_out, &w);
+    const std::vector<float> x = randoms(70 * n_in, 2.0f);
+    be.reserve_matmul(70, n_in);
+    Buffer wb = be.prepare_matmul_weight(type, wbytes.data(), n_in, n_out);
+    Buffer xb = put(be, x);
+    std::vector<std::vector<float>> results;
+    const std::vector<int64_t> counts = {std::max<int64_t>(min_rows, 1), std::max<int64_t>(min_rows, 5), 40,
+                                         70};
+    for (int64_t n_rows : counts) {
+      Buffer yb = be.alloc(sizeof(float) * n_rows * n_out);
+      be.matmul(type, wb.data(), n_in, n_out, xb.as<float>(), n_rows, yb.as<float>());
+      results.push_back(get<float>(be, yb, n_rows * n_out));
+    }
+    const int64_t n_common = counts[0] * n_out;
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT(std::memcmp(results[0].data(), results[i].data(), sizeof(float) * n_common) == 0,
+             cat("matmul ", dtype_name(type), ": the first ", counts[0], " rows differ between calls of ",
+                 counts[0], " and ", counts[i], " rows"));
+    }
+  }
+}
+
 TEST(elementwise_exact) {
   const int64_t n_rows = pick({1, 3, 17}), n_cols = pick({1, 37, 300});
   const int64_t n = n_rows * n_cols;
   const std::vector<float> a = randoms(n, 3), b = randoms(n, 3), bias = randoms(n_cols, 3);
-  expect_equal(run_both({a, b}, n, [&](Backend& be, auto& in, Buffer& y) {
-                 be.add(in[0].template as<float>(), in[1].template as<float>(), n, y.as<float>());
-               }),
+  expect_equal(run_both({a, b}, n,
+                        [&](Backend& be, auto& in, Buffer& y) {
+                          be.add(in[0].template as<float>(), in[1].template as<float>(), n, y.as<float>());
+                        }),
                "add");
-  expect_equal(run_both({a, bias}, n, [&](Backend& be, auto& in, Buffer& y) {
-                 be.add(in[0].template as<float>(), in[0].template as<float>(), 0, y.as<float>());
-                 be.add_bias(in[0].template as<float>(), in[1].template as<float>(), n_rows, n_cols);
-                 be.download(in[0], 0, nullptr, 0);
-                 be.add(in[0].template as<float>(), in[0].template as<float>(), n, y.as<float>());
-               }),
+  expect_equal(run_both({a, bias}, n,
+                        [&](Backend& be, auto& in, Buffer& y) {
+                          be.add(in[0].template as<float>(), in[0].template as<float>(), 0, y.as<float>());
+                          be.add_bias(in[0].template as<float>(), in[1].template as<float>(), n_rows, n_cols);
+                          be.download(in[0], 0, nullptr, 0);
+                          be.add(in[0].template as<float>(), in[0].template as<float>(), n, y.as<float>());
+                        }),
                "add_bias (then x + x)");
   const float s = uniform(-2, 2);
-  expect_equal(run_both({a}, n, [&](Backend& be, auto& in, Buffer& y) {
-                 be.scale(in[0].template as<float>(), n, s);
-                 be.add(in[0].template as<float>(), in[0].template as<float>(), n, y.as<float>());
-               }),
+  expect_equal(run_both({a}, n,
+                        [&](Backend& be, auto& in, Buffer& y) {
+                          be.scale(in[0].template as<float>(), n, s);
+                          be.add(in[0].template as<float>(), in[0].template as<float>(), n, y.as<float>());
+                        }),
                "scale (then x + x)");
 }
 
@@ -270,7 +304,8 @@ TEST(rms_norm) {
     be.rms_norm(in[0].template as<float>(), in[1].template as<float>(), n_rows, n_cols, eps, y.as<float>());
   });
   std::vector<double> tol(p.cpu.size());
-  for (size_t i = 0; i < tol.size(); ++i) tol[i] = std::fabs(double(p.cpu[i])) * 2 * (n_cols + 8) * kU + 1e-37;
+  for (size_t i = 0; i < tol.size(); ++i)
+    tol[i] = std::fabs(double(p.cpu[i])) * 2 * (n_cols + 8) * kU + 1e-37;
   expect_close(p, tol, cat("rms_norm ", n_rows, "x", n_cols));
 }
 
@@ -286,7 +321,8 @@ TEST(softmax) {
     const float m = *std::max_element(x.begin() + r * n_cols, x.begin() + (r + 1) * n_cols);
     for (int64_t i = 0; i < n_cols; ++i) {
       const double span = m - x[r * n_cols + i];
-      tol[r * n_cols + i] = std::fabs(double(p.cpu[r * n_cols + i])) * (16 + 2 * span + 2 * n_cols) * kUlp + 1e-37;
+      tol[r * n_cols + i] = std::fabs(double(p.cpu[r * n_cols + i])) * (16 + 2 * span + 2 * n_cols) * kUlp +
+                            1e-37;
     }
   }
   expect_close(p, tol, cat("softmax ", n_rows, "x", n_cols));
@@ -311,7 +347,8 @@ TEST(rope) {
     });
     // Each output mixes a pair (a, b): 2^-11 (|a| + |b|) from sin/cos, doubled by the x + x.
     std::vector<double> tol(x.size());
-    const int64_t stride = layout == RopeLayout::neox ? 1 : 2, partner = layout == RopeLayout::neox ? n_rot / 2 : 1;
+    const int64_t stride = layout == RopeLayout::neox ? 1 : 2,
+                  partner = layout == RopeLayout::neox ? n_rot / 2 : 1;
     for (int64_t h = 0; h < n_rows * n_heads; ++h) {
       for (int64_t d = 0; d < head_dim; ++d) tol[h * head_dim + d] = 0;
       for (int64_t i = 0; i < n_rot / 2; ++i) {
@@ -320,7 +357,8 @@ TEST(rope) {
         tol[a] = tol[b] = t;
       }
     }
-    expect_close(p, tol, cat("rope ", layout == RopeLayout::neox ? "neox" : "interleaved", " head_dim ", head_dim));
+    expect_close(p, tol,
+                 cat("rope ", layout == RopeLayout::neox ? "neox" : "interleaved", " head_dim ", head_dim));
   }
 }
 
@@ -413,8 +451,10 @@ void check_attention(DType type) {
   }
   std::vector<float> kd(s.n_blocks * s.block_size * n_kv_dim), vd(kd.size());
   for (int64_t slot = 0; slot < s.n_blocks * s.block_size; ++slot) {
-    type_traits(type).dequantize_row(kbytes.data() + slot * s.row_bytes, kd.data() + slot * n_kv_dim, n_kv_dim);
-    type_traits(type).dequantize_row(vbytes.data() + slot * s.row_bytes, vd.data() + slot * n_kv_dim, n_kv_dim);
+    type_traits(type).dequantize_row(kbytes.data() + slot * s.row_bytes, kd.data() + slot * n_kv_dim,
+                                     n_kv_dim);
+    type_traits(type).dequantize_row(vbytes.data() + slot * s.row_bytes, vd.data() + slot * n_kv_dim,
+                                     n_kv_dim);
   }
   for (int64_t window : {int64_t{0}, pick({1, 6, 40})}) {
     AttentionParams params;
@@ -429,7 +469,8 @@ void check_attention(DType type) {
       Backend& be = side == 0 ? *backends().cpu : *backends().dev;
       Buffer kc = put(be, kbytes), vc = put(be, vbytes), qb = put(be, q);
       Buffer ob = be.alloc(sizeof(float) * q.size());
-      be.attention(qb.as<float>(), pos.data() + first, n_rows, view_of(type, s, kc, vc), params, ob.as<float>());
+      be.attention(qb.as<float>(), pos.data() + first, n_rows, view_of(type, s, kc, vc), params,
+                   ob.as<float>());
       (side == 0 ? p.cpu : p.dev) = get<float>(be, ob, q.size());
     }
     std::vector<double> tol(q.size());
@@ -452,13 +493,14 @@ void check_attention(DType type) {
           smax = std::max(smax, dot * params.scale);
         }
         const double n_keys = double(at - lo + 1);
-        const double t = vmax * (4 * head_dim * kU * params.scale * qk_max + (n_keys + 16 + 2 * (smax - smin)) * kUlp);
+        const double t = vmax * (4 * head_dim * kU * params.scale * qk_max +
+                                 (n_keys + 16 + 2 * (smax - smin)) * kUlp);
         for (int64_t d = 0; d < head_dim; ++d) tol[(r * n_head + h) * head_dim + d] = t;
       }
     }
     expect_close(p, tol,
-                 cat("attention ", dtype_name(type), " heads ", n_head, "/", n_head_kv, "x", head_dim, " rows ",
-                     first, "+", n_rows, " window ", window));
+                 cat("attention ", dtype_name(type), " heads ", n_head, "/", n_head_kv, "x", head_dim,
+                     " rows ", first, "+", n_rows, " window ", window));
   }
 }
 

@@ -3,6 +3,7 @@
 // index of a workgroup in a 2-D grid (the host splits dispatches over 65535 groups into rows).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32 { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32 { int v[]; };

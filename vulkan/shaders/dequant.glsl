@@ -9,7 +9,7 @@
 #if defined(TYPE_F32)
 uint row_u16(uint n_in) { return 2u * n_in; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
-  for (uint l = 0u; l < 32u; ++l) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
     const uint k = 32u * g + l;
     v[l] = k < n_in ? uintBitsToFloat(uint(w.v[row + 2u * k]) | (uint(w.v[row + 2u * k + 1u]) << 16)) : 0.0;
   }
@@ -17,7 +17,7 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
 #elif defined(TYPE_F16)
 uint row_u16(uint n_in) { return n_in; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
-  for (uint l = 0u; l < 32u; ++l) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
     const uint k = 32u * g + l;
     v[l] = k < n_in ? f16_to_f32(uint(w.v[row + k])) : 0.0;
   }
@@ -25,7 +25,7 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
 #elif defined(TYPE_BF16)
 uint row_u16(uint n_in) { return n_in; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
-  for (uint l = 0u; l < 32u; ++l) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
     const uint k = 32u * g + l;
     v[l] = k < n_in ? uintBitsToFloat(uint(w.v[row + k]) << 16) : 0.0;
   }
@@ -35,7 +35,7 @@ uint row_u16(uint n_in) { return n_in / 32u * 9u; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + 9u * g;
   const float d = f16_to_f32(uint(w.v[b]));
-  for (uint j = 0u; j < 16u; ++j) {
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
     const uint q = byte_at(w, b + 1u, j);
     precise float lo = d * float(int(q & 15u) - 8), hi = d * float(int(q >> 4) - 8);
     v[j] = lo;
@@ -47,7 +47,7 @@ uint row_u16(uint n_in) { return n_in / 32u * 10u; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + 10u * g;
   const float d = f16_to_f32(uint(w.v[b])), m = f16_to_f32(uint(w.v[b + 1u]));
-  for (uint j = 0u; j < 16u; ++j) {
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
     const uint q = byte_at(w, b + 2u, j);
     precise float lo = d * float(q & 15u) + m, hi = d * float(q >> 4) + m;
     v[j] = lo;
@@ -65,7 +65,7 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + kBlockU16 * g;
   const float d = f16_to_f32(uint(w.v[b]));
   const uint qh = uint(w.v[b + kQh]) | (uint(w.v[b + kQh + 1u]) << 16);
-  for (uint j = 0u; j < 16u; ++j) {
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
     const uint q = byte_at(w, b + kQh + 2u, j);
     const uint lo = (q & 15u) | (((qh >> j) & 1u) << 4), hi = (q >> 4) | (((qh >> (j + 16u)) & 1u) << 4);
 #if defined(TYPE_Q5_0)
@@ -83,7 +83,7 @@ uint row_u16(uint n_in) { return n_in / 32u * 17u; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + 17u * g;
   const float d = f16_to_f32(uint(w.v[b]));
-  for (uint j = 0u; j < 32u; ++j) {
+  [[unroll]] for (uint j = 0u; j < 32u; ++j) {
     precise float x = d * float(sbyte_at(w, b + 1u, j));
     v[j] = x;
   }
@@ -103,7 +103,7 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
     m = (byte_at(w, b + 2u, s + 4u) >> 4) | ((byte_at(w, b + 2u, s) >> 2) & 48u);
   }
   precise float dl = d * float(sc), ml = dmin * float(m);
-  for (uint l = 0u; l < 32u; ++l) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
     const uint q = (byte_at(w, b + 8u, 32u * (s / 2u) + l) >> (4u * (s % 2u))) & 15u;
     precise float x = dl * float(q) - ml;
     v[l] = x;
@@ -116,7 +116,7 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + 105u * (g / 8u), r = g % 8u;  // values 32r .. 32r+31 of the block
   const uint h = r / 4u, k = r % 4u;
   const float d = f16_to_f32(uint(w.v[b + 104u]));
-  for (uint l = 0u; l < 32u; ++l) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
     const uint low = (byte_at(w, b, 64u * h + 32u * (k % 2u) + l) >> (4u * (k / 2u))) & 15u;
     const uint high = (byte_at(w, b, 128u + 32u * h + l) >> (2u * k)) & 3u;
     const int q = int(low | (high << 4)) - 32;

@@ -2,8 +2,8 @@
 // matmul_mat.comp: y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ for many rows (prefill), tiled: one
 // workgroup per 32 columns x 32 rows; per group of 32 inputs, 32 threads dequantize one weight
 // row each into shared memory and 32 load one activation row each, then every thread
-// accumulates a 4x4 block of outputs in input order. Tiles past the edges read zeros, so a row's
-// result never depends on the other rows of the call.
+// accumulates a 4x4 block of outputs. The sums are matmul_vec.comp's, operation for operation
+// (see there), so both kernels give every row the same bits.
 #include "common.glsl"
 #include "dequant.glsl"
 
@@ -29,7 +29,7 @@ void main() {
   const uint ty = t / 8u, tx = t % 8u;  // rows r0 + 4ty .., columns o0 + 4tx ..
   const uint row_words = row_u16(p.n_in);
   const uint n_groups = (p.n_in + 31u) / 32u;
-  float acc[4][4];
+  precise float acc[4][4];
   for (uint i = 0u; i < 4u; ++i)
     for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
   for (uint g = 0u; g < n_groups; ++g) {
@@ -50,12 +50,12 @@ void main() {
       }
     }
     barrier();
-    for (uint l = 0u; l < 32u; ++l) {
-      float wv[4];
-      for (uint j = 0u; j < 4u; ++j) wv[j] = ws[4u * tx + j][l];
-      for (uint i = 0u; i < 4u; ++i) {
-        const float a = xs[4u * ty + i][l];
-        for (uint j = 0u; j < 4u; ++j) acc[i][j] += a * wv[j];
+    const uint n_l = min(32u, p.n_in - 32u * g);
+    for (uint i = 0u; i < 4u; ++i) {
+      for (uint j = 0u; j < 4u; ++j) {
+        precise float s = 0.0;
+        for (uint l = 0u; l < n_l; ++l) s = s + ws[4u * tx + j][l] * xs[4u * ty + i][l];
+        acc[i][j] = acc[i][j] + s;
       }
     }
     barrier();

@@ -35,6 +35,7 @@ def run(
     seed: opt.Seed = None,
     stop: opt.Stop = None,
     threads: opt.Threads = None,
+    device: opt.Device = None,
     ctx_size: opt.CtxSize = None,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout."""
@@ -49,7 +50,7 @@ def run(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size)
+    llm = opt.load_llm(model, threads, ctx_size, device)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
