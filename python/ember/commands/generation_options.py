@@ -40,7 +40,8 @@ Prompt = Annotated[Optional[str], typer.Option(
 Threads = Annotated[Optional[int], typer.Option(
     "-t", "--threads", help="CPU threads [default: physical cores]", show_default=False)]
 Device = Annotated[Optional[str], typer.Option(
-    "--device", help="device to run on: cpu, vulkan or vulkan:N [default: $EMBER_DEVICE, else the first GPU, else the CPU]",
+    "--device", help=("device to run on: cpu, vulkan or vulkan:N "
+              "[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
     show_default=False)]
 CtxSize = Annotated[Optional[int], typer.Option(
     "-c", "--ctx-size", help="context size in tokens [default: the model's, at most 4096]",
