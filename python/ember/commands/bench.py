@@ -92,7 +92,7 @@ def bench(
         "-t", "--threads", help="threads (default: physical cores)", show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(
         "--device", help=("device to run on: cpu, vulkan or vulkan:N "
-              "[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
+              "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
         show_default=False)] = None,
     repetitions: Annotated[int, typer.Option(
         "-r", "--repetitions", min=1, help="timed runs per test")] = 3,
