@@ -23,27 +23,23 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
   float* v = s.v.as<float>();        // [n, n_kv]
   float* attn = s.attn.as<float>();  // [n, n_q]
   float* up = s.ffn_up.as<float>();  // [n, n_ff]
-  // [n] i32: first the token type of every row (0: single-sentence input), then the last
-  // position each row attends to. The attention op sees keys up to a row's bound, so bounding
-  // every row by its sequence's last position makes it bidirectional.
-  int32_t* row_ids = s.key_bounds.as<int32_t>();
+  // The attention op sees keys up to a row's bound, so bounding every row by its sequence's last
+  // position makes it bidirectional.
+  int32_t* key_bounds = s.key_bounds.data();
+  for (int64_t is = 0; is < batch.n_seqs; ++is) {
+    const SequenceRows& seq = batch.seqs[is];
+    for (int64_t r = seq.row_begin; r < seq.row_begin + seq.n_rows; ++r) {
+      key_bounds[r] = batch.positions[seq.row_begin + seq.n_rows - 1];
+    }
+  }
 
   // --- embeddings: norm(token + position + token type) ---
   be.get_rows(w.token_embd.type, w.token_embd.data, n_embd, batch.tokens, n, x);
   be.get_rows(w.position_embd.type, w.position_embd.data, n_embd, batch.positions, n, xn);
   be.add(x, xn, n * n_embd, x);
-  for (int64_t r = 0; r < n; ++r) row_ids[r] = 0;
-  be.get_rows(w.token_types.type, w.token_types.data, n_embd, row_ids, n, xn);
+  be.get_rows(w.token_types.type, w.token_types.data, n_embd, s.token_types.data(), n, xn);
   be.add(x, xn, n * n_embd, x);
   be.layer_norm(x, w.token_embd_norm.f32(), w.token_embd_norm_b.f32(), n, n_embd, eps, x);
-
-  be.synchronize();  // the token types are read before the bounds overwrite them
-  for (int64_t is = 0; is < batch.n_seqs; ++is) {
-    const SequenceRows& seq = batch.seqs[is];
-    for (int64_t r = seq.row_begin; r < seq.row_begin + seq.n_rows; ++r) {
-      row_ids[r] = batch.positions[seq.row_begin + seq.n_rows - 1];
-    }
-  }
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = w.layers[il];
@@ -59,7 +55,7 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
     for (int64_t is = 0; is < batch.n_seqs; ++is) {
       const SequenceRows& seq = batch.seqs[is];
       const int64_t r0 = seq.row_begin;
-      be.attention(q + r0 * n_q, row_ids + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), attention,
+      be.attention(q + r0 * n_q, key_bounds + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), attention,
                    attn + r0 * n_q);
     }
     be.matmul(l.wo.type, l.wo.data, n_q, n_embd, attn, n, xn);
@@ -76,7 +72,9 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
     be.add(x, xn, n * n_embd, x);
     be.layer_norm(x, l.post_ffn_norm.f32(), l.post_ffn_norm_b.f32(), n, n_embd, eps, x);
   }
-  if (batch.n_outputs > 0) be.get_rows(DType::f32, x, n_embd, batch.output_rows, batch.n_outputs, states);
+  if (batch.n_outputs == 0) return;
+  be.get_rows(DType::f32, x, n_embd, batch.output_rows, batch.n_outputs, s.logits.as<float>());
+  be.download(s.logits, 0, states, sizeof(float) * static_cast<size_t>(batch.n_outputs * n_embd));
 }
 
 }  // namespace ember

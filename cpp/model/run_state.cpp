@@ -16,9 +16,12 @@ Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_b
   attn = floats(c.n_q_dim());
   ffn_gate = floats(c.n_ff);
   ffn_up = floats(c.n_ff);
-  positions = backend.alloc(sizeof(int32_t) * n_batch);
-  output_rows = backend.alloc(sizeof(int32_t) * n_batch);
-  key_bounds = backend.alloc(sizeof(int32_t) * n_batch);
+  // CPU: committed only as far as written. An encoder's output rows are token states.
+  logits = floats(c.is_encoder() ? c.n_embd : c.n_vocab);
+  if (c.is_encoder()) {
+    token_types.assign(n_batch, 0);
+    key_bounds.resize(n_batch);
+  }
   // Every matmul of a forward pass has at most n_batch rows and one of these widths as n_in.
   backend.reserve_matmul(n_batch, std::max({c.n_embd, c.n_q_dim(), c.n_ff}));
 }

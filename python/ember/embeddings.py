@@ -22,6 +22,7 @@ from typing import Union
 import numpy as np
 
 from ember import _core
+from ember.engine import resolve_device
 
 EmbeddingInput = Union[str, Sequence[int]]  # a text, or token ids used as they are
 
@@ -35,13 +36,22 @@ def is_embedding_model(path: str | os.PathLike[str]) -> bool:
 
 class Embedder:
     """An encoder model and its tokenizer. n_threads defaults to the physical cores; n_batch
-    (token rows per forward pass) to 2048."""
+    (token rows per forward pass) to 2048; device to $EMBER_DEVICE, else the CPU ("auto" is the
+    CPU too: the GPU backends lack the encoders' layer_norm and gelu, and loading on one raises
+    ember.UnsupportedError saying to use --device cpu)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None,
-                 n_batch: int | None = None) -> None:
+                 n_batch: int | None = None, device: str | None = None) -> None:
         self.path = Path(path)
-        self._core = _core.Embedder(str(self.path), n_threads=n_threads, n_batch=n_batch)
+        device = resolve_device(device)
+        self._core = _core.Embedder(str(self.path), n_threads=n_threads, n_batch=n_batch,
+                                    device="cpu" if device == "auto" else device)
         self.tokenizer = _core.Tokenizer(str(self.path))
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on ("cpu")."""
+        return self._core.device
 
     @property
     def n_embd(self) -> int:

@@ -26,10 +26,12 @@ struct PyEmbedder {
   std::shared_ptr<ember::Model> model;
   std::unique_ptr<ember::Embedder> embedder;
 
-  PyEmbedder(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_batch) {
+  PyEmbedder(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_batch,
+             const std::string& device) {
     nb::gil_scoped_release release;
     ember::ModelOptions model_options;
     model_options.n_threads = n_threads.value_or(0);
+    model_options.backend = device;
     model = ember::Model::load(path, model_options);
     ember::EmbedderOptions options;
     if (n_batch) options.n_batch = *n_batch;
@@ -71,13 +73,18 @@ const char* pooling_name(ember::Pooling p) {
 
 void init_embedder(nb::module_& m) {
   nb::class_<PyEmbedder>(m, "Embedder", "An encoder model (bert) loaded for embeddings.")
-      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>>(), nb::arg("path"),
-           nb::arg("n_threads") = nb::none(), nb::arg("n_batch") = nb::none(),
-           "Loads a GGUF encoder model. n_threads defaults to the physical cores, n_batch (token rows "
-           "per forward pass, sequences packed whole) to 2048.")
+      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, const std::string&>(),
+           nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_batch") = nb::none(),
+           nb::arg("device") = "cpu",
+           "Loads a GGUF encoder model on `device` (a backend that lacks the encoder's ops is refused). "
+           "n_threads defaults to the physical cores, n_batch (token rows per forward pass, sequences "
+           "packed whole) to 2048.")
       .def("embed", &embed, nb::arg("inputs"), nb::arg("normalize") = true,
            "Embeddings [len(inputs), n_embd] float32 of token sequences, pooled as the model says "
            "(mean, cls or last) and L2-normalised unless normalize=False.")
+      .def_prop_ro(
+          "device", [](const PyEmbedder& self) { return self.model->backend().device_name(); },
+          "The device the model runs on.")
       .def_prop_ro("n_embd", [](const PyEmbedder& self) { return self.embedder->n_embd(); })
       .def_prop_ro("max_tokens", [](const PyEmbedder& self) { return self.embedder->max_tokens(); })
       .def_prop_ro("n_batch", [](const PyEmbedder& self) { return self.embedder->n_batch(); })

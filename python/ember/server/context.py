@@ -134,7 +134,7 @@ class AppContext:
         c = self.config
         return Engine(resolve_model(c.model), n_threads=c.threads, n_ctx=c.ctx_size,
                       parallel=c.parallel, kv_size=c.kv_size, max_queue=c.max_queue,
-                      kv_type=c.kv_type)
+                      kv_type=c.kv_type, device=c.device)
 
     def load(self) -> None:
         """Runs in a background thread: loads the model; on failure logs it and tells the
@@ -171,7 +171,7 @@ class AppContext:
             if not is_embedding_model(path):
                 raise ValueError(f"{path.name} is not an embedding model (--embedding serves "
                                  "encoder models such as bert)")
-            embedder = Embedder(path, n_threads=self.config.threads)
+            embedder = Embedder(path, n_threads=self.config.threads, device=self.config.device)
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self.load_error = f"loading the model failed: {err}"
             log.error("could not load the model: %s", err)
