@@ -108,3 +108,25 @@ def test_unconstrained_requests_in_the_batch_are_unaffected(stories: ember.LLM) 
     together = stories.engine.generate_batch([prompt] * 7, [plain, *constrained])
     assert together[0].tokens == alone
     assert together[1].tokens != alone
+
+
+def test_constraints_survive_preemption(stories_path: Path) -> None:
+    """A KV cache too small for every request preempts some (they recompute their tokens later):
+    each constraint still advances once per output token, so every stopped output validates."""
+    llm = ember.LLM(str(stories_path), parallel=8, n_ctx=256, kv_size=320)
+    try:
+        prompt = llm.tokenize("Once upon a time")
+        schemas = SCHEMAS[:16]
+        params = [SamplingParams(temperature=0.8, seed=i, max_tokens=120,
+                                 constraint=Constraint.json_schema(schema))
+                  for i, (_, schema) in enumerate(schemas)]
+        results = llm.engine.generate_batch([prompt] * len(schemas), params)
+        assert llm.engine.stats().preemptions > 0
+    finally:
+        llm.close()
+    n_stop = 0
+    for (name, schema), result in zip(schemas, results):
+        if result.finish_reason == "stop":
+            n_stop += 1
+            jsonschema.validate(json.loads(result.text), schema)
+    assert n_stop >= 4
