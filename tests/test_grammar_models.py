@@ -125,7 +125,7 @@ def test_constraints_survive_preemption(stories_path: Path) -> None:
     finally:
         llm.close()
     n_stop = 0
-    for (name, schema), result in zip(schemas, results):
+    for (_name, schema), result in zip(schemas, results):
         if result.finish_reason == "stop":
             n_stop += 1
             jsonschema.validate(json.loads(result.text), schema)

@@ -128,8 +128,11 @@ class GrammarCompiler:
             return self._core.compile(kind, data)
         except ValueError as err:
             message = str(err).removeprefix("[grammar] ")
-            raise ConstraintError(f"the {constraint.kind.replace('_', ' ')} cannot be enforced: "
-                                  f"{message}", constraint.param) from None
+            where = f"'{constraint.param}': " if constraint.param else ""
+            what = {"json_schema": "JSON schema", "gbnf": "GBNF grammar", "lark": "Lark grammar",
+                    "regex": "regex"}[constraint.kind]
+            raise ConstraintError(f"{where}the {what} cannot be enforced: {message}",
+                                  constraint.param) from None
 
     @property
     def n_compiled(self) -> int:

@@ -52,13 +52,15 @@ def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
 
 
 def completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
+    """An echoed prompt's first token has logprob None, and so top_logprobs None."""
     offsets = []
     for e in entries:
         offsets.append(offset)
         offset += len(e.text)
     return {"tokens": [e.text for e in entries],
             "token_logprobs": [e.logprob for e in entries],
-            "top_logprobs": [{t.text: t.logprob for t in e.top} for e in entries],
+            "top_logprobs": [{t.text: t.logprob for t in e.top} if e.logprob is not None
+                             else None for e in entries],
             "text_offset": offsets}
 
 
@@ -69,6 +71,7 @@ class _Choice:
     finish_reason: str | None = None
     usage: Usage | None = None
     n_chars: int = 0  # text streamed so far (completions' text_offset)
+    echo: tuple[str, list[TokenLogprob]] | None = None  # the prompt, before the completion
 
 
 class Formatter:
@@ -97,6 +100,11 @@ class Formatter:
                   for g in self.usage_groups]
         return merged_usage([g for g in groups if g])
 
+    def echo(self, index: int, text: str, logprobs: list[TokenLogprob]) -> None:
+        """Choice `index` starts with this text: completions' `echo` (the prompt, and its token
+        logprobs when logprobs are asked for), or a chat reply's prefill."""
+        self.choices[index].echo = (text, logprobs)
+
     # --- streaming -------------------------------------------------------------------------
 
     def first_chunks(self) -> list[dict[str, Any]]:
@@ -111,6 +119,11 @@ class Formatter:
         """The chunks for one event of choice `index`: its text (when there is any), then the
         finish chunk (when it is the last)."""
         choice = self.choices[index]
+        if choice.echo is not None:  # the prompt goes first, in front of the first event
+            text, prompt_logprobs = choice.echo
+            choice.echo = None
+            event = Delta(text + event.text, event.tokens, [*prompt_logprobs, *event.logprobs],
+                          event.finish_reason, event.result)
         out = []
         logprobs = event.logprobs if self.logprobs else []
         if event.text or logprobs:
@@ -155,6 +168,9 @@ class Formatter:
         choices = []
         for i, c in enumerate(self.choices):
             text = "".join(c.text)
+            logprobs = c.logprobs
+            if c.echo is not None:
+                text, logprobs = c.echo[0] + text, [*c.echo[1], *logprobs]
             if self.chat:
                 choices.append({"index": i,
                                 "message": {"role": "assistant", "content": text},
@@ -162,7 +178,7 @@ class Formatter:
                                 "finish_reason": c.finish_reason})
             else:
                 choices.append({"index": i, "text": text,
-                                "logprobs": completion_logprobs(c.logprobs, 0)
+                                "logprobs": completion_logprobs(logprobs, 0)
                                 if self.logprobs else None,
                                 "finish_reason": c.finish_reason})
         return {**self._head(False), "choices": choices, "usage": self.usage()}
