@@ -14,7 +14,7 @@ import pytest
 from schema_corpus import SCHEMAS
 
 import ember
-from ember.grammar import Constraint
+from ember.grammar import Constraint, lark_json
 from ember.results import GenerationResult
 from ember.sampling import SamplingParams
 
@@ -130,3 +130,19 @@ def test_constraints_survive_preemption(stories_path: Path) -> None:
             n_stop += 1
             jsonschema.validate(json.loads(result.text), schema)
     assert n_stop >= 4
+
+
+def test_lark_with_an_embedded_json_schema(smollm2: ember.LLM) -> None:
+    """The form a tool call takes: fixed text around a JSON value that matches a schema."""
+    call = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                      "required": ["city"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    grammar = 'start: "<tool_call>" call "</tool_call>"\ncall: ' + lark_json(call)
+    result = smollm2.chat([{"role": "user", "content": "What is the weather in Paris?"}],
+                          constraint=Constraint.lark(grammar), temperature=0, max_tokens=60)
+    assert result.finish_reason == "stop"
+    assert result.text.startswith("<tool_call>") and result.text.endswith("</tool_call>")
+    body = result.text.removeprefix("<tool_call>").removesuffix("</tool_call>")
+    jsonschema.validate(json.loads(body), call)
