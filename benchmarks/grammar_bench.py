@@ -118,6 +118,30 @@ def ember_decode(model: str, threads: int, n_tokens: int, prompt: str) -> dict:
     return out
 
 
+def ember_batch(model: str, threads: int, n_tokens: int, prompt: str, n: int = 8) -> dict:
+    """ms per token of the unconstrained requests in a batch of n: all unconstrained, then half
+    of them constrained (the steps are shared, so this is what constraints cost the others)."""
+    import ember
+    from ember.sampling import SamplingParams
+
+    llm = ember.LLM(model, n_threads=threads, parallel=n)
+    tokens = llm.tokenize(prompt)
+    plain = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
+    constrained = SamplingParams(temperature=0, max_tokens=n_tokens, constraint=Constraint.json_schema(LONG))
+    out = {}
+    for label, half in (("all_plain", plain), ("half_constrained", constrained)):
+        rates = []
+        for _ in range(2):
+            results = llm.engine.generate_batch([tokens] * n, [plain] * (n // 2) + [half] * (n - n // 2))
+            rates.append(statistics.mean(r.timings.generation_ms / (len(r.tokens) - 1)
+                                         for r in results[: n // 2]))
+        out[f"{label}_ms_per_token"] = round(min(rates), 3)
+    llm.close()
+    ratio = out["half_constrained_ms_per_token"] / out["all_plain_ms_per_token"]
+    out["unconstrained_slowdown"] = round(ratio - 1, 3)
+    return out
+
+
 def llama_server_decode(exe: str, model: str, threads: int, n_tokens: int, prompt: str) -> dict:
     port = 18000 + (int(time.time()) % 1000)
     args = [exe, "-m", model, "-t", str(threads), "--port", str(port), "-c", "2048", "-np", "1",
@@ -162,6 +186,7 @@ def main() -> None:
     report: dict = {"mask": [mask_costs(v) for v in [args.model, *args.vocab]]}
     prompt = "Write a long story about a dragon, as JSON with one field, story:"
     report["ember"] = ember_decode(args.model, args.threads, args.tokens, prompt)
+    report["ember_batch"] = ember_batch(args.model, args.threads, args.tokens, prompt)
     exe = peer_binary("llama-server", args.llama_server)
     if exe:
         report["llama_server"] = llama_server_decode(exe, args.model, args.threads, args.tokens, prompt)
