@@ -152,9 +152,18 @@ def test_response_format_is_honoured_or_refused(server: RunningServer) -> None:
                                    {"suffix": "end"}, {"best_of": 3}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
-    path = "/v1/chat/completions" if name == "tools" else "/v1/completions"
-    body = {**CHAT, **field} if name == "tools" else {"prompt": "a", **field}
-    assert_error(post(server, path, body), 400, param=name, code="unsupported_parameter")
+    body = {"prompt": "a", **field}
+    assert_error(post(server, "/v1/completions", body), 400, param=name,
+                 code="unsupported_parameter")
+
+
+def test_a_forced_tool_call_is_refused_until_constrained_decoding(server: RunningServer
+                                                                  ) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        body = {**CHAT, "tools": tools, "tool_choice": choice}
+        assert_error(post(server, "/v1/chat/completions", body), 400, param="tool_choice",
+                     code="unsupported_parameter", contains=("grammar-constrained decoding",))
 
 
 def test_any_model_name_is_answered_by_the_served_model(server: RunningServer) -> None:

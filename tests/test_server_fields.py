@@ -134,21 +134,16 @@ def test_fields_ember_cannot_honour_are_refused_unless_off(server: RunningServer
         assert post(server, path, {**body, name: off}).status_code == 200
 
 
-def test_grammar_fields_constrain_the_output(server: RunningServer) -> None:
-    """llama-server's grammar (GBNF) and json_schema ({}: any JSON value) fields."""
-    response = post(server, "/v1/completions", {"prompt": "a", "grammar": 'root ::= "a" | "b"'})
+@pytest.mark.parametrize(("field", "allowed"), [
+    ({"grammar": 'root ::= "a" | "bc"'}, {"a", "bc"}),
+    ({"json_schema": {"enum": ["yes", "no"]}}, {'"yes"', '"no"'}),
+    ({"json_schema": {"type": "boolean"}}, {"true", "false"})])
+def test_llama_server_grammar_fields_are_honoured(server: RunningServer, field: dict[str, Any],
+                                                  allowed: set[str]) -> None:
+    response = post(server, "/v1/completions", {"prompt": "a", "max_tokens": 16, **field})
     assert response.status_code == 200, response.text
-    assert response.json()["choices"][0]["text"] in ("a", "b")
-    for schema in ({}, {"type": "object"}):
-        response = post(server, "/v1/completions", {"prompt": "a", "json_schema": schema, "max_tokens": 64})
-        assert response.status_code == 200, response.text
-        choice = response.json()["choices"][0]
-        if choice["finish_reason"] == "stop":
-            value = json.loads(choice["text"])
-            assert schema == {} or isinstance(value, dict)
-    response = post(server, "/v1/completions", {"prompt": "a", "grammar": "root ::= ("})
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "grammar"
+    [choice] = response.json()["choices"]
+    assert choice["text"] in allowed and choice["finish_reason"] == "stop", choice
 
 
 # --- chat prompts: prefill, content parts ----------------------------------------------------

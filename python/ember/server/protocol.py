@@ -2,10 +2,11 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (tools, best_of > n) is an error, never silently dropped
-(docs/server-fields.md lists every field). Omitted fields take the server's defaults
-(--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16
-for completions (as OpenAI) and to "until the model stops or the context is full" for chat.
+honour yet (a forced tool_choice until constrained tool calls are wired, best_of > n) is an
+error, never silently dropped (docs/server-fields.md lists every field); chat's `tools` are
+checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
+else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
+and to "until the model stops or the context is full" for chat.
 The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
 """
 
@@ -20,6 +21,7 @@ from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.llama_fields import check_off, sampler_overrides
+from ember.tools import ToolRequest, ToolsError, parse_tools
 
 Prompt = Union[str, list[int]]
 
@@ -82,6 +84,7 @@ class ChatCompletionRequest:
     # assistant message was continued implicitly; vLLM's continue_final_message: true answers
     # only the continuation, and so does ember then.
     prefill_in_reply: bool = False
+    tools: ToolRequest | None = None
 
 
 @dataclass
@@ -166,9 +169,9 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
-def _check_unsupported(body: Fields) -> None:
-    if body.get("tools"):
-        raise _unsupported("tools", "tool calling")
+def _check_unsupported(body: Fields, chat: bool) -> None:
+    if body.get("tools") and not chat:
+        raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
         raise _unsupported("functions", "function calling")
 
@@ -285,7 +288,7 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     """The options every generation endpoint shares: chat's (logprobs as a boolean) or
     completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
     default)."""
-    _check_unsupported(body)
+    _check_unsupported(body, chat)
     if chat:
         for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
             if body.get(name) is not None:
@@ -486,7 +489,9 @@ def split_prefill(body: Fields, messages: list[dict[str, Any]]
                           "opens a new turn", param="continue_final_message",
                           code="invalid_value")
     # A lone assistant message has no conversation to continue: it is rendered as it is.
-    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1
+    # Nor does one carrying tool calls (it is history, answered by tool results).
+    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1 \
+        and not messages[-1].get("tool_calls")
     if continue_final and not can_continue:
         raise bad_request("'continue_final_message' needs an assistant message last, after at "
                           "least one other message", param="continue_final_message",
@@ -505,8 +510,13 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
     rendered, prefill, add_prompt = split_prefill(fields, messages)
     options = parse_options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
     implicit = body.get("continue_final_message") is None
+    try:
+        tools = parse_tools(body.get("tools"), body.get("tool_choice"),
+                            body.get("parallel_tool_calls"))
+    except ToolsError as err:
+        raise bad_request(str(err), param=err.param, code=err.code) from None
     return ChatCompletionRequest(options, rendered, prefill, add_prompt,
-                                 prefill_in_reply=prefill is not None and implicit)
+                                 prefill_in_reply=prefill is not None and implicit, tools=tools)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
