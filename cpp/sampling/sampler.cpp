@@ -2,6 +2,7 @@
 // the same parameters narrow the distribution the same way in both engines.
 #include "sampling/sampler.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -104,8 +105,11 @@ void Sampler::narrow(const float* logits) {
     std::erase_if(c.items, [mask](const TokenCandidate& t) { return !mask_allows(mask, t.id); });
   }
   if (params_.temperature <= 0.0f) {
+    // The mask may have removed candidates, so ids no longer equal positions: find the logit.
     const int32_t best = argmax(c);
-    c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f, 0.0f});
+    const auto it = std::find_if(c.items.begin(), c.items.end(),
+                                 [best](const TokenCandidate& t) { return t.id == best; });
+    c.items.assign(1, TokenCandidate{best, it->logit, 1.0f, 0.0f});
     c.sorted = true;
     return;
   }

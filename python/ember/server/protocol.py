@@ -7,6 +7,7 @@ error, never silently dropped (docs/server-fields.md lists every field); chat's 
 checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
 else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
 and to "until the model stops or the context is full" for chat.
+The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
 """
 
 from __future__ import annotations
