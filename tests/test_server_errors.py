@@ -146,8 +146,7 @@ def test_response_format_is_refused_not_ignored(server: RunningServer) -> None:
 
 
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"grammar": "root ::= \"a\""}, {"suffix": "end"},
-                                   {"best_of": 3}])
+                                   {"grammar": "root ::= \"a\""}, {"suffix": "end"}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
     path = "/v1/chat/completions" if name == "tools" else "/v1/completions"

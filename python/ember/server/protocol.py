@@ -2,7 +2,7 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, grammars, best_of > n) is an error,
+honour yet (response_format json_object/json_schema, tools, grammars) is an error,
 never silently dropped (docs/server-fields.md lists every field). Omitted fields take the
 server's defaults (--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens
 then defaults to 16 for completions (as OpenAI) and to "until the model stops or the context is
@@ -89,6 +89,7 @@ class CompletionRequest:
     prompts: list[Prompt] = field(default_factory=list)
     echo: bool = False              # the prompt comes back before the completion (and is scored)
     suffix: str | None = None       # fill in the middle between the prompt and this
+    best_of: int = 1                # candidates per prompt (>= n); the n most likely are returned
 
 
 def _type_name(value: Any) -> str:
@@ -532,10 +533,15 @@ def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: in
     if best_of is not None and best_of < options.n:
         raise bad_request(f"'best_of' ({best_of}) must be >= 'n' ({options.n})",
                           param="best_of", code="invalid_value")
-    if best_of is not None and best_of > options.n:
-        raise _unsupported("best_of", f"best_of > n (generating {best_of} and returning the "
-                           f"{options.n} most likely) ; send best_of = n or omit it")
+    if best_of is not None and best_of > defaults.max_n:
+        raise bad_request(f"'best_of' is {best_of}; this server generates at most "
+                          f"{defaults.max_n} candidates per prompt", param="best_of",
+                          code="invalid_value")
+    if best_of is not None and best_of > options.n and options.stream:
+        raise bad_request("'best_of' > 'n' cannot be streamed (the best candidates are known "
+                          "only once all have finished)", param="best_of", code="invalid_value")
     suffix = fields.string("suffix")
     if suffix is not None:
         check_text(suffix, "suffix")
-    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None)
+    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None,
+                             best_of or options.n)
