@@ -130,28 +130,22 @@ def test_n_too_large(server: RunningServer) -> None:
     assert_error(post(server, "/v1/completions", {"prompt": "a", "n": 0}), 400, param="n")
 
 
-def test_response_format_is_refused_not_ignored(server: RunningServer) -> None:
-    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
-    for response_format in ({"type": "json_object"},
-                            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
-        with pytest.raises(openai.BadRequestError) as raised:
-            client.chat.completions.create(model="stories", messages=CHAT["messages"],
-                                           response_format=response_format)  # type: ignore
-        assert raised.value.status_code == 400
-        assert "response_format" in raised.value.message
-        assert response_format["type"] in raised.value.message
-    out = client.chat.completions.create(model="stories", messages=CHAT["messages"],
-                                         max_tokens=2, response_format={"type": "text"})
-    assert out.choices[0].message.content is not None
-
-
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"grammar": "root ::= \"a\""}, {"suffix": "end"}])
+                                   {"suffix": "end"}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
-    path = "/v1/chat/completions" if name == "tools" else "/v1/completions"
-    body = {**CHAT, **field} if name == "tools" else {"prompt": "a", **field}
-    assert_error(post(server, path, body), 400, param=name, code="unsupported_parameter")
+    body = {"prompt": "a", **field}
+    assert_error(post(server, "/v1/completions", body), 400, param=name,
+                 code="unsupported_parameter")
+
+
+def test_a_forced_tool_call_is_refused_until_constrained_decoding(server: RunningServer
+                                                                  ) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        body = {**CHAT, "tools": tools, "tool_choice": choice}
+        assert_error(post(server, "/v1/chat/completions", body), 400, param="tool_choice",
+                     code="unsupported_parameter", contains=("grammar-constrained decoding",))
 
 
 def test_any_model_name_is_answered_by_the_served_model(server: RunningServer) -> None:

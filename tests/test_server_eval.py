@@ -149,6 +149,14 @@ def test_suffix_needs_fim_tokens(stories: RunningServer, stories_path: Path,
                                          "input_suffix": "a time"})
         assert native["content"] == by_hand["choices"][0]["text"]
         assert native["tokens_evaluated"] == len(expected)
+        # Extra context (no repo/file-separator tokens here): its text goes first, as llama-server.
+        extra = ok(running, "/infill", {**body, "n_predict": 6, "input_prefix": "Once upon",
+                                        "input_suffix": "a time", "input_extra": [
+                                            {"filename": "a.txt", "text": "The dog"}]})
+        with_extra = ok(running, "/v1/completions", {**body, "prompt": [
+            *tokenize("The dog"), *expected]})
+        assert extra["content"] == with_extra["choices"][0]["text"]
+        assert extra["tokens_evaluated"] == len(expected) + len(tokenize("The dog"))
     finally:
         running.stop()
 

@@ -134,14 +134,16 @@ def test_fields_ember_cannot_honour_are_refused_unless_off(server: RunningServer
         assert post(server, path, {**body, name: off}).status_code == 200
 
 
-@pytest.mark.parametrize("field", [{"grammar": "root ::= \"a\""}, {"json_schema": {}},
-                                   {"json_schema": {"type": "object"}}])  # {}: any JSON
-def test_grammar_fields_are_refused_until_structured_output(server: RunningServer,
-                                                            field: dict[str, Any]) -> None:
-    [name] = field
-    response = post(server, "/v1/completions", {"prompt": "a", **field})
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == name
+@pytest.mark.parametrize(("field", "allowed"), [
+    ({"grammar": 'root ::= "a" | "bc"'}, {"a", "bc"}),
+    ({"json_schema": {"enum": ["yes", "no"]}}, {'"yes"', '"no"'}),
+    ({"json_schema": {"type": "boolean"}}, {"true", "false"})])
+def test_llama_server_grammar_fields_are_honoured(server: RunningServer, field: dict[str, Any],
+                                                  allowed: set[str]) -> None:
+    response = post(server, "/v1/completions", {"prompt": "a", "max_tokens": 16, **field})
+    assert response.status_code == 200, response.text
+    [choice] = response.json()["choices"]
+    assert choice["text"] in allowed and choice["finish_reason"] == "stop", choice
 
 
 # --- chat prompts: prefill, content parts ----------------------------------------------------

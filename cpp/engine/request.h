@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "sampling/constraint.h"
 #include "sampling/params.h"
 
 namespace ember {
@@ -37,6 +39,9 @@ struct RequestOptions {
   // Log-probabilities of each sampled token under the raw logits: -1 off, 0 the chosen token's
   // only, k > 0 also the k most likely tokens (see TokenEvent).
   int32_t n_logprobs = -1;
+  // Constrained decoding: every output token is one the grammar allows, and end-of-generation
+  // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct Request {

@@ -17,6 +17,7 @@ its KV blocks) and results. ember.LLM, the CLI and the server all generate throu
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Union
 
 from ember import _core
 from ember.chat import ChatTemplate
+from ember.grammar import GrammarCompiler
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
@@ -56,7 +58,7 @@ class Request:
     and the whole GenerationResult. Leaving the iteration early cancels the request."""
 
     def __init__(self, engine: Engine, prompt: list[int], params: SamplingParams,
-                 start: float) -> None:
+                 start: float, keep_tokens: Sequence[int] = ()) -> None:
         # Everything that can fail is built here, before the engine runs anything (see submit).
         self.engine = engine
         self.prompt_tokens = prompt
@@ -67,6 +69,11 @@ class Request:
         self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
         self._id = 0
         self._decoder = _core.StreamDecoder(engine.tokenizer)
+        # Control tokens whose text stays in the output (a tool-call format's markers); tokens
+        # that decoding shows anyway are left to it.
+        tokenizer = engine.tokenizer
+        self._kept = {t: tokenizer.token_to_piece(t).decode("utf-8", errors="replace")
+                      for t in keep_tokens if tokenizer.decode([t], skip_special=True) == ""}
         self._stops = _core.StopStringMatcher(list(params.stop))
         self._start = start
         self._first_token_at: float | None = None
@@ -175,7 +182,10 @@ class Request:
                 entry = self._logprob(token, event.logprobs)
                 self._logprobs.append(entry)
                 self._pending_logprobs.append(entry)
-            text, stopped, matched = self._stops.push(self._decoder.push(token))
+            piece = self._decoder.push(token)
+            if token in self._kept:
+                piece += self._kept[token]
+            text, stopped, matched = self._stops.push(piece)
             self._texts.append(text)
             self._unsent += text
             if stopped:
@@ -228,6 +238,11 @@ class Request:
         return delta
 
 
+def resolve_device(device: str | None) -> str:
+    """The device to run on: `device`, else $EMBER_DEVICE, else "auto"."""
+    return device or os.environ.get("EMBER_DEVICE") or "auto"
+
+
 class Engine:
     """A model served by the continuous-batching engine, with its tokenizer. Thread-safe:
     submit and iterate from any number of threads (or from an asyncio loop); the C++ engine
@@ -237,22 +252,25 @@ class Engine:
     requests running at once; kv_size / kv_bytes: the KV cache budget in tokens or bytes
     (default n_ctx * parallel tokens, at most 1 GiB); max_queue: waiting requests at most
     (0: no limit; past it submit raises EngineBusy); kv_type "f16" or "q8_0"; batch_invariant:
-    a request's output never depends on what else runs."""
+    a request's output never depends on what else runs; device: "cpu", "vulkan" / "vulkan:N" or
+    "auto" (the first GPU, else the CPU); None reads $EMBER_DEVICE, else "auto"."""
 
     def __init__(self, model_path: str | Path, *, n_threads: int | None = None,
                  n_ctx: int | None = None, parallel: int = 16, kv_size: int | None = None,
                  kv_bytes: int | None = None, block_size: int = 16, max_batch_tokens: int = 512,
                  max_queue: int = 0, kv_type: str = "f16", prefix_caching: bool = True,
-                 batch_invariant: bool = True) -> None:
+                 batch_invariant: bool = True, device: str | None = None) -> None:
         self.path = Path(model_path)
         self._core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx,
                                   parallel=parallel, kv_size=kv_size, kv_bytes=kv_bytes,
                                   block_size=block_size, max_batch_tokens=max_batch_tokens,
                                   max_queue=max_queue, kv_type=kv_type,
-                                  prefix_caching=prefix_caching, batch_invariant=batch_invariant)
+                                  prefix_caching=prefix_caching, batch_invariant=batch_invariant,
+                                  device=resolve_device(device))
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
+        self._grammars: GrammarCompiler | None = None
 
     @property
     def chat_template(self) -> ChatTemplate:
@@ -260,6 +278,13 @@ class Engine:
         if self._chat_template is None:
             self._chat_template = ChatTemplate.from_gguf(self.path)
         return self._chat_template
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """Compiles constraints for this model's vocabulary (built on first use)."""
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer)
+        return self._grammars
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -271,6 +296,16 @@ class Engine:
     @property
     def n_vocab(self) -> int:
         return self._core.n_vocab
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD Radeon ...)"."""
+        return self._core.device
+
+    @property
+    def device_memory(self) -> tuple[int, int] | None:
+        """(total, free) bytes of the device's memory; None on the CPU."""
+        return self._core.device_memory
 
     @property
     def parallel(self) -> int:
@@ -310,16 +345,18 @@ class Engine:
                              "shorter prompt or a larger n_ctx")
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
-               priority: int = 0) -> Request:
+               priority: int = 0, keep_tokens: Sequence[int] = ()) -> Request:
         """Queues one request and returns it (iterate it for its Deltas). Raises ValueError for
         a request that can never run (bad prompt or parameters), EngineBusy when the queue is
-        full."""
+        full. keep_tokens: control tokens whose text stays in the output (decoding drops
+        control tokens otherwise), such as a tool-call format's [TOOL_CALLS]."""
         params = params or SamplingParams()
         tokens = [int(t) for t in prompt_tokens]
         self.check_prompt(tokens)
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
-        request = Request(self, tokens, params, perf_counter())
+        request = Request(self, tokens, params, perf_counter(), keep_tokens)
+        grammar = self.grammars.compile(params.constraint) if params.constraint else None
         if params.max_tokens == 0:
             return request
         core_params = params.to_core()
@@ -327,7 +364,8 @@ class Engine:
         request._handle = handle = self._core.submit(
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
-            logprobs=params.top_logprobs if params.logprobs else -1, priority=priority)
+            logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
+            grammar=grammar)
         request._id = handle.id
         return request
 

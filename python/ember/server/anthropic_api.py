@@ -177,8 +177,9 @@ async def _messages(request: HTTPRequest, ctx: AppContext) -> Response:
     parsed, prompt = await generation.prepare_chat(request, ctx, chat)
     options = parsed.options
     shape = MessagesShape(ctx.check_model(body.string("model")))
-    shape.n_prompt_tokens = len(prompt)
-    return await generation.respond(request, ctx, shape, [prompt], [options.choice_params(0)],
+    shape.n_prompt_tokens = len(prompt.tokens)
+    return await generation.respond(request, ctx, shape, [prompt.tokens],
+                                    [options.choice_params(0)],
                                     options.stream, arrival)
 
 
@@ -187,7 +188,7 @@ async def _count_tokens(request: HTTPRequest, ctx: AppContext) -> Response:
     ctx.require_ready()
     chat = {**chat_body(Fields(raw)), "max_tokens": 1, "stream": False}
     _, prompt = await generation.prepare_chat(request, ctx, chat)
-    return json_response({"input_tokens": len(prompt)})
+    return json_response({"input_tokens": len(prompt.tokens)})
 
 
 def _anthropic_errors(handler: Any) -> Any:

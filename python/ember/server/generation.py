@@ -16,16 +16,18 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ember import tool_template
 from ember.chat import ChatTemplateError, ChatTemplateLimitError
 from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
+from ember.grammar import ConstraintError
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
@@ -41,6 +43,8 @@ from ember.server.protocol import (
     parse_chat_request,
     parse_completion_request,
 )
+from ember.tool_calls import ToolFormat
+from ember.tools import ToolRequest
 
 log = logging.getLogger("ember.server")
 
@@ -181,14 +185,14 @@ class EventStreamResponse(StreamingResponse):
             self._events.close()
 
 
-def _submit(ctx: AppContext, prompts: Sequence[list[int]],
-            params: Sequence[SamplingParams]) -> list[Request]:
+def _submit(ctx: AppContext, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
+            keep_tokens: Sequence[int] = ()) -> list[Request]:
     """Queues every choice or none: a full queue is a 503 and cancels what was queued."""
     engine = ctx.require_ready()
     requests: list[Request] = []
     try:
         for prompt, p in zip(prompts, params):
-            requests.append(engine.submit(prompt, p))
+            requests.append(engine.submit(prompt, p, keep_tokens=keep_tokens))
     except BaseException as err:
         for request in requests:
             request.cancel()
@@ -196,6 +200,8 @@ def _submit(ctx: AppContext, prompts: Sequence[list[int]],
             raise APIError(503, f"the server is busy: the queue holds {ctx.config.max_queue} "
                            "waiting requests (--max-queue); retry later",
                            code="queue_full") from None
+        if isinstance(err, ConstraintError):
+            raise bad_request(str(err), param=err.param, code="invalid_value") from None
         if isinstance(err, ValueError):
             raise bad_request(str(err), code="invalid_value") from None
         raise
@@ -261,10 +267,11 @@ class OpenAIShape:
 
 async def respond(request: HTTPRequest, ctx: AppContext, shape: Shape,
                   prompts: list[list[int]], params: list[SamplingParams], stream: bool,
-                  arrival: float) -> Response:
+                  arrival: float, keep_tokens: Sequence[int] = ()) -> Response:
     """Submits one engine request per prompt (every choice) and answers in `shape`: JSON once
-    all have finished, or an event stream that starts with the first Delta."""
-    requests = _submit(ctx, prompts, params)
+    all have finished, or an event stream that starts with the first Delta. keep_tokens:
+    control tokens whose text stays in the output (ChatPrompt.keep_tokens)."""
+    requests = _submit(ctx, prompts, params, keep_tokens)
     events = ChoiceEvents(ctx, requests, shape.id, arrival)
     if not stream:
         try:
@@ -353,16 +360,29 @@ def render_limits(bound: PromptBound) -> RenderLimits:
                         max_total_chars=max(16 * bound.max_bytes, 4 << 20))
 
 
+@dataclass
+class ChatPrompt:
+    tokens: list[int]
+    tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
+    keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
+    answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
+
+
 def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
-                 prefill: str | None = None, add_generation_prompt: bool = True) -> str:
-    """Runs in a worker thread: render (bounded), the context bound. With `prefill`, the
-    reply's opening text follows the rendered prompt."""
+                 prefill: str | None = None, add_generation_prompt: bool = True,
+                 tools: ToolRequest | None = None) -> tuple[str, tool_template.PreparedChat]:
+    """Runs in a worker thread: tools into the messages (ember.tool_template), render
+    (bounded), the context bound. With `prefill`, the reply's opening text follows the
+    rendered prompt."""
+    engine = ctx.require_ready()
     assert ctx.template is not None
     bound = _bound(ctx)
     limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        text = ctx.template.render(messages, add_generation_prompt=add_generation_prompt,
-                                   limits=limits) + (prefill or "")
+        chat = tool_template.prepare_chat(ctx.template, engine.tokenizer, messages, tools)
+        text = ctx.template.render(chat.messages, add_generation_prompt=add_generation_prompt,
+                                   limits=limits, **chat.variables) + (prefill or "") \
+            + chat.answer_prefix
     except ChatTemplateLimitError as err:
         if err.kind == "size":
             raise bound.too_long("messages", f"more text than that ({err})") from None
@@ -373,48 +393,61 @@ def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     check_text(text, "messages")
     if within_context:
         bound.check(text, "messages")
-    return text
+    return text, chat
 
 
 def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
-                 prefill: str | None = None, add_generation_prompt: bool = True) -> list[int]:
+                 prefill: str | None = None, add_generation_prompt: bool = True,
+                 tools: ToolRequest | None = None) -> ChatPrompt:
     """Runs in a worker thread: _render_chat, then tokenize."""
     engine = ctx.require_ready()
     assert ctx.template is not None
-    text = _render_chat(ctx, messages, within_context, prefill, add_generation_prompt)
-    return ctx.template.tokenize(engine.tokenizer, text)
+    text, chat = _render_chat(ctx, messages, within_context, prefill, add_generation_prompt,
+                              tools)
+    return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
+                      chat.keep_tokens, chat.answer_prefix)
 
 
 async def render_chat(ctx: AppContext, messages: list[dict[str, Any]], prefill: str | None,
                       add_generation_prompt: bool) -> str:
     """The prompt text of checked messages (llama-server's /apply-template)."""
-    return await ctx.in_worker(_render_chat, ctx, messages, False, prefill,
-                               add_generation_prompt)
+    text, _ = await ctx.in_worker(_render_chat, ctx, messages, False, prefill,
+                                  add_generation_prompt)
+    return text
+
+
+async def encode_chat_prompt(ctx: AppContext, messages: list[dict[str, Any]],
+                             within_context: bool = True, prefill: str | None = None,
+                             add_generation_prompt: bool = True,
+                             tools: ToolRequest | None = None) -> ChatPrompt:
+    """The prompt of checked messages (and tools) in the model's chat template, rendered and
+    tokenized in a worker thread, with how to read tool calls in the answer; a 400 when the
+    template refuses them, runs past its limits or the prompt is certainly longer than the
+    context."""
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context, prefill,
+                               add_generation_prompt, tools)
 
 
 async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
-                      within_context: bool = True, prefill: str | None = None,
-                      add_generation_prompt: bool = True) -> list[int]:
-    """The prompt tokens of checked messages in the model's chat template, rendered and
-    tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
-    or the prompt is certainly longer than the context."""
-    return await ctx.in_worker(_encode_chat, ctx, messages, within_context, prefill,
-                               add_generation_prompt)
+                      within_context: bool = True) -> list[int]:
+    """The prompt tokens of checked messages (encode_chat_prompt without tools)."""
+    return (await encode_chat_prompt(ctx, messages, within_context)).tokens
 
 
 _INLINE_TOKENIZE_CHARS = 4096
 
 
 async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
-                       ) -> tuple[ChatCompletionRequest, list[int]]:
+                       ) -> tuple[ChatCompletionRequest, ChatPrompt]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) checked, rendered and
-    tokenized: the parsed request and its prompt tokens."""
+    tokenized: the parsed request and its prompt (tokens, and how to read tool calls)."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_chat_request(
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
-    prompt = await encode_chat(ctx, parsed.messages, prefill=parsed.prefill,
-                               add_generation_prompt=parsed.add_generation_prompt)
-    check_prompt(ctx, prompt, "messages")
+    prompt = await encode_chat_prompt(ctx, parsed.messages, prefill=parsed.prefill,
+                                      add_generation_prompt=parsed.add_generation_prompt,
+                                      tools=parsed.tools)
+    check_prompt(ctx, prompt.tokens, "messages")
     return parsed, prompt
 
 
@@ -424,13 +457,15 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     parsed, prompt = await prepare_chat(request, ctx, body)
     options = parsed.options
     model = ctx.check_model(options.model)
-    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
+    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs,
+                    tool_format=prompt.tool_format, answer_prefix=prompt.answer_prefix)
     if parsed.prefill_in_reply and parsed.prefill:
         for i in range(options.n):
             fmt.echo(i, parsed.prefill, [])
     params = [options.choice_params(i) for i in range(options.n)]
     return await respond(request, ctx, OpenAIShape(fmt, options.include_usage),
-                         [prompt] * options.n, params, options.stream, arrival)
+                         [prompt.tokens] * options.n, params, options.stream, arrival,
+                         prompt.keep_tokens)
 
 
 async def completions(request: HTTPRequest, ctx: AppContext) -> Response:

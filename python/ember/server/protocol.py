@@ -2,11 +2,11 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, grammars) is an error,
-never silently dropped (docs/server-fields.md lists every field). Omitted fields take the
-server's defaults (--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens
-then defaults to 16 for completions (as OpenAI) and to "until the model stops or the context is
-full" for chat.
+honour yet (a forced tool_choice until constrained tool calls are wired) is an error, never
+silently dropped (docs/server-fields.md lists every field); chat's `tools` are checked by
+ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...), else
+SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI) and to
+"until the model stops or the context is full" for chat.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.llama_fields import check_off, sampler_overrides
+from ember.tools import ToolRequest, ToolsError, parse_tools
 
 Prompt = Union[str, list[int]]
 
@@ -81,6 +83,7 @@ class ChatCompletionRequest:
     # assistant message was continued implicitly; vLLM's continue_final_message: true answers
     # only the continuation, and so does ember then.
     prefill_in_reply: bool = False
+    tools: ToolRequest | None = None
 
 
 @dataclass
@@ -166,24 +169,9 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
-def _check_unsupported(body: Fields) -> None:
-    response_format = body.get("response_format")
-    if response_format is not None:
-        kind = response_format.get("type") if isinstance(response_format, Mapping) else None
-        if kind in ("json_object", "json_schema"):
-            raise _unsupported("response_format", f"type '{kind}' (it needs grammar-constrained "
-                               "sampling, which ember's server does not have yet); omit it or "
-                               "use {\"type\": \"text\"}")
-        if kind != "text":
-            raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-                              f"\"json_schema\", ...}}, got {show(response_format)}",
-                              param="response_format", code="invalid_value")
-    # llama-server's: grammar "" is no grammar; any json_schema, {} included, constrains.
-    if body.get("grammar") or body.get("json_schema") is not None:
-        name = "grammar" if body.get("grammar") else "json_schema"
-        raise _unsupported(name, "grammar-constrained sampling")
-    if body.get("tools"):
-        raise _unsupported("tools", "tool calling")
+def _check_unsupported(body: Fields, chat: bool) -> None:
+    if body.get("tools") and not chat:
+        raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
         raise _unsupported("functions", "function calling")
 
@@ -300,12 +288,12 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     """The options every generation endpoint shares: chat's (logprobs as a boolean) or
     completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
     default)."""
-    _check_unsupported(body)
-    if chat:
+    _check_unsupported(body, chat)
+    if chat or native:
         for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
             if body.get(name) is not None:
-                raise bad_request(f"'{name}' is a field of /v1/completions, not of chat "
-                                  "completions", param=name, code="unsupported_parameter")
+                raise bad_request(f"'{name}' is a field of OpenAI's /v1/completions, not of this "
+                                  "endpoint", param=name, code="unsupported_parameter")
     check_off(body.body)
     model = body.string("model")
     if model is not None:
@@ -323,8 +311,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         raise bad_request(f"'{name}' is {n}; this server generates at most {max_n} choices per "
                           "request", param=name, code="invalid_value")
     body.boolean("cache_prompt")  # the prefix cache always serves; outputs are the same either way
-    id_slot = body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
-    del id_slot  # checked; the engine places requests itself (any slot's prefix cache serves)
+    # Checked, not used: the engine places requests itself (any slot's prefix cache serves).
+    body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
 
     n_probs = body.integer("n_probs", low=0, high=MAX_TOP_LOGPROBS)
     if chat:
@@ -367,7 +355,7 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"))
+            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body))
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
@@ -501,7 +489,9 @@ def split_prefill(body: Fields, messages: list[dict[str, Any]]
                           "opens a new turn", param="continue_final_message",
                           code="invalid_value")
     # A lone assistant message has no conversation to continue: it is rendered as it is.
-    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1
+    # Nor does one carrying tool calls (it is history, answered by tool results).
+    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1 \
+        and not messages[-1].get("tool_calls")
     if continue_final and not can_continue:
         raise bad_request("'continue_final_message' needs an assistant message last, after at "
                           "least one other message", param="continue_final_message",
@@ -520,8 +510,13 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
     rendered, prefill, add_prompt = split_prefill(fields, messages)
     options = parse_options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
     implicit = body.get("continue_final_message") is None
+    try:
+        tools = parse_tools(body.get("tools"), body.get("tool_choice"),
+                            body.get("parallel_tool_calls"))
+    except ToolsError as err:
+        raise bad_request(str(err), param=err.param, code=err.code) from None
     return ChatCompletionRequest(options, rendered, prefill, add_prompt,
-                                 prefill_in_reply=prefill is not None and implicit)
+                                 prefill_in_reply=prefill is not None and implicit, tools=tools)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,

@@ -219,8 +219,8 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
             "previous_response_id": previous, "store": store,
             "metadata": raw.get("metadata") or {}}
     shape = ResponsesShape(ctx.check_model(options.model), options, echo)
-    answer = await generation.respond(request, ctx, shape, [prompt], [params], options.stream,
-                                      arrival)
+    answer = await generation.respond(request, ctx, shape, [prompt.tokens], [params],
+                                      options.stream, arrival)
     if store:
         if options.stream:
             # Stored once the stream has run to its end.
