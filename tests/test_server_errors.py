@@ -149,7 +149,7 @@ def test_response_format_is_honoured_or_refused(server: RunningServer) -> None:
 
 
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"suffix": "end"}, {"best_of": 3}])
+                                   {"suffix": "end"}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
     body = {"prompt": "a", **field}

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request as HTTPRequest
@@ -497,10 +497,58 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
                       if options.logprobs else [])
             for i in range(p * n, (p + 1) * n):
                 fmt.echo(i, text, scored)
-    all_prompts = [tokens for tokens in prompts for _ in range(n)]
-    params = [options.choice_params(i) for _ in prompts for i in range(n)]
-    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), all_prompts,
-                         params, options.stream, arrival)
+    shape: Shape = OpenAIShape(fmt, options.include_usage)
+    k = parsed.best_of  # candidates per prompt
+    params = [options.choice_params(i) for _ in prompts for i in range(k)]
+    if k > n:  # ranked by their tokens' mean logprob, which needs the logprobs
+        params = [replace(p, logprobs=True) for p in params]
+        shape = BestOfShape(fmt, n, k)
+    all_prompts = [tokens for tokens in prompts for _ in range(k)]
+    return await respond(request, ctx, shape, all_prompts, params, options.stream, arrival)
+
+
+class BestOfShape:
+    """Completions' best_of > n: `best_of` candidates per prompt, of which the n with the
+    highest mean token logprob are answered (as OpenAI ranks them), in candidate order. Usage
+    counts every candidate's tokens, as OpenAI bills them. Never streamed (protocol.py)."""
+
+    def __init__(self, fmt: Formatter, n: int, best_of: int) -> None:
+        self.fmt, self.id, self._n, self._k = fmt, fmt.id, n, best_of
+        self._deltas: dict[int, list[Delta]] = {}
+
+    def add(self, index: int, delta: Delta) -> None:
+        self._deltas.setdefault(index, []).append(delta)
+
+    def _score(self, index: int) -> float:
+        logprobs = [lp.logprob for d in self._deltas.get(index, []) for lp in d.logprobs]
+        return sum(logprobs) / len(logprobs) if logprobs else float("-inf")
+
+    def response(self) -> Any:
+        n_prompts = len(self.fmt.choices) // self._n
+        for p in range(n_prompts):
+            candidates = range(p * self._k, (p + 1) * self._k)
+            best = sorted(sorted(candidates, key=self._score, reverse=True)[:self._n])
+            for j, index in enumerate(best):
+                for delta in self._deltas.get(index, []):
+                    self.fmt.add(p * self._n + j, delta)
+        out = self.fmt.response()
+        finals = [d[-1].result for d in self._deltas.values() if d and d[-1].result]
+        completion = sum(r.usage.completion_tokens for r in finals)
+        out["usage"]["completion_tokens"] = completion
+        out["usage"]["total_tokens"] = out["usage"]["prompt_tokens"] + completion
+        return out
+
+    def stream_start(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_end(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
 
 
 def infill_tokens(ctx: AppContext, prefix: Prompt, suffix: str, param: str, prompt: str = "",

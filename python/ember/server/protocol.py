@@ -2,11 +2,10 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (a forced tool_choice until constrained tool calls are wired, best_of > n) is an
-error, never silently dropped (docs/server-fields.md lists every field); chat's `tools` are
-checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
-else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
-and to "until the model stops or the context is full" for chat.
+honour is an error, never silently dropped (docs/server-fields.md lists every field); chat's
+`tools` are checked by ember.tools. Omitted fields take the server's defaults (--n-predict,
+--temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions
+(as OpenAI) and to "until the model stops or the context is full" for chat.
 The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
 """
 
@@ -93,6 +92,7 @@ class CompletionRequest:
     prompts: list[Prompt] = field(default_factory=list)
     echo: bool = False              # the prompt comes back before the completion (and is scored)
     suffix: str | None = None       # fill in the middle between the prompt and this
+    best_of: int = 1                # candidates per prompt (>= n); the n most likely are returned
 
 
 def _type_name(value: Any) -> str:
@@ -289,11 +289,11 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
     default)."""
     _check_unsupported(body, chat)
-    if chat:
+    if chat or native:
         for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
             if body.get(name) is not None:
-                raise bad_request(f"'{name}' is a field of /v1/completions, not of chat "
-                                  "completions", param=name, code="unsupported_parameter")
+                raise bad_request(f"'{name}' is a field of OpenAI's /v1/completions, not of this "
+                                  "endpoint", param=name, code="unsupported_parameter")
     check_off(body.body)
     model = body.string("model")
     if model is not None:
@@ -311,8 +311,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         raise bad_request(f"'{name}' is {n}; this server generates at most {max_n} choices per "
                           "request", param=name, code="invalid_value")
     body.boolean("cache_prompt")  # the prefix cache always serves; outputs are the same either way
-    id_slot = body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
-    del id_slot  # checked; the engine places requests itself (any slot's prefix cache serves)
+    # Checked, not used: the engine places requests itself (any slot's prefix cache serves).
+    body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
 
     n_probs = body.integer("n_probs", low=0, high=MAX_TOP_LOGPROBS)
     if chat:
@@ -528,10 +528,15 @@ def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: in
     if best_of is not None and best_of < options.n:
         raise bad_request(f"'best_of' ({best_of}) must be >= 'n' ({options.n})",
                           param="best_of", code="invalid_value")
-    if best_of is not None and best_of > options.n:
-        raise _unsupported("best_of", f"best_of > n (generating {best_of} and returning the "
-                           f"{options.n} most likely) ; send best_of = n or omit it")
+    if best_of is not None and best_of > defaults.max_n:
+        raise bad_request(f"'best_of' is {best_of}; this server generates at most "
+                          f"{defaults.max_n} candidates per prompt", param="best_of",
+                          code="invalid_value")
+    if best_of is not None and best_of > options.n and options.stream:
+        raise bad_request("'best_of' > 'n' cannot be streamed (the best candidates are known "
+                          "only once all have finished)", param="best_of", code="invalid_value")
     suffix = fields.string("suffix")
     if suffix is not None:
         check_text(suffix, "suffix")
-    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None)
+    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None,
+                             best_of or options.n)
