@@ -2,11 +2,10 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (a forced tool_choice until constrained tool calls are wired, best_of > n) is an
-error, never silently dropped (docs/server-fields.md lists every field); chat's `tools` are
-checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
-else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
-and to "until the model stops or the context is full" for chat.
+honour (best_of > n, ...) is an error, never silently dropped (docs/server-fields.md lists every
+field); chat's `tools` are checked by ember.tools. Omitted fields take the server's defaults
+(--n-predict, --temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16
+for completions (as OpenAI) and to "until the model stops or the context is full" for chat.
 """
 
 from __future__ import annotations
@@ -514,6 +513,17 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                             body.get("parallel_tool_calls"))
     except ToolsError as err:
         raise bad_request(str(err), param=err.param, code=err.code) from None
+    if tools is not None and tools.forced:
+        if options.params.constraint is not None:
+            other = next(n for n in ("response_format", "json_schema", "grammar")
+                         if body.get(n) is not None)
+            raise bad_request(f"'tool_choice' forces a tool call, which constrains the whole "
+                              f"output, as '{other}' does too; give one of them",
+                              param="tool_choice", code="invalid_value")
+        if prefill is not None:
+            raise bad_request("'tool_choice' forces a tool call, which starts a new assistant "
+                              "message; it cannot continue the trailing assistant message",
+                              param="tool_choice", code="invalid_value")
     return ChatCompletionRequest(options, rendered, prefill, add_prompt,
                                  prefill_in_reply=prefill is not None and implicit, tools=tools)
 
