@@ -1,13 +1,20 @@
-// backend.h: the interface every compute backend (cpu/, later cuda/ and metal/) implements —
-// buffers, the ops a model's forward pass needs, a capability query and synchronize.
+// backend.h: the interface every compute backend (cpu/, vulkan/, later cuda/ and metal/)
+// implements — buffers, the ops a model's forward pass needs, a capability query, a command
+// stream (ops are recorded; synchronize() and download() finish them) and device memory.
 // Model code calls ops only through this interface; it knows nothing of threads or ISAs.
 //
 // Conventions shared by every op:
-//  - activations are float32, row-major, and live in the backend's memory (host memory on CPU);
+//  - activations are float32, row-major, and live in the backend's memory (alloc(): host memory
+//    on the CPU, device memory on a GPU, where data() is an address only ops understand — model
+//    code may offset it, never dereference it);
+//  - small index tables an op reads (token ids, positions, output rows, block tables, RoPE
+//    frequencies) may be host pointers: a device backend copies them as it records the op, so the
+//    caller may change them afterwards;
 //  - weights are GGUF tensors in any dtype the backend supports, laid out as in the file, except
 //    matmul weights, which go through prepare_matmul_weight() once (the backend may repack them);
-//  - ops may run asynchronously; synchronize() waits for all of them (the CPU runs each op to
-//    completion before returning, so its synchronize() does nothing);
+//  - ops may run asynchronously: a device backend records them into one command stream, which
+//    synchronize() submits and waits for (once per engine step), as does download() (the CPU
+//    runs each op to completion before returning, so its synchronize() does nothing);
 //  - ops never throw and never allocate: callers check supports() and sizes once, at load, and
 //    size the ops' scratch there (reserve_matmul).
 #pragma once
@@ -15,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -120,11 +128,35 @@ struct AttentionParams {
   int64_t window = 0;  // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
 };
 
+// Memory of a backend's device (a GPU's device-local heap).
+struct DeviceMemory {
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;  // what the driver says is left for this process (its budget), else total
+};
+
+// One device a backend can run on, for listings (`ember info --devices`).
+struct BackendDevice {
+  std::string backend;  // "cpu", "vulkan"
+  int index = 0;        // the N of "vulkan:N"
+  std::string name;     // e.g. "AMD Radeon RX 7900 XTX", "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string type;     // "cpu", "discrete", "integrated", "virtual", "other"
+  int64_t memory_bytes = 0;
+  int64_t memory_free_bytes = 0;
+  std::string unusable;  // empty: usable; else why ember cannot run on it
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   virtual const char* name() const = 0;
+  // The device it runs on, for people: "cpu", "vulkan:0 (llvmpipe ...)".
+  virtual std::string device_name() const { return name(); }
+  // The device's memory; nullopt for the CPU (host memory, no budget to ask).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // Command submissions so far (a device backend: one per synchronize() that had work; tests
+  // check one per engine step). 0 for the CPU.
+  virtual int64_t n_submissions() const { return 0; }
   // Host threads the backend's ops run on (the CPU's pool; 1 for a device driven by one thread).
   virtual int n_threads() const = 0;
   // True if `op` runs with weights/tables of `dtype` (activation-only ops accept f32 only); for
@@ -137,14 +169,18 @@ class Backend {
   // Sizes matmul()'s scratch for calls of up to max_rows rows of up to max_n_in inputs, so that
   // those calls never allocate. Called at load (once per activation scratch); grows, never shrinks.
   virtual void reserve_matmul(int64_t max_rows, int64_t max_n_in) = 0;
-  // Waits until every op issued so far has finished.
+  // Submits the ops recorded so far (if the backend records them) and waits until they finished.
   virtual void synchronize() = 0;
 
   // --- buffers ---
   // Uninitialized memory of n_bytes, 64-byte aligned. Pages may be committed lazily.
   virtual Buffer alloc(size_t n_bytes) = 0;
-  // Memory the backend reads in place when it can (the CPU never copies): weights in the mapping.
+  // Host memory (weights in the file mapping) made readable by ops, once, at load: the same
+  // memory where the backend reads host memory in place (the CPU never copies), else a device
+  // copy (uploaded before this returns).
   virtual Buffer wrap_host(const void* data, size_t n_bytes) = 0;
+  // Host -> buffer and buffer -> host copies; both have finished when they return (download
+  // first finishes the ops recorded before it: on a device, that is the step's one submission).
   virtual void upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) = 0;
   virtual void download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) = 0;
 
@@ -201,9 +237,13 @@ class Backend {
 
 // The registry of the backends compiled into this build (backend_registry.cpp is the one file,
 // besides CMake, that knows which those are).
-// A backend by name ("cpu"); n_threads <= 0 picks the default. Throws Unsupported, listing the
-// available backends, for a name this build lacks.
+// A backend by device name: "cpu", "vulkan" (device 0) or "vulkan:N", or "auto": the first
+// usable GPU (a Vulkan device that is not a CPU emulation), else the CPU. n_threads <= 0 picks
+// the CPU's default. Throws Unsupported, saying why, for a device this build or machine lacks.
 std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads = 0);
 std::vector<std::string> available_backends();
+// Every device of the compiled-in backends (the CPU first); `notes` gets one line per backend
+// that has none to offer, saying why (not built in, no loader, no driver).
+std::vector<BackendDevice> list_devices(std::vector<std::string>* notes);
 
 }  // namespace ember

@@ -2,6 +2,7 @@
 #include "engine/model_engine.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "engine/model_runner_forward.h"
@@ -44,7 +45,14 @@ EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o
     n_blocks = KVCacheConfig::blocks_for_bytes(o.kv_bytes, bytes_per_token, o.block_size);
   } else {
     const int64_t wanted = n_ctx * o.max_num_seqs;
-    const int64_t capped = std::max(n_ctx, std::min(wanted, kDefaultKVBytes / bytes_per_token));
+    int64_t budget_bytes = kDefaultKVBytes;
+    // On a GPU the pool also fits in what the device has left after the weights (which are
+    // uploaded by now): at most kDeviceKVShare of it, leaving room for the activations.
+    if (const std::optional<DeviceMemory> m = model.backend().device_memory()) {
+      budget_bytes = std::min(budget_bytes,
+                              static_cast<int64_t>(static_cast<double>(m->free_bytes) * kDeviceKVShare));
+    }
+    const int64_t capped = std::max(n_ctx, std::min(wanted, budget_bytes / bytes_per_token));
     n_blocks = (capped + o.block_size - 1) / o.block_size;
   }
 

@@ -18,7 +18,8 @@ struct ModelEngineOptions {
   int64_t kv_tokens = 0;  // KV budget in tokens; 0: see kv_bytes
   int64_t kv_bytes = 0;   // KV budget in bytes when kv_tokens is 0; both 0: the
                           // default (n_ctx * max_num_seqs tokens, at most
-                          // kDefaultKVBytes, at least n_ctx)
+                          // kDefaultKVBytes and, on a GPU, kDeviceKVShare of its
+                          // free memory; at least n_ctx)
   int block_size = 16;
   int64_t max_num_batched_tokens = 512;  // token budget of one step
   int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
@@ -30,6 +31,8 @@ struct ModelEngineOptions {
 };
 
 inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;
+// The share of a GPU's free memory (Backend::device_memory) the default KV budget may take.
+inline constexpr double kDeviceKVShare = 0.8;
 
 // The KV cache type `name` ("f16" or "q8_0") as the model's backend would store it. Throws
 // Unsupported, listing both, for another name; and for q8_0 when the backend lacks it or the

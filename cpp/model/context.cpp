@@ -31,6 +31,8 @@ Context::Context(std::shared_ptr<const Model> model, const ContextOptions& optio
   std::iota(block_table_.begin(), block_table_.end(), 0);
   scratch_ = Scratch(model_->backend(), c, std::min(options.n_batch, n_ctx_));
   all_rows_.resize(scratch_.n_batch);
+  positions_.resize(scratch_.n_batch);
+  chunk_outputs_.resize(scratch_.n_batch);
   std::iota(all_rows_.begin(), all_rows_.end(), 0);
 }
 
@@ -56,8 +58,8 @@ void Context::eval(const int32_t* tokens, int64_t n_tokens, const int32_t* outpu
     }
   }
 
-  int32_t* positions = scratch_.positions.as<int32_t>();
-  int32_t* chunk_outputs = scratch_.output_rows.as<int32_t>();
+  int32_t* positions = positions_.data();
+  int32_t* chunk_outputs = chunk_outputs_.data();
   int64_t next_output = 0;  // first of output_rows not yet computed
   for (int64_t begin = 0; begin < n_tokens; begin += scratch_.n_batch) {
     const int64_t n = std::min(scratch_.n_batch, n_tokens - begin);

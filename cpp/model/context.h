@@ -54,6 +54,9 @@ class Context {
   Scratch scratch_;
   int64_t n_past_ = 0;
   std::vector<int32_t> all_rows_;  // [n_batch] 0, 1, 2, ... for eval_all
+  // Host tables of the chunk being run (ops read them as host memory, see backend.h).
+  std::vector<int32_t> positions_;      // [n_batch] position of each row
+  std::vector<int32_t> chunk_outputs_;  // [n_batch] rows of the chunk whose logits are wanted
   std::mutex mutex_;
 };
 

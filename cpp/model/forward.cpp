@@ -52,9 +52,12 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits) {
   switch (model.config().arch->family) {
-    case ArchFamily::llama: return llama_forward(model, scratch, batch, logits);
-    case ArchFamily::gemma3: return gemma3_forward(model, scratch, batch, logits);
+    case ArchFamily::llama: llama_forward(model, scratch, batch, logits); break;
+    case ArchFamily::gemma3: gemma3_forward(model, scratch, batch, logits); break;
   }
+  // A device backend ran the pass as one submission (the logits' download); a pass without
+  // outputs (a prompt chunk) is submitted here, so every step ends with its work done.
+  model.backend().synchronize();
 }
 
 }  // namespace ember

@@ -15,7 +15,9 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 
 // Runs `batch`: every row's K/V goes into its sequence's cache at the row's position, and
 // logits [n_outputs, n_vocab] of the output rows go to `logits` (may be null when n_outputs
-// is 0). The caches must already hold positions 0 .. first position - 1 of each sequence.
+// is 0; it is host memory, the only memory of the pass the host reads). The caches must already
+// hold positions 0 .. first position - 1 of each sequence. On a device backend the pass is one
+// submission of recorded ops and one wait.
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits);
 
 }  // namespace ember

@@ -13,7 +13,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   model->config_ = read_config(*model->file_);
   model->backend_ = make_backend(options.backend, options.n_threads);
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
-  model->prepare_matmul_weights();
+  model->prepare_weights();
 
   // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it.
   const ModelConfig& c = model->config_;
@@ -41,8 +41,22 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   return model;
 }
 
-void Model::prepare_matmul_weights() {
+void Model::prepare_weights() {
   ModelWeights& w = weights_;
+  // Before the matmul weights take the mapping's pages away (a tied output shares token_embd).
+  std::vector<WeightTensor*> op_tensors = {&w.token_embd, &w.output_norm};
+  for (LayerWeights& l : w.layers) {
+    for (WeightTensor* t : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
+                            &l.post_ffn_norm, &l.ffn_norm})
+      op_tensors.push_back(t);
+  }
+  for (WeightTensor* t : op_tensors) {
+    if (!*t) continue;
+    Buffer b = backend_->wrap_host(t->data, static_cast<size_t>(row_bytes(t->type, t->ne0) * t->ne1));
+    t->data = b.data();
+    op_weights_.push_back(std::move(b));
+  }
+
   std::vector<WeightTensor*> tensors = {&w.output};
   for (LayerWeights& l : w.layers) {
     for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})

@@ -15,7 +15,7 @@ namespace ember {
 
 struct ModelOptions {
   int n_threads = 0;            // threads of the CPU backend's pool; <= 0: physical cores
-  std::string backend = "cpu";  // see available_backends()
+  std::string backend = "cpu";  // a device: "cpu", "vulkan[:N]" or "auto" (see make_backend)
 };
 
 class Model {
@@ -35,8 +35,10 @@ class Model {
 
  private:
   Model() = default;
-  // Hands every matmul weight to the backend (see matmul_weights_).
-  void prepare_matmul_weights();
+  // Hands every matmul weight to the backend (see matmul_weights_), and every other tensor an op
+  // reads (embeddings, norms, biases) to its wrap_host (in place on the CPU, a device copy on a
+  // GPU: uploaded once, here).
+  void prepare_weights();
 
   std::shared_ptr<GGUFFile> file_;
   ModelConfig config_;
@@ -45,6 +47,7 @@ class Model {
   // The matmul weights as the backend reads them (Backend::prepare_matmul_weight): views of the
   // mapping, or the backend's repacked copies, which weights_' matmul tensors then point into.
   std::vector<Buffer> matmul_weights_;
+  std::vector<Buffer> op_weights_;        // the other tensors ops read, as the backend reads them
   std::vector<float> rope_inv_freq_;      // [n_rot / 2], scaling and frequency factors folded in
   std::vector<float> rope_inv_freq_swa_;  // [n_rot / 2] of sliding-window layers; empty: none
 };

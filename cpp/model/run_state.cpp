@@ -16,8 +16,7 @@ Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_b
   attn = floats(c.n_q_dim());
   ffn_gate = floats(c.n_ff);
   ffn_up = floats(c.n_ff);
-  positions = backend.alloc(sizeof(int32_t) * n_batch);
-  output_rows = backend.alloc(sizeof(int32_t) * n_batch);
+  logits = floats(c.n_vocab);  // CPU: committed only as far as written
   // Every matmul of a forward pass has at most n_batch rows and one of these widths as n_in.
   backend.reserve_matmul(n_batch, std::max({c.n_embd, c.n_q_dim(), c.n_ff}));
 }

@@ -13,17 +13,16 @@ namespace ember {
 // Activations of a micro-batch of up to n_batch rows.
 struct Scratch {
   int64_t n_batch = 0;
-  Buffer x;            // f32 [n_batch, n_embd] residual stream
-  Buffer xn;           // f32 [n_batch, n_embd] normed block input, then a block's output
-  Buffer x_out;        // f32 [n_batch, n_embd] residual of the output rows in the last layer
-  Buffer q;            // f32 [n_batch, n_q_dim]
-  Buffer k;            // f32 [n_batch, n_kv_dim]
-  Buffer v;            // f32 [n_batch, n_kv_dim]
-  Buffer attn;         // f32 [n_batch, n_q_dim] attention output, heads concatenated
-  Buffer ffn_gate;     // f32 [n_batch, n_ff] gate projection, then silu(gate) * up
-  Buffer ffn_up;       // f32 [n_batch, n_ff]
-  Buffer positions;    // i32 [n_batch] position of each row
-  Buffer output_rows;  // i32 [n_batch] rows of the micro-batch whose logits are wanted
+  Buffer x;         // f32 [n_batch, n_embd] residual stream
+  Buffer xn;        // f32 [n_batch, n_embd] normed block input, then a block's output
+  Buffer x_out;     // f32 [n_batch, n_embd] residual of the output rows in the last layer
+  Buffer q;         // f32 [n_batch, n_q_dim]
+  Buffer k;         // f32 [n_batch, n_kv_dim]
+  Buffer v;         // f32 [n_batch, n_kv_dim]
+  Buffer attn;      // f32 [n_batch, n_q_dim] attention output, heads concatenated
+  Buffer ffn_gate;  // f32 [n_batch, n_ff] gate projection, then silu(gate) * up
+  Buffer ffn_up;    // f32 [n_batch, n_ff]
+  Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
 
   Scratch() = default;
   Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);

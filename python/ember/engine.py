@@ -17,6 +17,7 @@ its KV blocks) and results. ember.LLM, the CLI and the server all generate throu
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,6 +238,11 @@ class Request:
         return delta
 
 
+def resolve_device(device: str | None) -> str:
+    """The device to run on: `device`, else $EMBER_DEVICE, else "auto"."""
+    return device or os.environ.get("EMBER_DEVICE") or "auto"
+
+
 class Engine:
     """A model served by the continuous-batching engine, with its tokenizer. Thread-safe:
     submit and iterate from any number of threads (or from an asyncio loop); the C++ engine
@@ -246,19 +252,21 @@ class Engine:
     requests running at once; kv_size / kv_bytes: the KV cache budget in tokens or bytes
     (default n_ctx * parallel tokens, at most 1 GiB); max_queue: waiting requests at most
     (0: no limit; past it submit raises EngineBusy); kv_type "f16" or "q8_0"; batch_invariant:
-    a request's output never depends on what else runs."""
+    a request's output never depends on what else runs; device: "cpu", "vulkan" / "vulkan:N" or
+    "auto" (the first GPU, else the CPU); None reads $EMBER_DEVICE, else "auto"."""
 
     def __init__(self, model_path: str | Path, *, n_threads: int | None = None,
                  n_ctx: int | None = None, parallel: int = 16, kv_size: int | None = None,
                  kv_bytes: int | None = None, block_size: int = 16, max_batch_tokens: int = 512,
                  max_queue: int = 0, kv_type: str = "f16", prefix_caching: bool = True,
-                 batch_invariant: bool = True) -> None:
+                 batch_invariant: bool = True, device: str | None = None) -> None:
         self.path = Path(model_path)
         self._core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx,
                                   parallel=parallel, kv_size=kv_size, kv_bytes=kv_bytes,
                                   block_size=block_size, max_batch_tokens=max_batch_tokens,
                                   max_queue=max_queue, kv_type=kv_type,
-                                  prefix_caching=prefix_caching, batch_invariant=batch_invariant)
+                                  prefix_caching=prefix_caching, batch_invariant=batch_invariant,
+                                  device=resolve_device(device))
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
@@ -288,6 +296,16 @@ class Engine:
     @property
     def n_vocab(self) -> int:
         return self._core.n_vocab
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD Radeon ...)"."""
+        return self._core.device
+
+    @property
+    def device_memory(self) -> tuple[int, int] | None:
+        """(total, free) bytes of the device's memory; None on the CPU."""
+        return self._core.device_memory
 
     @property
     def parallel(self) -> int:

@@ -38,15 +38,16 @@ Prompt = Union[str, Sequence[int]]
 class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, parallel: int = 16, kv_size: int | None = None,
-                 kv_type: str = "f16") -> None:
+                 kv_type: str = "f16", device: str | None = None) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), or None for the
         default demo model. n_threads defaults to the physical cores, n_ctx (tokens one request
         may reach) to the model's training context capped at 4096; parallel requests run at
-        once over a KV cache of kv_size tokens (see ember.engine.Engine)."""
+        once over a KV cache of kv_size tokens (see ember.engine.Engine); device "cpu",
+        "vulkan[:N]" or "auto" (default: $EMBER_DEVICE, else "auto": the first GPU, else the CPU)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         self.engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
-                             kv_size=kv_size, kv_type=kv_type)
+                             kv_size=kv_size, kv_type=kv_type, device=device)
         self._metadata: dict[str, Any] | None = None
 
     # --- the model ---------------------------------------------------------------------------

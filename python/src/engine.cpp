@@ -145,7 +145,7 @@ nb::dict stats_dict(const EngineStats& s) {
 PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
                       int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes,
                       int block_size, int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
-                      bool prefix_caching, bool batch_invariant) {
+                      bool prefix_caching, bool batch_invariant, const std::string& device) {
   auto self = std::make_unique<PyEngine>();
   nb::gil_scoped_release release;
   ember::ModelEngineOptions o;
@@ -161,6 +161,7 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   o.rows_independent = batch_invariant;
   ember::ModelOptions model_options;
   model_options.n_threads = n_threads.value_or(0);
+  model_options.backend = device;
   self->model = ember::Model::load(path, model_options);
   self->config = ember::model_engine_config(*self->model, o);  // checks before any allocation
   self->kv_type = ember::model_engine_kv_type(*self->model, o.kv_type);
@@ -262,7 +263,7 @@ void init_engine(nb::module_& m) {
            nb::arg("n_ctx") = nb::none(), nb::arg("parallel") = 16, nb::arg("kv_size") = nb::none(),
            nb::arg("kv_bytes") = nb::none(), nb::arg("block_size") = 16, nb::arg("max_batch_tokens") = 512,
            nb::arg("max_queue") = 0, nb::arg("kv_type") = "f16", nb::arg("prefix_caching") = true,
-           nb::arg("batch_invariant") = true,
+           nb::arg("batch_invariant") = true, nb::arg("device") = "auto",
            "Loads the model and starts the engine thread. n_ctx: tokens one request may reach (default "
            "min(context_length, 4096)); parallel: requests running at once; kv_size / kv_bytes: the KV "
            "cache budget in tokens or bytes (default n_ctx * parallel tokens, at most 1 GiB); "
@@ -272,7 +273,8 @@ void init_engine(nb::module_& m) {
            "budget holds ~1.9x the tokens, at slightly less exact attention; needs head_dim % 32 == 0); "
            "batch_invariant: a request's "
            "output never depends on what else runs (small batches are padded, attention runs one row "
-           "at a time; False is a little faster but lets kernel rounding differ with the batch).")
+           "at a time; False is a little faster but lets kernel rounding differ with the batch); device: "
+           "'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU).")
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::arg("sampling") = ember::SamplingParams(),
            nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
@@ -317,6 +319,20 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("max_batch_tokens",
                    [](const PyEngine& self) { return self.config.scheduler.max_num_batched_tokens; })
       .def_prop_ro("n_threads", [](const PyEngine& self) { return self.model->backend().n_threads(); })
+      .def_prop_ro(
+          "device", [](const PyEngine& self) { return self.model->backend().device_name(); },
+          "The device the model runs on: 'cpu', or e.g. 'vulkan:0 (AMD Radeon ...)'.")
+      .def_prop_ro(
+          "device_memory",
+          [](const PyEngine& self) -> std::optional<std::pair<int64_t, int64_t>> {
+            const std::optional<ember::DeviceMemory> m = self.model->backend().device_memory();
+            if (!m) return std::nullopt;
+            return std::make_pair(m->total_bytes, m->free_bytes);
+          },
+          "(total, free) bytes of the device's memory; None on the CPU.")
+      .def_prop_ro(
+          "device_submissions", [](const PyEngine& self) { return self.model->backend().n_submissions(); },
+          "Command submissions to the device so far (one per engine step that ran; 0 on the CPU).")
       .def_prop_ro(
           "kv_type", [](const PyEngine& self) { return std::string(ember::dtype_name(self.kv_type)); },
           "The KV cache's element type: 'f16' or 'q8_0'.");

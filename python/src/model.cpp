@@ -29,10 +29,11 @@ struct PyModel {
   std::unique_ptr<ember::Context> context;
 
   PyModel(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
-          std::optional<int64_t> n_batch) {
+          std::optional<int64_t> n_batch, const std::string& device) {
     nb::gil_scoped_release release;
     ember::ModelOptions model_options;
     model_options.n_threads = n_threads.value_or(0);
+    model_options.backend = device;
     model = ember::Model::load(path, model_options);
     ember::ContextOptions context_options;
     context_options.n_ctx = n_ctx.value_or(0);
@@ -88,13 +89,17 @@ nb::dict metadata(const PyModel& self) {
 
 void init_model(nb::module_& m) {
   nb::class_<PyModel>(m, "Model", "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
-      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, std::optional<int64_t>>(),
+      .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, std::optional<int64_t>,
+                    const std::string&>(),
            nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_ctx") = nb::none(),
-           nb::arg("n_batch") = nb::none(),
+           nb::arg("n_batch") = nb::none(), nb::arg("device") = "auto",
            "Loads a GGUF model (weights are read from the file mapping; the CPU backend repacks the "
            "matmul weights of some types once, into a copy of the same size). n_threads defaults to the "
            "number of physical cores, n_ctx to min(context_length, 4096), n_batch (rows per "
-           "forward pass; longer inputs are split) to 512.")
+           "forward pass; longer inputs are split) to 512; device: 'cpu', 'vulkan[:N]' or 'auto'.")
+      .def_prop_ro(
+          "device", [](const PyModel& self) { return self.model->backend().device_name(); },
+          "The device the model runs on.")
       .def("eval", &eval, nb::arg("tokens"), nb::arg("reset") = true,
            "Runs tokens through the model and returns float32 logits [n_tokens, n_vocab], one row "
            "per token. reset=False continues after the tokens already in the cache.")

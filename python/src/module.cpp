@@ -12,6 +12,7 @@ void init_grammar(nb::module_& m);
 void init_sampling(nb::module_& m);
 void init_engine(nb::module_& m);
 void init_cpu(nb::module_& m);
+void init_devices(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ember's C++ core: GGUF files, quantization, tokenizers, models";
@@ -24,4 +25,5 @@ NB_MODULE(_core, m) {
   init_sampling(m);
   init_engine(m);
   init_cpu(m);
+  init_devices(m);
 }

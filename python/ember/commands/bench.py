@@ -27,7 +27,7 @@ def matmul_weight_bytes(path: Path) -> int:
 
 
 def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[int],
-              repetitions: int) -> list[dict]:
+              repetitions: int, device: Optional[str] = None) -> list[dict]:
     """One result row per test (pp<n>, tg<n>): tokens/s of each repetition after one warm-up,
     measured on the engine that ember.LLM, `ember run` and `ember serve` generate with.
     pp: one request of n_prompt random tokens, timed to its first token (one forward pass of
@@ -40,7 +40,8 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
 
     facts = describe(model_path)
     engine = Engine(model_path, n_threads=n_threads, n_ctx=max(n_prompt, 1) + n_gen + 16,
-                    parallel=1, max_batch_tokens=max(n_prompt, 16), prefix_caching=False)
+                    parallel=1, max_batch_tokens=max(n_prompt, 16), prefix_caching=False,
+                    device=device)
     rng = np.random.default_rng(0)
 
     def time_prompt(n: int) -> float:
@@ -68,7 +69,7 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
                 "file_type": facts["file_type"],
                 "size_bytes": facts["file_bytes"],
                 "n_params": facts["n_params"],
-                "backend": f"CPU {cpu_isa()}",
+                "backend": f"CPU {cpu_isa()}" if engine.device == "cpu" else engine.device,
                 "threads": engine.n_threads,
                 "test": f"{kind}{n}",
                 "tokens_per_second": statistics.fmean(speeds),
@@ -89,6 +90,10 @@ def bench(
         "-n", "--n-gen", help="generated tokens for the tg test (0 skips it)")] = 128,
     threads: Annotated[Optional[int], typer.Option(
         "-t", "--threads", help="threads (default: physical cores)", show_default=False)] = None,
+    device: Annotated[Optional[str], typer.Option(
+        "--device", help=("device to run on: cpu, vulkan or vulkan:N "
+              "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
+        show_default=False)] = None,
     repetitions: Annotated[int, typer.Option(
         "-r", "--repetitions", min=1, help="timed runs per test")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
@@ -96,7 +101,7 @@ def bench(
     """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench."""
     from ember.hub import resolve_model
 
-    rows = run_bench(resolve_model(model), n_prompt, n_gen, threads, repetitions)
+    rows = run_bench(resolve_model(model), n_prompt, n_gen, threads, repetitions, device)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

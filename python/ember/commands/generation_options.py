@@ -39,6 +39,10 @@ Prompt = Annotated[Optional[str], typer.Option(
     "-p", "--prompt", help="the prompt; '-' reads it from stdin", show_default=False)]
 Threads = Annotated[Optional[int], typer.Option(
     "-t", "--threads", help="CPU threads \\[default: physical cores]", show_default=False)]
+Device = Annotated[Optional[str], typer.Option(
+    "--device", help=("device to run on: cpu, vulkan or vulkan:N "
+                      "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
+    show_default=False)]
 CtxSize = Annotated[Optional[int], typer.Option(
     "-c", "--ctx-size", help="context size in tokens \\[default: the model's, at most 4096]",
     show_default=False)]
@@ -86,14 +90,15 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
     return params
 
 
-def load_llm(model: str | None, threads: int | None, ctx_size: int | None) -> LLM:
+def load_llm(model: str | None, threads: int | None, ctx_size: int | None,
+             device: str | None = None) -> LLM:
     from ember.llm import LLM
 
     if threads is not None and threads <= 0:
         raise ValueError(f"--threads must be > 0, got {threads}")
     if ctx_size is not None and ctx_size <= 0:
         raise ValueError(f"--ctx-size must be > 0, got {ctx_size}")
-    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1)
+    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1, device=device)
 
 
 def dim(text: str, stream: TextIO = sys.stderr) -> str:

@@ -1,11 +1,12 @@
-"""`ember info FILE.gguf`: what a GGUF file holds, as a table or JSON."""
+"""`ember info FILE.gguf`: what a GGUF file holds, as a table or JSON; `ember info --devices`:
+the devices this build can run models on (and why a backend offers none)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -75,11 +76,41 @@ def describe(path: Path) -> dict[str, Any]:
     }
 
 
+def device_report() -> dict[str, Any]:
+    """The devices of the backends built in, and one note per backend that offers none."""
+    from ember._core import devices
+
+    found, notes = devices()
+    return {"devices": found, "notes": notes}
+
+
+def print_devices(report: dict[str, Any]) -> None:
+    for d in report["devices"]:
+        memory = (f"  {human_bytes(d['memory_bytes'])} ({human_bytes(d['memory_free_bytes'])} free)"
+                  if d["backend"] != "cpu" else "")
+        state = "" if d["usable"] else f"  unusable: {d['unusable']}"
+        typer.echo(f"{d['device']:<10} {d['name']} [{d['type']}]{memory}{state}")
+    for note in report["notes"]:
+        typer.echo(f"note: {note}")
+
+
 def info(
-    file: Annotated[Path, typer.Argument(help="a .gguf file")],
+    file: Annotated[Optional[Path], typer.Argument(help="a .gguf file", show_default=False)] = None,
+    devices: Annotated[bool, typer.Option(
+        "--devices", help="list the devices models can run on instead")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the same facts as JSON")] = False,
 ) -> None:
-    """Show what a GGUF file holds: architecture, size, quantization, tokenizer, tensor types."""
+    """Show what a GGUF file holds: architecture, size, quantization, tokenizer, tensor types;
+    or, with --devices, the devices ember can run on (CPU, Vulkan GPUs) and their memory."""
+    if devices:
+        report = device_report()
+        if as_json:
+            typer.echo(json.dumps(report, indent=2))
+        else:
+            print_devices(report)
+        return
+    if file is None:
+        raise typer.BadParameter("give a .gguf file, or --devices", param_hint="FILE")
     d = describe(file)
     if as_json:
         typer.echo(json.dumps(d, indent=2))

@@ -37,6 +37,7 @@ def run(
     seed: opt.Seed = None,
     stop: opt.Stop = None,
     threads: opt.Threads = None,
+    device: opt.Device = None,
     ctx_size: opt.CtxSize = None,
     json_schema: Annotated[Optional[Path], typer.Option(
         "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
@@ -58,7 +59,7 @@ def run(
     constraint = _constraint(json_schema, grammar)
     if constraint is not None:
         params = replace(params, constraint=constraint)
-    llm = opt.load_llm(model, threads, ctx_size)
+    llm = opt.load_llm(model, threads, ctx_size, device)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)

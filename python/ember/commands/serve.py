@@ -61,6 +61,10 @@ def serve(
         "-t", "--threads", envvar="EMBER_THREADS",
         help="CPU threads of the engine \\[default: physical cores]",
         show_default=False)] = None,
+    device: Annotated[Optional[str], typer.Option(
+        "--device", envvar="EMBER_DEVICE",
+        help="device to run on: cpu, vulkan or vulkan:N \\[default: the first GPU, else the CPU]",
+        show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="EMBER_API_KEY",
         help="require 'Authorization: Bearer KEY' (all routes but /health)",
@@ -139,7 +143,8 @@ def serve(
         model = str(resolve_model(model))  # a missing file fails now, not after listening
     config = ServerConfig(
         model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
-        kv_size=kv_size, kv_type=kv_type, threads=threads, api_key=api_key, cors_origins=_names(cors_origins),
+        kv_size=kv_size, kv_type=kv_type, threads=threads, device=device, api_key=api_key,
+        cors_origins=_names(cors_origins),
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
         shutdown_timeout=shutdown_timeout, max_connections=max_connections,
         header_timeout=header_timeout, body_timeout=body_timeout, idle_timeout=idle_timeout,

@@ -110,7 +110,8 @@ async def get_model(request: Request, ctx: AppContext) -> Response:
 
 async def metrics(request: Request, ctx: AppContext) -> Response:
     stats = ctx.engine.stats() if ctx.engine is not None else None
-    return Response(ctx.metrics.render(stats), media_type=CONTENT_TYPE)
+    memory = getattr(ctx.engine, "device_memory", None)
+    return Response(ctx.metrics.render(stats, memory), media_type=CONTENT_TYPE)
 
 
 async def slots(request: Request, ctx: AppContext) -> Response:

@@ -35,6 +35,12 @@ class ServerMetrics:
         self.kv_cache_usage = Gauge(
             "ember_kv_cache_usage_ratio", "Fraction of KV cache tokens in use (0 to 1).",
             registry=r)
+        self.device_memory_total = Gauge(
+            "ember_device_memory_total_bytes", "Memory of the GPU the model runs on (0 on the CPU).",
+            registry=r)
+        self.device_memory_free = Gauge(
+            "ember_device_memory_free_bytes", "GPU memory the driver says is left (0 on the CPU).",
+            registry=r)
         # prometheus_client adds the _total suffix to counters.
         self.prefix_cache_hits = Counter(
             "ember_prefix_cache_hits", "Prompt tokens served from the prefix cache.", registry=r)
@@ -56,7 +62,11 @@ class ServerMetrics:
             "ember_request_latency_seconds", "From arrival to the last token.",
             buckets=_LATENCY_BUCKETS, registry=r)
 
-    def render(self, stats: EngineStats | None) -> bytes:
+    def render(self, stats: EngineStats | None,
+               device_memory: tuple[int, int] | None = None) -> bytes:
+        if device_memory is not None:
+            self.device_memory_total.set(device_memory[0])
+            self.device_memory_free.set(device_memory[1])
         if stats is not None:
             self.requests_running.set(stats.running)
             self.requests_waiting.set(stats.waiting)

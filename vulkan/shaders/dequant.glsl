@@ -1,0 +1,131 @@
+// dequant.glsl: one group of 32 consecutive values of a weight row, dequantized exactly as the
+// reference dequantizers of quant/ (gguf-py's arithmetic: the integer quant, then one rounded
+// multiply, and one rounded add or subtract for types with a minimum; `precise` keeps the
+// compiler from fusing them). Compiled once per type, selected by -DTYPE_<name>.
+//   ROW_U16(n_in): u16 words of one row;  dq32(w, row, g, n_in, v): values 32g .. 32g+31 of the
+//   row starting at u16 word `row` (values past n_in read as 0: only float types allow n_in not a
+//   multiple of 32).
+
+#if defined(TYPE_F32)
+uint row_u16(uint n_in) { return 2u * n_in; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint k = 32u * g + l;
+    v[l] = k < n_in ? uintBitsToFloat(uint(w.v[row + 2u * k]) | (uint(w.v[row + 2u * k + 1u]) << 16)) : 0.0;
+  }
+}
+#elif defined(TYPE_F16)
+uint row_u16(uint n_in) { return n_in; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint k = 32u * g + l;
+    v[l] = k < n_in ? f16_to_f32(uint(w.v[row + k])) : 0.0;
+  }
+}
+#elif defined(TYPE_BF16)
+uint row_u16(uint n_in) { return n_in; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint k = 32u * g + l;
+    v[l] = k < n_in ? uintBitsToFloat(uint(w.v[row + k]) << 16) : 0.0;
+  }
+}
+#elif defined(TYPE_Q4_0)
+uint row_u16(uint n_in) { return n_in / 32u * 9u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 9u * g;
+  const float d = f16_to_f32(uint(w.v[b]));
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
+    const uint q = byte_at(w, b + 1u, j);
+    precise float lo = d * float(int(q & 15u) - 8), hi = d * float(int(q >> 4) - 8);
+    v[j] = lo;
+    v[j + 16u] = hi;
+  }
+}
+#elif defined(TYPE_Q4_1)
+uint row_u16(uint n_in) { return n_in / 32u * 10u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 10u * g;
+  const float d = f16_to_f32(uint(w.v[b])), m = f16_to_f32(uint(w.v[b + 1u]));
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
+    const uint q = byte_at(w, b + 2u, j);
+    precise float lo = d * float(q & 15u) + m, hi = d * float(q >> 4) + m;
+    v[j] = lo;
+    v[j + 16u] = hi;
+  }
+}
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+#if defined(TYPE_Q5_0)
+const uint kBlockU16 = 11u, kQh = 1u;
+#else
+const uint kBlockU16 = 12u, kQh = 2u;
+#endif
+uint row_u16(uint n_in) { return n_in / 32u * kBlockU16; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + kBlockU16 * g;
+  const float d = f16_to_f32(uint(w.v[b]));
+  const uint qh = uint(w.v[b + kQh]) | (uint(w.v[b + kQh + 1u]) << 16);
+  [[unroll]] for (uint j = 0u; j < 16u; ++j) {
+    const uint q = byte_at(w, b + kQh + 2u, j);
+    const uint lo = (q & 15u) | (((qh >> j) & 1u) << 4), hi = (q >> 4) | (((qh >> (j + 16u)) & 1u) << 4);
+#if defined(TYPE_Q5_0)
+    precise float a = d * float(int(lo) - 16), c = d * float(int(hi) - 16);
+#else
+    const float m = f16_to_f32(uint(w.v[b + 1u]));
+    precise float a = d * float(lo) + m, c = d * float(hi) + m;
+#endif
+    v[j] = a;
+    v[j + 16u] = c;
+  }
+}
+#elif defined(TYPE_Q8_0)
+uint row_u16(uint n_in) { return n_in / 32u * 17u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 17u * g;
+  const float d = f16_to_f32(uint(w.v[b]));
+  [[unroll]] for (uint j = 0u; j < 32u; ++j) {
+    precise float x = d * float(sbyte_at(w, b + 1u, j));
+    v[j] = x;
+  }
+}
+#elif defined(TYPE_Q4_K)
+// BlockQ4_K: d, dmin (f16), scales[12], qs[128]; 8 sub-blocks of 32.
+uint row_u16(uint n_in) { return n_in / 256u * 72u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 72u * (g / 8u), s = g % 8u;
+  const float d = f16_to_f32(uint(w.v[b])), dmin = f16_to_f32(uint(w.v[b + 1u]));
+  uint sc, m;
+  if (s < 4u) {
+    sc = byte_at(w, b + 2u, s) & 63u;
+    m = byte_at(w, b + 2u, s + 4u) & 63u;
+  } else {
+    sc = (byte_at(w, b + 2u, s + 4u) & 15u) | ((byte_at(w, b + 2u, s - 4u) >> 2) & 48u);
+    m = (byte_at(w, b + 2u, s + 4u) >> 4) | ((byte_at(w, b + 2u, s) >> 2) & 48u);
+  }
+  precise float dl = d * float(sc), ml = dmin * float(m);
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint q = (byte_at(w, b + 8u, 32u * (s / 2u) + l) >> (4u * (s % 2u))) & 15u;
+    precise float x = dl * float(q) - ml;
+    v[l] = x;
+  }
+}
+#elif defined(TYPE_Q6_K)
+// BlockQ6_K: ql[128], qh[64], scales[16] (int8), d (f16); 16 sub-blocks of 16.
+uint row_u16(uint n_in) { return n_in / 256u * 105u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 105u * (g / 8u), r = g % 8u;  // values 32r .. 32r+31 of the block
+  const uint h = r / 4u, k = r % 4u;
+  const float d = f16_to_f32(uint(w.v[b + 104u]));
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint low = (byte_at(w, b, 64u * h + 32u * (k % 2u) + l) >> (4u * (k / 2u))) & 15u;
+    const uint high = (byte_at(w, b, 128u + 32u * h + l) >> (2u * k)) & 3u;
+    const int q = int(low | (high << 4)) - 32;
+    const uint sub = (32u * r + l) / 16u;
+    precise float dl = d * float(sbyte_at(w, b, 192u + sub));
+    precise float x = dl * float(q);
+    v[l] = x;
+  }
+}
+#else
+#error "dequant.glsl: no TYPE_ defined"
+#endif
