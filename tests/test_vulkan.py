@@ -107,7 +107,8 @@ def test_smollm2_greedy_text_is_the_cpus_up_to_near_ties(smollm2_path: Path) -> 
                 continue
             row = ref[n_prompt + i - 1]
             margin = float(row[a] - row[b])
-            print(f"{prompt!r}: token {i} flips ({a} on the CPU, {b} on Vulkan); CPU logit margin {margin:.4f}")
+            print(f"{prompt!r}: token {i} flips ({a} on the CPU, {b} on Vulkan); "
+                  f"CPU logit margin {margin:.4f}")
             assert margin <= 2 * deviation, (prompt, i, margin, deviation)
             break
 
@@ -162,8 +163,9 @@ def test_no_loader_means_the_cpu_and_a_reason(stories_path: Path) -> None:
     code = f"from ember.engine import Engine; print(Engine({str(stories_path)!r}).device)"
     auto = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert auto.stdout.strip() == "cpu", auto.stderr
-    run = subprocess.run([sys.executable, "-m", "ember.cli", "run", str(stories_path), "-p", "Once", "-n", "2",
-                          "--device", "vulkan"], capture_output=True, text=True, timeout=120, env=env)
+    run = subprocess.run([sys.executable, "-m", "ember.cli", "run", str(stories_path), "-p", "Once",
+                          "-n", "2", "--device", "vulkan"], capture_output=True, text=True,
+                         timeout=120, env=env)
     assert run.returncode != 0 and "no Vulkan loader" in run.stderr and "Traceback" not in run.stderr
 
 
