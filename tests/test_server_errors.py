@@ -157,13 +157,13 @@ def test_unsupported_options_are_refused(server: RunningServer, field: dict[str,
                  code="unsupported_parameter")
 
 
-def test_a_forced_tool_call_is_refused_until_constrained_decoding(server: RunningServer
-                                                                  ) -> None:
+def test_a_forced_tool_call_and_another_constraint_are_a_400(server: RunningServer) -> None:
     tools = [{"type": "function", "function": {"name": "f"}}]
     for choice in ("required", {"type": "function", "function": {"name": "f"}}):
-        body = {**CHAT, "tools": tools, "tool_choice": choice}
+        body = {**CHAT, "tools": tools, "tool_choice": choice,
+                "response_format": {"type": "json_object"}}
         assert_error(post(server, "/v1/chat/completions", body), 400, param="tool_choice",
-                     code="unsupported_parameter", contains=("grammar-constrained decoding",))
+                     code="invalid_value", contains=("response_format",))
 
 
 def test_any_model_name_is_answered_by_the_served_model(server: RunningServer) -> None:

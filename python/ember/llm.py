@@ -189,11 +189,16 @@ class LLM:
         stream=True (first a role delta, then content deltas, then one with finish_reason;
         with stream_options={"include_usage": True}, one more with the usage). With `tools`
         the answer's tool calls come as message.tool_calls (finish_reason "tool_calls") or
-        tool_calls deltas; tool_choice "required" or a named function raise ValueError until
-        ember has constrained decoding."""
+        tool_calls deltas; tool_choice "required" or a named function constrain the answer to
+        a valid call of the allowed functions."""
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0)
         tokens, chat = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls)
+        if chat.constraint is not None:  # a forced call (tool_choice required / named)
+            if params.constraint is not None:
+                raise ValueError("tool_choice forces a tool call, which constrains the whole "
+                                 "output, as json_schema/grammar does too; give one of them")
+            params = replace(params, constraint=chat.constraint.grammar())
         fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
                         tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))

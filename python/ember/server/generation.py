@@ -27,7 +27,7 @@ from ember import tool_template
 from ember.chat import ChatTemplateError, ChatTemplateLimitError
 from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
-from ember.grammar import ConstraintError
+from ember.grammar import Constraint, ConstraintError
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
@@ -366,6 +366,7 @@ class ChatPrompt:
     tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
     keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
     answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
+    constraint: Constraint | None = None  # a forced call: what the answer must be
 
 
 def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
@@ -405,7 +406,8 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     text, chat = _render_chat(ctx, messages, within_context, prefill, add_generation_prompt,
                               tools)
     return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
-                      chat.keep_tokens, chat.answer_prefix)
+                      chat.keep_tokens, chat.answer_prefix,
+                      chat.constraint.grammar() if chat.constraint is not None else None)
 
 
 async def render_chat(ctx: AppContext, messages: list[dict[str, Any]], prefill: str | None,
@@ -440,7 +442,8 @@ _INLINE_TOKENIZE_CHARS = 4096
 async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
                        ) -> tuple[ChatCompletionRequest, ChatPrompt]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) checked, rendered and
-    tokenized: the parsed request and its prompt (tokens, and how to read tool calls)."""
+    tokenized: the parsed request and its prompt (tokens, and how to read tool calls). A
+    forced tool call's constraint goes into the sampling parameters."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_chat_request(
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
@@ -448,6 +451,8 @@ async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, An
                                       add_generation_prompt=parsed.add_generation_prompt,
                                       tools=parsed.tools)
     check_prompt(ctx, prompt.tokens, "messages")
+    if prompt.constraint is not None:
+        parsed.options.params = replace(parsed.options.params, constraint=prompt.constraint)
     return parsed, prompt
 
 

@@ -515,6 +515,17 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                             body.get("parallel_tool_calls"))
     except ToolsError as err:
         raise bad_request(str(err), param=err.param, code=err.code) from None
+    if tools is not None and tools.forced:
+        if options.params.constraint is not None:
+            other = next(n for n in ("response_format", "json_schema", "grammar")
+                         if body.get(n) is not None)
+            raise bad_request(f"'tool_choice' forces a tool call, which constrains the whole "
+                              f"output, as '{other}' does too; give one of them",
+                              param="tool_choice", code="invalid_value")
+        if prefill is not None:
+            raise bad_request("'tool_choice' forces a tool call, which starts a new assistant "
+                              "message; it cannot continue the trailing assistant message",
+                              param="tool_choice", code="invalid_value")
     return ChatCompletionRequest(options, rendered, prefill, add_prompt,
                                  prefill_in_reply=prefill is not None and implicit, tools=tools)
 
