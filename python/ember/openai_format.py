@@ -24,12 +24,18 @@ def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:
     counts once, completions add up; cached_tokens is the first choice's."""
     first = usages[0]
     completion = sum(u.completion_tokens for u in usages)
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": first.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": first.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
     }
+    if any(u.accepted_prediction_tokens is not None for u in usages):  # Predicted Outputs
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": sum(u.accepted_prediction_tokens or 0 for u in usages),
+            "rejected_prediction_tokens": sum(u.rejected_prediction_tokens or 0 for u in usages),
+        }
+    return usage
 
 
 def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
