@@ -247,11 +247,12 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
                          std::max<int64_t>(0, r.n_cached_tokens), r.n_drafted_tokens, r.n_accepted_tokens});
       if (reason != FinishReason::none) break;
     }
+    // Before a finish frees them: full blocks of computed tokens serve later prompts.
+    kv_.cache_computed_blocks(r.kv_state());
     if (reason != FinishReason::none) {
       finish(r, reason);
       continue;
     }
-    kv_.cache_computed_blocks(r.kv_state());
     // Blocks past the last known token held only rejected drafts: back to the pool.
     kv_.trim(r.id, r.n_tokens());
   }

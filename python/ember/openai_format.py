@@ -44,9 +44,15 @@ def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
     prompt = sum(p["prompt_tokens"] for p in parts)
     completion = sum(p["completion_tokens"] for p in parts)
     cached = sum(p["prompt_tokens_details"]["cached_tokens"] for p in parts)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion,
+                             "prompt_tokens_details": {"cached_tokens": cached}}
+    details = [p["completion_tokens_details"] for p in parts if "completion_tokens_details" in p]
+    if details:
+        usage["completion_tokens_details"] = {
+            key: sum(d[key] for d in details)
+            for key in ("accepted_prediction_tokens", "rejected_prediction_tokens")}
+    return usage
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:

@@ -196,7 +196,7 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   self->config = ember::model_engine_config(*self->model, o);  // checks before any allocation
   self->kv_type = ember::model_engine_kv_type(*self->model, o.kv_type);
   std::shared_ptr<ember::Model> draft;
-  if (draft_model) draft = ember::Model::load(*draft_model, model_options);
+  if (draft_model) draft = ember::Model::load_on(*draft_model, *self->model);
   self->engine = ember::make_model_engine(self->model, o, draft);
   return self.release();
 }

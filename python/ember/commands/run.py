@@ -36,6 +36,11 @@ def run(
     stop: opt.Stop = None,
     threads: opt.Threads = None,
     ctx_size: opt.CtxSize = None,
+    spec: opt.Spec = "none",
+    draft_model: opt.DraftModel = None,
+    draft_max: opt.DraftMax = 16,
+    draft_min: opt.DraftMin = 1,
+    prediction: opt.Prediction = None,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout."""
     if prompt is None:
@@ -49,7 +54,9 @@ def run(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size)
+    params.prediction = opt.prediction_text(prediction)
+    llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
+                       draft_max=draft_max, draft_min=draft_min)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
