@@ -130,7 +130,7 @@ def main() -> None:
             "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(smol), "-n",
                                      str(args.n_gen), prompt]),
             "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
-                                      "-n", str(args.n_gen), "--temp", "0", "--draft-max", "16",
+                                      "-n", str(args.n_gen), "--temp", "0", "--spec-draft-n-max", "16",
                                       "-p", prompt]),
         }
         print(json.dumps(report["lookup"], indent=1), flush=True)
@@ -148,7 +148,7 @@ def main() -> None:
                                          str(args.n_gen), prompt]),
                 "llama.cpp speculative": peer([
                     str(bin_ / "llama-speculative"), "-m", str(f16), "-md", str(smol), "-t", t,
-                    "-td", t, "-n", str(args.n_gen), "--temp", "0", "--draft-max", "16",
+                    "-td", t, "-n", str(args.n_gen), "--temp", "0", "--spec-draft-n-max", "16",
                     "-p", prompt]),
             }
         print(json.dumps(report["draft"], indent=1), flush=True)
@@ -160,7 +160,7 @@ def main() -> None:
             "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(smol), "-n", "450",
                                      prompt]),
             "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
-                                      "-n", "450", "--temp", "0", "--draft-max", "16",
+                                      "-n", "450", "--temp", "0", "--spec-draft-n-max", "16",
                                       "-p", prompt]),
         }
         print(json.dumps(report["prediction"], indent=1), flush=True)

@@ -214,7 +214,7 @@ def test_loop_controls_and_generation_tag() -> None:
 def test_content_given_as_text_parts() -> None:
     parts = [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]
     assert ChatTemplate().render([{"role": "user", "content": parts}], add_generation_prompt=False) \
-        == "<|im_start|>user\nHi!<|im_end|>\n"
+        == "<|im_start|>user\nHi\n!<|im_end|>\n"  # joined with "\n", as llama.cpp joins them
     with pytest.raises(ChatTemplateError, match="not supported"):
         ChatTemplate().render([{"role": "user", "content": [{"type": "image_url"}]}])
 

@@ -235,3 +235,28 @@ def test_sampling_distribution_is_unchanged() -> None:
             chi2 += (x - expected) ** 2 / expected + (y - expected) ** 2 / expected
         bound = _chi2_quantile(1e-4, len(rows) - 1)
         assert chi2 < bound, (pos, chi2, bound, rows)
+
+
+def test_grammar_constraints_hold_under_speculation(smollm2_path: Path) -> None:
+    """A json_schema-constrained request, greedy: the same JSON with speculation (ngram, and a
+    prediction that breaks the schema halfway) as without; drafts the grammar forbids are
+    rejected, never emitted."""
+    from ember.grammar import Constraint
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                               "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    with Engine(smollm2_path, parallel=4) as plain:
+        prompt = plain.chat_template.encode(plain.tokenizer, [
+            {"role": "user", "content": "Give me a JSON object for Ann, aged 31."}])
+        params = SamplingParams(temperature=0.0, max_tokens=48,
+                                constraint=Constraint.json_schema(schema))
+        want = plain.submit(prompt, params).result()
+    broken = want.text[: len(want.text) // 2] + " not json at all } ] }"
+    with Engine(smollm2_path, parallel=4, spec="ngram", spec_adaptive=False) as engine:
+        for p in (params, SamplingParams(**{**params.__dict__, "prediction": broken})):
+            got = engine.submit(prompt, p).result()
+            assert got.tokens == want.tokens
+        stats = idle_stats(engine)
+    assert stats.accepted_tokens["prediction"] > 0
+    assert stats.drafted_tokens["prediction"] > stats.accepted_tokens["prediction"]

@@ -281,10 +281,11 @@ def test_prefix_cache_reports_cached_tokens(client: openai.OpenAI,
 
 def test_models(client: openai.OpenAI, server: RunningServer) -> None:
     models = client.models.list()
-    assert [m.id for m in models.data] == ["stories"]
+    assert [m.id for m in models.data] == ["stories", "tiny"]  # the id, then the other aliases
     assert models.data[0].owned_by == "ember"
-    assert client.models.retrieve("tiny").id == "stories"
-    for name in ("stories", "tiny", "stories260K.gguf", "stories260K"):
+    assert client.models.retrieve("tiny").id == "tiny"
+    assert client.models.retrieve("stories260K.gguf").id == "stories"
+    for name in ("stories", "tiny", "stories260K.gguf", "stories260K", "gpt-4o"):
         out = client.completions.create(model=name, prompt="Hi", max_tokens=1)
         assert out.model == "stories"
 

@@ -14,7 +14,8 @@ from test_server_support import fake_config, free_socket, scripted, start_server
 
 FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key", "--cors-origins",
          "--max-queue", "--alias", "--ctx-size", "--threads", "--max-connections", "--header-timeout",
-         "--body-timeout", "--idle-timeout", "--host-allow"]
+         "--body-timeout", "--idle-timeout", "--host-allow", "--n-predict", "--temp", "--top-k",
+         "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui"]  # --webui/--no-webui
 
 
 def ember(*args: str, env: dict[str, str] | None = None,
@@ -30,6 +31,7 @@ def test_help_lists_flags_and_env_vars() -> None:
     for flag in FLAGS:
         assert flag in out.stdout, flag
         assert "EMBER_" + flag.removeprefix("--").replace("-", "_").upper() in out.stdout, flag
+    assert "--no-webui" in out.stdout
 
 
 def test_missing_model_fails_before_listening(tmp_path: Path) -> None:

@@ -154,12 +154,34 @@ def test_the_host_header_must_name_this_server(plain: RunningServer, host: str,
         assert "--host-allow" in error["message"]
 
 
-def test_no_cors_by_default(plain: RunningServer) -> None:
+def test_other_origins_are_refused_by_default(plain: RunningServer) -> None:
+    """No --cors-origins: another site's page gets a 403, preflight or not; loopback pages and
+    the server's own origin (its chat page) are allowed."""
     preflight = httpx.options(plain.url + "/v1/chat/completions", headers={
         "Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type"})
     assert "access-control-allow-origin" not in preflight.headers
-    assert preflight.status_code in (404, 405)
+    assert_openai_error(preflight, 403, "origin_not_allowed")
+    simple = httpx.get(plain.url + "/v1/models", headers={"Origin": "http://evil.example"})
+    assert_openai_error(simple, 403, "origin_not_allowed")
+    for origin in ("http://localhost:3000", "http://127.0.0.1:5173", "http://[::1]:8000",
+                   plain.url):
+        allowed = httpx.options(plain.url + "/v1/chat/completions", headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type, authorization"})
+        assert allowed.status_code == 200, (origin, allowed.text)
+        assert allowed.headers["access-control-allow-origin"] == origin
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
+    for origin in ("http://localhost.evil.example", "http://127.0.0.1.evil.example", "null"):
+        response = httpx.get(plain.url + "/v1/models", headers={"Origin": origin})
+        assert response.status_code == 403, origin
+    # Served on a LAN address, the page's own origin is that address.
+    lan = {"Host": "192.168.1.5:8080"}
+    same = httpx.get(plain.url + "/v1/models", headers={**lan, "Origin": "http://192.168.1.5:8080"})
+    assert same.status_code == 200, same.text
+    other = httpx.get(plain.url + "/v1/models", headers={**lan, "Origin": "http://192.168.1.6:8080"})
+    assert other.status_code == 403
 
 
 # --- the small ones -----------------------------------------------------------------------------

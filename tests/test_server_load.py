@@ -174,7 +174,7 @@ def test_sigterm_drains_and_exits_0(smollm2_path: Path, tmp_path: Path) -> None:
             # The environment configured it: the alias, the key, the slots.
             assert httpx.get(base + "/v1/models").status_code == 401
             models = httpx.get(base + "/v1/models", headers=auth).json()
-            assert [m["id"] for m in models["data"]] == ["smol"]
+            assert [m["id"] for m in models["data"]] == ["smol", "smollm2"]  # every alias
             assert len(httpx.get(base + "/slots", headers=auth).json()) == 2
 
             results: dict[str, list[Any]] = {"long": [], "short": []}

@@ -156,7 +156,20 @@ class ScriptedRequest:
 
     async def __aiter__(self) -> AsyncIterator[Delta]:
         text = "".join(chr(t - 1) for t in self.prompt_tokens)
+        reply = self.engine.reply(text) if self.engine.reply is not None else None
         try:
+            if reply is not None:
+                for i, c in enumerate(reply):  # one character (token) per Delta
+                    self.tokens.append(ord(c) % 256 + 1)
+                    if i + 1 < len(reply):
+                        yield Delta(c, [self.tokens[-1]], [])
+                        await asyncio.sleep(0)
+                n, m = len(self.prompt_tokens), len(self.tokens)
+                self.done = True
+                yield Delta(reply[-1:], self.tokens[-1:], [], "stop", GenerationResult(
+                    reply, list(self.tokens), "stop", Usage(n, m, n + m, 0),
+                    Timings(0.0, 0.0, 0.0, 0.0)))
+                return
             if "hold" in text:
                 await self.engine.release.wait()
             self.tokens.append(ord("o") + 1)
@@ -179,8 +192,10 @@ class ScriptedEngine:
     """The engine API the server uses, without a model. What a request generates depends on
     its prompt's text: "hold" waits until `release` is set, then answers "ok";
     "fail-after-first" sends one token, then fails; "bug-in-submit" raises a RuntimeError in
-    submit (an internal error); anything else answers "ok" (two tokens). Past `max_queue`
-    requests beyond the one running, submit raises EngineBusy."""
+    submit (an internal error); anything else answers "ok" (two tokens), unless `reply` is set:
+    then it answers reply(prompt text) one character at a time when that is not None (a
+    recorded model output). Past `max_queue` requests beyond the one running, submit raises
+    EngineBusy."""
 
     path = Path("/models/fake.gguf")
     n_ctx = 64
@@ -196,15 +211,18 @@ class ScriptedEngine:
         self.release = asyncio.Event()
         self.live: set[ScriptedRequest] = set()
         self.cancelled: list[int] = []
+        self.reply: Callable[[str], str | None] | None = None
+        self.prompts: list[str] = []  # the text of every prompt submitted
         self._next_id = 1
 
     def tokenize(self, prompt: Any, add_special: bool = True, parse_special: bool = False
                  ) -> list[int]:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
 
-    def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None
-               ) -> ScriptedRequest:
+    def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
+               keep_tokens: Sequence[int] = ()) -> ScriptedRequest:
         text = "".join(chr(t - 1) for t in prompt_tokens)
+        self.prompts.append(text)
         if "bug-in-submit" in text:
             raise RuntimeError("a bug in the backend")
         if len(self.live) >= self.parallel + self.max_queue:

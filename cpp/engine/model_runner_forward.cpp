@@ -72,12 +72,18 @@ void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptio
         cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
   }
   ember::validate(options.sampling, n_vocab);
+  if (options.grammar && options.grammar->n_vocab() > n_vocab) {
+    throw InvalidArgument(cat("[request] the grammar was compiled for ", options.grammar->n_vocab(),
+                              " tokens, the model has ", n_vocab));
+  }
 }
 
 void ForwardRunner::add(RequestId id, const RequestOptions& options) {
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   samplers_.erase(id);
-  samplers_.emplace(id, SequenceSampler{Sampler(options.sampling, n_vocab), options.n_logprobs, 0});
+  std::unique_ptr<TokenConstraint> constraint = options.grammar ? options.grammar->start() : nullptr;
+  samplers_.emplace(
+      id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint)), options.n_logprobs, 0});
 }
 
 void ForwardRunner::release(std::span<const SequenceId> ids) {
@@ -154,6 +160,10 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
       const int32_t token = is_draft_row ? seq.sampler.verify(row, s.draft_tokens[j])
                                          : seq.sampler.sample(row);
       out.tokens.push_back(token);
+      // Every token kept becomes the request's next output (a preempted request recomputes its
+      // tokens without sampling them again), so the constraint advances here, once per token,
+      // before the next row is verified under its new state.
+      seq.sampler.advance(token);
       if (seq.n_logprobs >= 0) {
         out.logprobs.push_back(token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs));
       }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "sampling/constraint.h"
 #include "sampling/params.h"
 
 namespace ember {
@@ -40,6 +42,9 @@ struct RequestOptions {
   // Predicted Outputs: the output the caller expects (an edited file, a form to refill). The
   // engine drafts from it; the output is exactly what it would be without it.
   std::vector<int32_t> prediction;
+  // Constrained decoding: every output token is one the grammar allows, and end-of-generation
+  // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct Request {

@@ -2,6 +2,7 @@
 // the same parameters narrow the distribution the same way in both engines.
 #include "sampling/sampler.h"
 
+#include <bit>
 #include <cmath>
 
 #include "core/error.h"
@@ -30,10 +31,11 @@ void validate(const SamplingParams& p, int32_t n_vocab) {
   }
 }
 
-Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
-    : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, std::unique_ptr<TokenConstraint> constraint)
+    : params_(params), n_vocab_(n_vocab), rng_(params.seed), constraint_(std::move(constraint)) {
   if (n_vocab <= 0) throw InvalidArgument(cat("[sampling] n_vocab must be > 0, got ", n_vocab));
   validate(params_, n_vocab_);
+  if (constraint_) mask_.assign(mask_words(n_vocab_), 0);
   candidates_.items.reserve(static_cast<size_t>(n_vocab));
   if (penalties_on()) {
     counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -96,6 +98,11 @@ void Sampler::narrow(const float* logits) {
     apply_penalties(c, counts_.data(), seen_, params_.repeat_penalty, params_.frequency_penalty,
                     params_.presence_penalty);
   }
+  // The mask comes after bias and penalties, so no bias can bring back a forbidden token.
+  if (constraint_) {
+    const uint32_t* mask = mask_.data();
+    std::erase_if(c.items, [mask](const TokenCandidate& t) { return !mask_allows(mask, t.id); });
+  }
   if (params_.temperature <= 0.0f) {
     const int32_t best = argmax(c);
     c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f, 0.0f});
@@ -110,7 +117,12 @@ void Sampler::narrow(const float* logits) {
   softmax(c);
 }
 
+void Sampler::fill_mask() {
+  if (constraint_) constraint_->fill_mask(mask_.data());
+}
+
 const Candidates& Sampler::distribution(const float* logits) {
+  fill_mask();
   narrow(logits);
   return candidates_;
 }
@@ -123,14 +135,27 @@ int32_t Sampler::greedy(const float* logits) {
     values = biased_.data();
   }
   // argmax(): the first id of the largest value (later equal values never replace it).
-  int32_t best = 0;
-  for (int32_t i = 1; i < n_vocab_; ++i) {
-    if (values[i] > values[best]) best = i;
+  if (!constraint_) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab_; ++i) {
+      if (values[i] > values[best]) best = i;
+    }
+    return best;
   }
-  return best;
+  // Over the allowed ids only, a 32-token word at a time (the mask is never empty).
+  int32_t best = -1;
+  const size_t n_words = mask_.size();
+  for (size_t w = 0; w < n_words; ++w) {
+    for (uint32_t bits = mask_[w]; bits != 0; bits &= bits - 1) {
+      const int32_t i = static_cast<int32_t>(w * 32) + std::countr_zero(bits);
+      if (i < n_vocab_ && (best < 0 || values[i] > values[best])) best = i;
+    }
+  }
+  return best < 0 ? 0 : best;
 }
 
 int32_t Sampler::sample(const float* logits) {
+  fill_mask();
   if (params_.temperature <= 0.0f && counts_.empty()) return greedy(logits);
   narrow(logits);
   const std::vector<TokenCandidate>& items = candidates_.items;
@@ -147,6 +172,7 @@ int32_t Sampler::sample(const float* logits) {
 
 int32_t Sampler::verify(const float* logits, int32_t draft) {
   if (params_.temperature <= 0.0f) return sample(logits);
+  fill_mask();  // a constrained request's draft outside the grammar has p = 0
   narrow(logits);
   const std::vector<TokenCandidate>& items = candidates_.items;
   double p_draft = 0.0;

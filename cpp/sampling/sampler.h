@@ -1,12 +1,16 @@
 // sampling/sampler.h: one request's sampler — its parameters, its own random generator and the
 // window of recent tokens the penalties look at. Turns a row of logits into the next token.
-// Owns no model state; a request's tokens reach it through accept().
+// Owns no model state; a request's tokens reach it through accept(). A constrained request's
+// sampler also owns its TokenConstraint: every step's logits are masked to the tokens it allows
+// (after logit bias and penalties, before everything else), whatever the sampling mode.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "sampling/candidates.h"
+#include "sampling/constraint.h"
 #include "sampling/params.h"
 #include "sampling/rng.h"
 
@@ -15,7 +19,8 @@ namespace ember {
 class Sampler {
  public:
   // Throws InvalidArgument for bad params (see validate).
-  Sampler(const SamplingParams& params, int32_t n_vocab);
+  Sampler(const SamplingParams& params, int32_t n_vocab,
+          std::unique_ptr<TokenConstraint> constraint = nullptr);
 
   // Picks the next token from logits[n_vocab] (not modified). The chain: logit bias, penalties,
   // then greedy when temperature <= 0, else top_k, typical_p, top_p, min_p, temperature and a
@@ -38,6 +43,11 @@ class Sampler {
   // Adds a token (prompt or generated) to the penalty window.
   void accept(int32_t token);
 
+  // The token sample() returned became the request's next output: advances the constraint.
+  // Returns false when the constraint rejects it (never for a token sample() picked).
+  bool advance(int32_t token) { return !constraint_ || constraint_->advance(token); }
+  TokenConstraint* constraint() { return constraint_.get(); }
+
   // Empties the penalty window and reseeds the generator.
   void reset();
 
@@ -46,18 +56,21 @@ class Sampler {
 
  private:
   void narrow(const float* logits);  // fills candidates_ with the final distribution
+  void fill_mask();                  // mask_ for this step, when constrained
   bool penalties_on() const;
-  // Greedy sampling without penalties: argmax of the biased logits, as narrow() would pick it,
-  // without building n_vocab candidates (a copy of the logits instead).
+  // Greedy sampling without penalties: argmax of the biased (and masked) logits, as narrow()
+  // would pick it, without building n_vocab candidates.
   int32_t greedy(const float* logits);
 
   SamplingParams params_;
   int32_t n_vocab_;
   Rng rng_;
-  Candidates candidates_;        // reused every step
-  std::vector<float> biased_;    // [n_vocab] greedy(): the logits plus the logit bias
-  std::vector<int32_t> window_;  // ring of the last repeat_last_n tokens (all of them for -1)
-  size_t window_head_ = 0;       // next slot to overwrite once the ring is full
+  Candidates candidates_;                        // reused every step
+  std::vector<float> biased_;                    // [n_vocab] greedy(): the logits plus the logit bias
+  std::unique_ptr<TokenConstraint> constraint_;  // null: unconstrained
+  std::vector<uint32_t> mask_;                   // [mask_words(n_vocab)] this step's allowed tokens
+  std::vector<int32_t> window_;                  // ring of the last repeat_last_n tokens (all of them for -1)
+  size_t window_head_ = 0;                       // next slot to overwrite once the ring is full
   std::vector<int32_t> counts_;  // [n_vocab]: occurrences in the window; empty when no penalties
   std::vector<uint8_t> listed_;  // [n_vocab]: 1 when the id is in seen_
   std::vector<int32_t> seen_;    // distinct ids, a superset of those with counts_ > 0

@@ -117,7 +117,8 @@ def _compile(source: str) -> jinja2.Template:
 
 def _plain_content(message: Message) -> dict[str, Any]:
     """A copy of the message whose content is a string when it was a list of text parts
-    (OpenAI's [{"type": "text", "text": ...}]); templates expect strings."""
+    (OpenAI's [{"type": "text", "text": ...}]), joined with "\n" as llama.cpp joins them;
+    templates expect strings."""
     out = dict(message)
     content = out.get("content")
     if isinstance(content, list):
@@ -127,7 +128,7 @@ def _plain_content(message: Message) -> dict[str, Any]:
                 raise ChatTemplateError(f"message content part {part!r} is not supported "
                                         "(only {'type': 'text', 'text': ...} parts are)")
             texts.append(str(part.get("text", "")))
-        out["content"] = "".join(texts)
+        out["content"] = "\n".join(texts)
     return out
 
 

@@ -259,9 +259,12 @@ def bounded_render(chunks: Callable[[], Iterator[str]], limits: RenderLimits) ->
     """Joins the chunks of a template's generate() under `limits`; raises RenderLimitError
     (and whatever the template raises) in the calling thread."""
     token = _BUDGET.set(_Budget(limits))
-    watchdog = _Watchdog(threading.get_ident(), limits.max_seconds)
+    watchdog: _Watchdog | None = None
     try:
         try:
+            # Inside the try: a deadline shorter than the watchdog's start fires before the
+            # assignment, and its exception must be this render's error all the same.
+            watchdog = _Watchdog(threading.get_ident(), limits.max_seconds)
             out: list[str] = []
             n_chars = 0
             for chunk in chunks():
@@ -271,7 +274,8 @@ def bounded_render(chunks: Callable[[], Iterator[str]], limits: RenderLimits) ->
                 out.append(chunk)
             return "".join(out)
         finally:
-            watchdog.disarm()
+            if watchdog is not None:  # else it fired during its own start: nothing is pending
+                watchdog.disarm()
     except RenderTimeout:
         raise RenderTimeout(f"it ran longer than {limits.max_seconds:g} s") from None
     finally:

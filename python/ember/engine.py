@@ -25,6 +25,7 @@ from typing import Union
 
 from ember import _core
 from ember.chat import ChatTemplate
+from ember.grammar import GrammarCompiler
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
@@ -62,7 +63,7 @@ class Request:
     and the whole GenerationResult. Leaving the iteration early cancels the request."""
 
     def __init__(self, engine: Engine, prompt: list[int], params: SamplingParams,
-                 start: float) -> None:
+                 start: float, keep_tokens: Sequence[int] = ()) -> None:
         # Everything that can fail is built here, before the engine runs anything (see submit).
         self.engine = engine
         self.prompt_tokens = prompt
@@ -75,6 +76,11 @@ class Request:
         self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
         self._id = 0
         self._decoder = _core.StreamDecoder(engine.tokenizer)
+        # Control tokens whose text stays in the output (a tool-call format's markers); tokens
+        # that decoding shows anyway are left to it.
+        tokenizer = engine.tokenizer
+        self._kept = {t: tokenizer.token_to_piece(t).decode("utf-8", errors="replace")
+                      for t in keep_tokens if tokenizer.decode([t], skip_special=True) == ""}
         self._stops = _core.StopStringMatcher(list(params.stop))
         self._start = start
         self._first_token_at: float | None = None
@@ -184,7 +190,10 @@ class Request:
                 entry = self._logprob(token, event.logprobs)
                 self._logprobs.append(entry)
                 self._pending_logprobs.append(entry)
-            text, stopped, matched = self._stops.push(self._decoder.push(token))
+            piece = self._decoder.push(token)
+            if token in self._kept:
+                piece += self._kept[token]
+            text, stopped, matched = self._stops.push(piece)
             self._texts.append(text)
             self._unsent += text
             if stopped:
@@ -283,6 +292,7 @@ class Engine:
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
+        self._grammars: GrammarCompiler | None = None
 
     @property
     def chat_template(self) -> ChatTemplate:
@@ -290,6 +300,13 @@ class Engine:
         if self._chat_template is None:
             self._chat_template = ChatTemplate.from_gguf(self.path)
         return self._chat_template
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """Compiles constraints for this model's vocabulary (built on first use)."""
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer)
+        return self._grammars
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -340,16 +357,18 @@ class Engine:
                              "shorter prompt or a larger n_ctx")
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
-               priority: int = 0) -> Request:
+               priority: int = 0, keep_tokens: Sequence[int] = ()) -> Request:
         """Queues one request and returns it (iterate it for its Deltas). Raises ValueError for
         a request that can never run (bad prompt or parameters), EngineBusy when the queue is
-        full."""
+        full. keep_tokens: control tokens whose text stays in the output (decoding drops
+        control tokens otherwise), such as a tool-call format's [TOOL_CALLS]."""
         params = params or SamplingParams()
         tokens = [int(t) for t in prompt_tokens]
         self.check_prompt(tokens)
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
-        request = Request(self, tokens, params, perf_counter())
+        request = Request(self, tokens, params, perf_counter(), keep_tokens)
+        grammar = self.grammars.compile(params.constraint) if params.constraint else None
         if params.max_tokens == 0:
             return request
         core_params = params.to_core()
@@ -358,7 +377,7 @@ class Engine:
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
-            prediction=self._prediction_tokens(params.prediction))
+            grammar=grammar, prediction=self._prediction_tokens(params.prediction))
         request._id = handle.id
         return request
 

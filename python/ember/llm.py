@@ -5,6 +5,7 @@ generate, stream, chat, batches, and OpenAI-shaped completions.
     llm.generate("Once upon a time", max_tokens=32, temperature=0).text
     for piece in llm.stream("Once upon a time"): print(piece, end="")
     llm.create_chat_completion([{"role": "user", "content": "Hi!"}])["choices"][0]["message"]
+    llm.create_chat_completion(messages, tools=[{"type": "function", "function": {...}}])
 
 A thin layer over ember.engine.Engine, the same path the CLI and the server run: requests from
 any number of threads are batched together, and the prefix cache serves every request, so a
@@ -23,10 +24,13 @@ from typing import Any, Union
 from ember import _core
 from ember.chat import ChatTemplate, Message
 from ember.engine import Engine
+from ember.grammar import Constraint
 from ember.hub import resolve_model
 from ember.openai_format import Formatter
 from ember.results import Delta, GenerationResult
 from ember.sampling import SamplingParams
+from ember.tool_template import PreparedChat, prepare_chat
+from ember.tools import parse_tools
 
 Prompt = Union[str, Sequence[int]]
 
@@ -92,9 +96,21 @@ class LLM:
                             **variables: Any) -> str:
         return self.chat_template.render(messages, add_generation_prompt, **variables)
 
-    def tokenize_chat(self, messages: Sequence[Message], **variables: Any) -> list[int]:
-        """The prompt tokens for `messages` in the model's chat template."""
-        return self.chat_template.encode(self.tokenizer, messages, **variables)
+    def tokenize_chat(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+                      | None = None, **variables: Any) -> list[int]:
+        """The prompt tokens for `messages` (and OpenAI-shaped `tools`) in the model's chat
+        template; other variables go to the template as they are."""
+        return self._chat_prompt(messages, tools, None, None, variables)[0]
+
+    def _chat_prompt(self, messages: Sequence[Message], tools: Any, tool_choice: Any,
+                     parallel_tool_calls: Any, variables: Mapping[str, Any] | None = None
+                     ) -> tuple[list[int], PreparedChat]:
+        """The prompt tokens, and how to read tool calls in the answer (ember.tool_template)."""
+        request = parse_tools(tools, tool_choice, parallel_tool_calls)
+        chat = prepare_chat(self.chat_template, self.tokenizer, messages, request)
+        text = self.chat_template.render(chat.messages, add_generation_prompt=True,
+                                         **{**(variables or {}), **chat.variables})
+        return self.chat_template.tokenize(self.tokenizer, text + chat.answer_prefix), chat
 
     def _prompt_tokens(self, prompt: Prompt) -> list[int]:
         # Like llama.cpp, control tokens spelled out in a raw prompt are those tokens.
@@ -102,12 +118,14 @@ class LLM:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def stream_deltas(self, prompt: Prompt, params: SamplingParams | None = None,
-                      **sampling: Any) -> Iterator[Delta]:
+    def stream_deltas(self, prompt: Prompt, params: SamplingParams | None = None, *,
+                      keep_tokens: Sequence[int] = (), **sampling: Any) -> Iterator[Delta]:
         """The generation as it happens: Delta(text, tokens, logprobs), the last one with
         finish_reason and the full GenerationResult. Sampling keywords are SamplingParams
-        fields and override `params`. A bad prompt or parameter raises ValueError here."""
-        return iter(self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling)))
+        fields and override `params`. A bad prompt or parameter raises ValueError here.
+        keep_tokens: control tokens whose text stays in the output."""
+        return iter(self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling),
+                                       keep_tokens=keep_tokens))
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None,
                  **sampling: Any) -> GenerationResult:
@@ -126,15 +144,20 @@ class LLM:
         """Yields the completion's text as it is generated."""
         return _texts(self.stream_deltas(prompt, params, **sampling))
 
-    def chat_deltas(self, messages: Sequence[Message], params: SamplingParams | None = None,
+    def chat_deltas(self, messages: Sequence[Message], params: SamplingParams | None = None, *,
+                    tools: Sequence[Mapping[str, Any]] | None = None,
                     **sampling: Any) -> Iterator[Delta]:
-        """Like stream_deltas, for the model's answer to `messages` in its chat template."""
-        return self.stream_deltas(self.tokenize_chat(messages), params, **sampling)
+        """Like stream_deltas, for the model's answer to `messages` (and `tools`, OpenAI's
+        [{"type": "function", "function": {...}}]) in its chat template. The text is the
+        model's own, tool-call markup included (create_chat_completion parses it)."""
+        tokens, chat = self._chat_prompt(messages, tools, None, None)
+        return self.stream_deltas(tokens, params, keep_tokens=chat.keep_tokens, **sampling)
 
-    def chat(self, messages: Sequence[Message], params: SamplingParams | None = None,
+    def chat(self, messages: Sequence[Message], params: SamplingParams | None = None, *,
+             tools: Sequence[Mapping[str, Any]] | None = None,
              **sampling: Any) -> GenerationResult:
         """The assistant's answer to `messages` ([{"role": ..., "content": ...}, ...])."""
-        return _last(self.chat_deltas(messages, params, **sampling))
+        return _last(self.chat_deltas(messages, params, tools=tools, **sampling))
 
     def stream_chat(self, messages: Sequence[Message], params: SamplingParams | None = None,
                     **sampling: Any) -> Iterator[str]:
@@ -163,13 +186,19 @@ class LLM:
                                max_tokens: int | None = None,
                                max_completion_tokens: int | None = None,
                                stream_options: Mapping[str, Any] | None = None,
+                               tools: Sequence[Mapping[str, Any]] | None = None,
+                               tool_choice: str | Mapping[str, Any] | None = None,
+                               parallel_tool_calls: bool | None = None,
                                prediction: Mapping[str, Any] | str | None = None,
                                **sampling: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's /v1/chat/completions: a "chat.completion" dict, or its chunks when
         stream=True (first a role delta, then content deltas, then one with finish_reason;
-        with stream_options={"include_usage": True}, one more with the usage). prediction:
-        Predicted Outputs, {"type": "content", "content": "..."} (or the text itself); the
-        usage then has completion_tokens_details.accepted/rejected_prediction_tokens."""
+        with stream_options={"include_usage": True}, one more with the usage). With `tools`
+        the answer's tool calls come as message.tool_calls (finish_reason "tool_calls") or
+        tool_calls deltas; tool_choice "required" or a named function raise ValueError until
+        ember has constrained decoding. prediction: Predicted Outputs, {"type": "content",
+        "content": "..."} (or the text itself); the usage then has
+        completion_tokens_details.accepted/rejected_prediction_tokens."""
         if isinstance(prediction, Mapping):
             if prediction.get("type") != "content" or not isinstance(prediction.get("content"), str):
                 raise ValueError('prediction must be {"type": "content", "content": "..."}, got '
@@ -178,9 +207,12 @@ class LLM:
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0,
                                 prediction=prediction)
-        fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs)
+        tokens, chat = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls)
+        fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
+                        tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))
-        return _shaped(fmt, self.chat_deltas(messages, params), stream, include_usage)
+        deltas = self.stream_deltas(tokens, params, keep_tokens=chat.keep_tokens)
+        return _shaped(fmt, deltas, stream, include_usage)
 
 
 def _shaped(fmt: Formatter, deltas: Iterator[Delta], stream: bool,
@@ -202,7 +234,21 @@ def _chunks(fmt: Formatter, deltas: Iterator[Delta], include_usage: bool
 
 
 def _params(params: SamplingParams | None, sampling: Mapping[str, Any]) -> SamplingParams:
+    sampling = _constraint_keywords(sampling)
     return replace(params, **sampling) if params else SamplingParams(**sampling)
+
+
+def _constraint_keywords(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """json_schema=SCHEMA (a dict, True or JSON text) and grammar=GBNF as a Constraint."""
+    values = dict(sampling)
+    schema, grammar = values.pop("json_schema", None), values.pop("grammar", None)
+    if schema is not None and grammar is not None:
+        raise ValueError("give json_schema or grammar, not both")
+    if schema is not None:
+        values["constraint"] = Constraint.json_schema(schema)
+    elif grammar is not None:
+        values["constraint"] = Constraint.gbnf(grammar)
+    return values
 
 
 def _texts(deltas: Iterator[Delta]) -> Iterator[str]:
@@ -223,7 +269,7 @@ _OPENAI_ALIASES = {"repetition_penalty": "repeat_penalty"}
 def _openai_params(sampling: Mapping[str, Any], **fixed: Any) -> SamplingParams:
     fields = SamplingParams.field_names()
     values: dict[str, Any] = {}
-    for key, value in sampling.items():
+    for key, value in _constraint_keywords(sampling).items():
         name = _OPENAI_ALIASES.get(key, key)
         if name not in fields:
             raise TypeError(f"unknown sampling parameter '{key}'")

@@ -6,10 +6,17 @@ One Formatter per request knows its id, model name and kind, and turns the engin
 chat starts each choice with a {"role": "assistant", "content": ""} delta, then content deltas,
 then a chunk with finish_reason and an empty delta; with include_usage one more chunk with
 `choices: []` and the usage; the caller ends with `data: [DONE]`.
+
+With a tool format (a chat offering tools, see ember.tool_calls), each choice's text is parsed
+for tool calls: `message.tool_calls` and finish_reason "tool_calls" when the model called one;
+streams send `tool_calls` deltas (index, id, type and name first, then argument fragments) and
+hold back text that may still become a call.
 """
 
 from __future__ import annotations
 
+import secrets
+import string
 import time
 import uuid
 from collections.abc import Sequence
@@ -17,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.results import Delta, TokenLogprob, Usage
+from ember.tool_calls import CallDelta, ToolCallStream, ToolFormat, parse
 
 
 def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:
@@ -64,13 +72,15 @@ def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
 
 
 def completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
+    """An echoed prompt's first token has logprob None, and so top_logprobs None."""
     offsets = []
     for e in entries:
         offsets.append(offset)
         offset += len(e.text)
     return {"tokens": [e.text for e in entries],
             "token_logprobs": [e.logprob for e in entries],
-            "top_logprobs": [{t.text: t.logprob for t in e.top} for e in entries],
+            "top_logprobs": [{t.text: t.logprob for t in e.top} if e.logprob is not None
+                             else None for e in entries],
             "text_offset": offsets}
 
 
@@ -81,6 +91,21 @@ class _Choice:
     finish_reason: str | None = None
     usage: Usage | None = None
     n_chars: int = 0  # text streamed so far (completions' text_offset)
+    echo: tuple[str, list[TokenLogprob]] | None = None  # the prompt, before the completion
+    tools: ToolCallStream | None = None  # parses the streamed text for tool calls
+    call_ids: list[str] = field(default_factory=list)
+
+
+def call_id(fmt: ToolFormat) -> str:
+    """A fresh tool-call id: OpenAI's shape, or the 9 letters and digits Mistral's templates
+    require of the ids they are given back."""
+    if fmt.name == "mistral":
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _finish_reason(reason: str | None, n_calls: int) -> str | None:
+    return "tool_calls" if n_calls and reason == "stop" else reason
 
 
 class Formatter:
@@ -89,7 +114,8 @@ class Formatter:
     prompts); by default all choices share one."""
 
     def __init__(self, chat: bool, model: str, n_choices: int, logprobs: bool,
-                 usage_groups: list[list[int]] | None = None) -> None:
+                 usage_groups: list[list[int]] | None = None,
+                 tool_format: ToolFormat | None = None, answer_prefix: str = "") -> None:
         self.chat = chat
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -97,6 +123,8 @@ class Formatter:
         self.logprobs = logprobs
         self.choices = [_Choice() for _ in range(n_choices)]
         self.usage_groups = usage_groups or [list(range(n_choices))]
+        self.tool_format = tool_format if chat else None
+        self.answer_prefix = answer_prefix  # text in the prompt that the answer continues
 
     def _head(self, stream: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if stream else "chat.completion") if self.chat \
@@ -108,6 +136,11 @@ class Formatter:
         groups = [[u for i in g if (u := self.choices[i].usage) is not None]
                   for g in self.usage_groups]
         return merged_usage([g for g in groups if g])
+
+    def echo(self, index: int, text: str, logprobs: list[TokenLogprob]) -> None:
+        """Choice `index` starts with this text: completions' `echo` (the prompt, and its token
+        logprobs when logprobs are asked for), or a chat reply's prefill."""
+        self.choices[index].echo = (text, logprobs)
 
     # --- streaming -------------------------------------------------------------------------
 
@@ -123,6 +156,13 @@ class Formatter:
         """The chunks for one event of choice `index`: its text (when there is any), then the
         finish chunk (when it is the last)."""
         choice = self.choices[index]
+        if choice.echo is not None:  # the prompt goes first, in front of the first event
+            text, prompt_logprobs = choice.echo
+            choice.echo = None
+            event = Delta(text + event.text, event.tokens, [*prompt_logprobs, *event.logprobs],
+                          event.finish_reason, event.result)
+        if self.tool_format is not None:
+            return self._tool_chunks(index, choice, event)
         out = []
         logprobs = event.logprobs if self.logprobs else []
         if event.text or logprobs:
@@ -150,6 +190,42 @@ class Formatter:
             out.append({**self._head(True), "choices": [body]})
         return out
 
+    def _tool_chunks(self, index: int, choice: _Choice, event: Delta) -> list[dict[str, Any]]:
+        assert self.tool_format is not None
+        if choice.tools is None:
+            choice.tools = ToolCallStream(self.tool_format, self.answer_prefix)
+        content, calls = choice.tools.push(event.text)
+        if event.finish_reason is not None:
+            more_content, more_calls = choice.tools.finish()
+            content, calls = content + more_content, calls + more_calls
+        out = []
+        logprobs = event.logprobs if self.logprobs else []
+        if content or logprobs:
+            out.append({**self._head(True), "choices": [{
+                "index": index, "delta": {"content": content},
+                "logprobs": chat_logprobs(logprobs) if self.logprobs else None,
+                "finish_reason": None}]})
+        if calls:
+            out.append({**self._head(True), "choices": [{
+                "index": index, "delta": {"tool_calls": [self._call_delta(choice, c)
+                                                         for c in calls]},
+                "logprobs": None, "finish_reason": None}]})
+        if event.finish_reason is not None:
+            choice.finish_reason = _finish_reason(event.finish_reason, len(choice.call_ids))
+            choice.usage = event.result.usage if event.result else None
+            out.append({**self._head(True), "choices": [{
+                "index": index, "delta": {}, "logprobs": None,
+                "finish_reason": choice.finish_reason}]})
+        return out
+
+    def _call_delta(self, choice: _Choice, delta: CallDelta) -> dict[str, Any]:
+        assert self.tool_format is not None
+        if delta.name is None:
+            return {"index": delta.index, "function": {"arguments": delta.arguments}}
+        choice.call_ids.append(call_id(self.tool_format))
+        return {"index": delta.index, "id": choice.call_ids[delta.index], "type": "function",
+                "function": {"name": delta.name, "arguments": delta.arguments}}
+
     def usage_chunk(self) -> dict[str, Any]:
         return {**self._head(True), "choices": [], "usage": self.usage()}
 
@@ -167,14 +243,27 @@ class Formatter:
         choices = []
         for i, c in enumerate(self.choices):
             text = "".join(c.text)
+            logprobs = c.logprobs
+            if c.echo is not None:
+                text, logprobs = c.echo[0] + text, [*c.echo[1], *logprobs]
             if self.chat:
-                choices.append({"index": i,
-                                "message": {"role": "assistant", "content": text},
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                finish_reason = c.finish_reason
+                if self.tool_format is not None:
+                    parsed = parse(self.answer_prefix + text, self.tool_format)
+                    if parsed.calls:
+                        message["content"] = parsed.content or None
+                        message["tool_calls"] = [{
+                            "id": call_id(self.tool_format), "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        } for call in parsed.calls]
+                        finish_reason = _finish_reason(finish_reason, len(parsed.calls))
+                choices.append({"index": i, "message": message,
                                 "logprobs": chat_logprobs(c.logprobs) if self.logprobs else None,
-                                "finish_reason": c.finish_reason})
+                                "finish_reason": finish_reason})
             else:
                 choices.append({"index": i, "text": text,
-                                "logprobs": completion_logprobs(c.logprobs, 0)
+                                "logprobs": completion_logprobs(logprobs, 0)
                                 if self.logprobs else None,
                                 "finish_reason": c.finish_reason})
         return {**self._head(False), "choices": choices, "usage": self.usage()}

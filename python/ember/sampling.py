@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from ember import _core
+from ember.grammar import Constraint
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI allows
 
@@ -36,7 +37,9 @@ class SamplingParams:
     max_tokens=None generates until an end-of-generation token or a full context. Stop strings
     end the text before them and are never part of it. logprobs adds the log-probability of
     each generated token (log-softmax of the model's raw logits) and its top_logprobs most
-    likely alternatives.
+    likely alternatives. constraint (a JSON schema, GBNF/Lark grammar or regex, see
+    ember.grammar) limits every generated token to what it allows; end-of-generation tokens
+    only come where the text is complete.
     """
 
     temperature: float = _default("temperature")
@@ -55,6 +58,7 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False  # generate past end-of-generation tokens (benchmarks, llama-server's field)
+    constraint: Constraint | None = None
     # Predicted Outputs: the text (or token ids) the output is expected to be, e.g. the file being
     # edited. The engine drafts from it; the output is the same as without it, only sooner.
     prediction: str | Sequence[int] | None = None
@@ -83,6 +87,8 @@ class SamplingParams:
             raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs}")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise ValueError(f"constraint must be an ember.grammar.Constraint, got {self.constraint!r}"[:200])
         # JSON object keys are strings: accept {"123": -100} as OpenAI clients send it.
         try:
             self.logit_bias = {int(k): float(v) for k, v in dict(self.logit_bias).items()}

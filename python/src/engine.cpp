@@ -203,7 +203,8 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
 
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
-                 int priority, const std::vector<int64_t>& prediction) {
+                 int priority, std::shared_ptr<ember::Grammar> grammar,
+                 const std::vector<int64_t>& prediction) {
   const auto to_id = [](int64_t id, const char* what) {
     if (id < INT32_MIN || id > INT32_MAX)
       throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
@@ -217,6 +218,7 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   for (int64_t t : stop_token_ids) o.stop_token_ids.push_back(to_id(t, "stop token"));
   o.sampling = sampling;
   o.n_logprobs = logprobs;
+  o.grammar = std::move(grammar);
   for (int64_t t : prediction) o.prediction.push_back(to_id(t, "prediction token"));
 
   PyRequest r;
@@ -320,12 +322,14 @@ void init_engine(nb::module_& m) {
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::arg("sampling") = ember::SamplingParams(),
            nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
-           nb::arg("priority") = 0, nb::arg("prediction") = std::vector<int64_t>{},
+           nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
+           nb::arg("prediction") = std::vector<int64_t>{},
            "Queues a request and returns its EngineRequest. Raises ValueError for a request that can "
            "never run (empty or too long prompt, bad ids or sampling values) and EngineBusy when the "
            "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
-           "log-probability and that many alternatives to each event; prediction: token ids of the output "
-           "the caller expects (OpenAI's Predicted Outputs), drafted from — the output stays the same.")
+           "log-probability and that many alternatives to each event; `grammar` (a Grammar) constrains "
+           "every output token to it; prediction: token ids of the output the caller expects "
+           "(OpenAI's Predicted Outputs), drafted from (the output stays the same).")
       .def(
           "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "

@@ -8,6 +8,7 @@ void init_gguf(nb::module_& m);
 void init_quant(nb::module_& m);
 void init_tokenizer(nb::module_& m);
 void init_model(nb::module_& m);
+void init_grammar(nb::module_& m);
 void init_sampling(nb::module_& m);
 void init_engine(nb::module_& m);
 void init_cpu(nb::module_& m);
@@ -19,6 +20,7 @@ NB_MODULE(_core, m) {
   init_quant(m);
   init_tokenizer(m);
   init_model(m);
+  init_grammar(m);
   init_sampling(m);
   init_engine(m);
   init_cpu(m);

@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -75,8 +76,17 @@ void init_sampling(nb::module_& m) {
   nb::class_<Sampler>(m, "Sampler",
                       "One request's sampler: logit bias, penalties over a window of recent "
                       "tokens, top-k, typical-p, top-p, min-p, temperature and a seeded draw.")
-      .def(nb::init<const SamplingParams&, int32_t>(), nb::arg("params"), nb::arg("n_vocab"),
-           "Raises ValueError for parameters out of range.")
+      .def(
+          "__init__",
+          [](Sampler* self, const SamplingParams& params, int32_t n_vocab,
+             std::shared_ptr<ember::Grammar> grammar) {
+            new (self) Sampler(params, n_vocab, grammar ? grammar->start() : nullptr);
+          },
+          nb::arg("params"), nb::arg("n_vocab"), nb::arg("grammar") = nb::none(),
+          "Raises ValueError for parameters out of range. With a Grammar, every sample is a token it "
+          "allows (advance() moves it on).")
+      .def("advance", &Sampler::advance, nb::arg("token"),
+           "The sampled token became the output: moves the grammar past it (False if it rejects it).")
       .def(
           "sample",
           [](Sampler& s, const LogitsRow& logits) {

@@ -38,12 +38,12 @@ ModelArg = Annotated[Optional[str], typer.Argument(
 Prompt = Annotated[Optional[str], typer.Option(
     "-p", "--prompt", help="the prompt; '-' reads it from stdin", show_default=False)]
 Threads = Annotated[Optional[int], typer.Option(
-    "-t", "--threads", help="CPU threads [default: physical cores]", show_default=False)]
+    "-t", "--threads", help="CPU threads \\[default: physical cores]", show_default=False)]
 CtxSize = Annotated[Optional[int], typer.Option(
-    "-c", "--ctx-size", help="context size in tokens [default: the model's, at most 4096]",
+    "-c", "--ctx-size", help="context size in tokens \\[default: the model's, at most 4096]",
     show_default=False)]
 MaxTokens = Annotated[Optional[int], typer.Option(
-    "-n", "--max-tokens", help="most tokens to generate [default: until the model stops]",
+    "-n", "--max-tokens", help="most tokens to generate \\[default: until the model stops]",
     show_default=False)]
 Temp = Annotated[float, typer.Option("--temp", "--temperature", help="temperature; 0 is greedy")]
 TopK = Annotated[int, typer.Option("--top-k", help="keep the k most likely tokens; 0: off")]
@@ -56,7 +56,7 @@ RepeatLastN = Annotated[int, typer.Option(
 PresencePenalty = Annotated[float, typer.Option("--presence-penalty")]
 FrequencyPenalty = Annotated[float, typer.Option("--frequency-penalty")]
 Seed = Annotated[Optional[int], typer.Option(
-    "-s", "--seed", help="random seed; the same seed gives the same text [default: random]",
+    "-s", "--seed", help="random seed; the same seed gives the same text \\[default: random]",
     show_default=False)]
 Stop = Annotated[Optional[list[str]], typer.Option(
     "--stop", help="stop before this text (repeatable)", show_default=False)]

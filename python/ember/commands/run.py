@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
-from typing import Annotated
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from ember.commands import generation_options as opt
+from ember.grammar import Constraint
 
 _D = opt.DEFAULTS
 
@@ -41,6 +43,10 @@ def run(
     draft_max: opt.DraftMax = 16,
     draft_min: opt.DraftMin = 1,
     prediction: opt.Prediction = None,
+    json_schema: Annotated[Optional[Path], typer.Option(
+        "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
+    grammar: Annotated[Optional[Path], typer.Option(
+        "--grammar", help="a GBNF grammar file (llama.cpp's format): the output matches it")] = None,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout."""
     if prompt is None:
@@ -54,6 +60,9 @@ def run(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
+    constraint = _constraint(json_schema, grammar)
+    if constraint is not None:
+        params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
     llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
                        draft_max=draft_max, draft_min=draft_min)
@@ -79,6 +88,24 @@ def run(
     else:
         sys.stdout.write("\n")
         sys.stdout.flush()
+
+
+def _constraint(json_schema: Path | None, grammar: Path | None) -> Constraint | None:
+    if json_schema is not None and grammar is not None:
+        raise ValueError("give --json-schema or --grammar, not both")
+    path = json_schema or grammar
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
+    if json_schema is not None:
+        try:
+            return Constraint.json_schema(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not JSON: {err}") from None
+    return Constraint.gbnf(text)
 
 
 def register(app: typer.Typer) -> None:

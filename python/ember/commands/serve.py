@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -25,6 +25,11 @@ _D = ServerConfig()
 
 def _names(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def _sampling_defaults(**values: Any) -> dict[str, Any]:
+    """The sampling flags that were given (the rest keep SamplingParams' defaults)."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def serve(
@@ -40,11 +45,11 @@ def serve(
         help="slots: requests generated at the same time, batched together")] = _D.parallel,
     ctx_size: Annotated[Optional[int], typer.Option(
         "-c", "--ctx-size", envvar="EMBER_CTX_SIZE",
-        help="context per request in tokens (prompt + completion) [default: the model's, at "
+        help="context per request in tokens (prompt + completion) \\[default: the model's, at "
              "most 4096]", show_default=False)] = None,
     kv_size: Annotated[Optional[int], typer.Option(
         "--kv-size", envvar="EMBER_KV_SIZE",
-        help="KV cache tokens shared by all slots [default: parallel x ctx-size, at most "
+        help="KV cache tokens shared by all slots \\[default: parallel x ctx-size, at most "
              "1 GiB]",
         show_default=False)] = None,
     kv_type: Annotated[str, typer.Option(
@@ -54,7 +59,7 @@ def serve(
              "model's head size must be a multiple of 32)")] = _D.kv_type,
     threads: Annotated[Optional[int], typer.Option(
         "-t", "--threads", envvar="EMBER_THREADS",
-        help="CPU threads of the engine [default: physical cores]",
+        help="CPU threads of the engine \\[default: physical cores]",
         show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="EMBER_API_KEY",
@@ -62,7 +67,9 @@ def serve(
         show_default=False)] = None,
     cors_origins: Annotated[Optional[str], typer.Option(
         "--cors-origins", envvar="EMBER_CORS_ORIGINS",
-        help="comma-separated origins browsers may call from ('*': any) [default: none]",
+        help="comma-separated web origins whose pages may call the server ('*': any); the "
+             "server's own page and loopback origins (localhost, 127.0.0.1, [::1]) always may, "
+             "other sites get a 403 \\[default: none]",
         show_default=False)] = None,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", envvar="EMBER_MAX_QUEUE",
@@ -71,7 +78,7 @@ def serve(
     alias: Annotated[Optional[str], typer.Option(
         "-a", "--alias", envvar="EMBER_ALIAS",
         help="model name(s) clients use, comma-separated; the first is listed in /v1/models "
-             "[default: the file name]", show_default=False)] = None,
+             "\\[default: the file name]", show_default=False)] = None,
     max_body_size: Annotated[int, typer.Option(
         "--max-body-size", envvar="EMBER_MAX_BODY_SIZE",
         help="largest request body in bytes (413 beyond)")] = _D.max_body_bytes,
@@ -111,6 +118,34 @@ def serve(
     draft_min: Annotated[int, typer.Option(
         "--draft-min", envvar="EMBER_DRAFT_MIN",
         help="a request given fewer drafts than this gets none")] = _D.draft_min,
+    n_predict: Annotated[Optional[int], typer.Option(
+        "-n", "--n-predict", envvar="EMBER_N_PREDICT",
+        help="tokens to generate when a request sets no max_tokens/n_predict (-1: until the "
+             "model stops or the context is full) \\[default: 16 for /v1/completions, else -1]",
+        show_default=False)] = None,
+    temp: Annotated[Optional[float], typer.Option(
+        "--temp", envvar="EMBER_TEMP",
+        help="temperature for requests that omit it; 0 is greedy \\[default: 0.8]",
+        show_default=False)] = None,
+    top_k: Annotated[Optional[int], typer.Option(
+        "--top-k", envvar="EMBER_TOP_K", help="top_k for requests that omit it; 0: off "
+        "\\[default: 40]", show_default=False)] = None,
+    top_p: Annotated[Optional[float], typer.Option(
+        "--top-p", envvar="EMBER_TOP_P", help="top_p for requests that omit it; 1: off "
+        "\\[default: 0.95]", show_default=False)] = None,
+    min_p: Annotated[Optional[float], typer.Option(
+        "--min-p", envvar="EMBER_MIN_P", help="min_p for requests that omit it; 0: off "
+        "\\[default: 0.05]", show_default=False)] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        "-s", "--seed", envvar="EMBER_SEED", help="seed for requests that omit it (then equal "
+        "requests give equal text) \\[default: a fresh random seed per request]",
+        show_default=False)] = None,
+    repeat_penalty: Annotated[Optional[float], typer.Option(
+        "--repeat-penalty", envvar="EMBER_REPEAT_PENALTY", help="repeat_penalty for requests "
+        "that omit it; 1: off \\[default: 1]", show_default=False)] = None,
+    webui: Annotated[bool, typer.Option(
+        "--webui/--no-webui", envvar="EMBER_WEBUI",
+        help="serve the bundled chat page at / (open http://HOST:PORT/ in a browser)")] = True,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -124,7 +159,9 @@ def serve(
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
         shutdown_timeout=shutdown_timeout, max_connections=max_connections,
         header_timeout=header_timeout, body_timeout=body_timeout, idle_timeout=idle_timeout,
-        host_allow=_names(host_allow),
+        host_allow=_names(host_allow), n_predict=n_predict, webui=webui,
+        sampling=_sampling_defaults(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p,
+                                    seed=seed, repeat_penalty=repeat_penalty),
         spec="draft" if draft_model is not None and spec == "none" else spec,
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min)

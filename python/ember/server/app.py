@@ -3,16 +3,20 @@
     app = create_app(ServerConfig(model="model.gguf", parallel=4))
 
 Layout of ember.server: app.py (this: routes and middleware), context.py (AppContext: state and
-request helpers), generation.py (the completion endpoints), protocol.py (request validation),
-errors.py, metrics.py, config.py, run.py (uvicorn). Responses are shaped by ember.openai_format;
+request helpers), generation.py (OpenAI's completion endpoints and the request path all APIs
+share), llama_api.py (llama-server's native API), responses_api.py (OpenAI Responses),
+anthropic_api.py (Anthropic Messages), protocol.py + llama_fields.py (request validation),
+fim.py, scoring.py, webui.py (the chat page), browser.py (Host and CORS rules), errors.py,
+metrics.py, config.py, run.py (uvicorn). OpenAI responses are shaped by ember.openai_format;
 generation runs on ember.engine.
 
 The model loads in a background thread once the server listens: /health answers 503 while it
-loads, then 200 {"status": "ok"}. Every route but /health needs the API key when one is set;
+loads, then 200 {"status": "ok"}. Every route but /health and the chat page at / needs the API
+key when one is set;
 every route needs a Host header that names this server (browser.py).
-Unknown model names in requests are a 400 with code "model_not_found" (DESIGN.md: every client
-mistake is a 400; OpenAI itself answers 404 there). A request may name the model by an alias,
-the file name or the file name without .gguf; omitting `model` means the served model.
+With one model served, a request's `model` may name anything: it is answered by the served model,
+under its id (the first --alias, else the file name), as llama-server does. /v1/models lists the
+id and the other aliases; GET /v1/models/NAME answers for those names and the file's (404 else).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import generation
-from ember.server.browser import HostCheckMiddleware
+from ember.server import anthropic_api, generation, llama_api, responses_api, webui
+from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
@@ -45,7 +49,7 @@ from ember.server.protocol import Fields, parse_messages
 
 log = logging.getLogger("ember.server")
 
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})  # "/": the chat page (no data)
 
 
 # --- routes ------------------------------------------------------------------------------------
@@ -80,9 +84,9 @@ async def health(request: Request, ctx: AppContext) -> Response:
     return json_response({"status": status, **err.body()}, 503, err.headers())
 
 
-def _model_card(ctx: AppContext) -> dict[str, Any]:
+def _model_card(ctx: AppContext, name: str) -> dict[str, Any]:
     engine = ctx.require_ready()
-    return {"id": ctx.model_name, "object": "model", "created": ctx.created,
+    return {"id": name, "object": "model", "created": ctx.created,
             "owned_by": "ember",
             "meta": {"file": ctx.model_path.name, "n_ctx": engine.n_ctx,
                      "n_vocab": engine.n_vocab, "n_slots": engine.parallel}}
@@ -90,18 +94,18 @@ def _model_card(ctx: AppContext) -> dict[str, Any]:
 
 async def list_models(request: Request, ctx: AppContext) -> Response:
     ctx.require_ready()
-    return json_response({"object": "list", "data": [_model_card(ctx)]})
+    return json_response({"object": "list",
+                          "data": [_model_card(ctx, name) for name in ctx.model_names]})
 
 
 async def get_model(request: Request, ctx: AppContext) -> Response:
     ctx.require_ready()
     name = request.path_params["model"]
-    try:
-        ctx.check_model(name)
-    except APIError:
-        raise APIError(404, f"the model '{name}' does not exist", param="model",
-                       code="model_not_found") from None
-    return json_response(_model_card(ctx))
+    path = ctx.model_path
+    if name not in {*ctx.model_names, path.name, path.stem}:
+        raise APIError(404, f"the model '{name}' does not exist; this server serves "
+                       f"'{ctx.model_name}'", param="model", code="model_not_found")
+    return json_response(_model_card(ctx, name if name in ctx.model_names else ctx.model_name))
 
 
 async def metrics(request: Request, ctx: AppContext) -> Response:
@@ -110,8 +114,23 @@ async def metrics(request: Request, ctx: AppContext) -> Response:
 
 
 async def slots(request: Request, ctx: AppContext) -> Response:
+    """ember's slot view plus llama-server's fields (id_task, speculative, params, next_token);
+    ?fail_on_no_slot=1 answers 503 when every slot is busy, as llama-server does."""
     engine = ctx.require_ready()
-    return json_response([view.as_json(engine.n_ctx) for view in ctx.slots.views])
+    views = ctx.slots.views
+    if request.query_params.get("fail_on_no_slot") in ("1", "true") and all(
+            v.request is not None for v in views):
+        raise APIError(503, "no slot is available", code="no_slot_available")
+    params = llama_api.default_settings(ctx)
+    out = []
+    for view in views:
+        slot = view.as_json(engine.n_ctx)
+        out.append({**slot, "id_task": view.request.id if view.request is not None else -1,
+                    "speculative": False, "params": params,
+                    "next_token": {"has_next_token": view.request is not None,
+                                   "has_new_line": False, "n_remain": -1,
+                                   "n_decoded": slot["n_decoded"], "stopping_word": ""}})
+    return json_response(out)
 
 
 async def tokenize(request: Request, ctx: AppContext) -> Response:
@@ -174,19 +193,36 @@ def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
     return engine.tokenizer.decode(tokens, skip_special=True)
 
 
-def _routes() -> list[Route]:
-    routes = [
+EMBEDDING_PATHS = ("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking",
+                   "/v1/rerank", "/v1/reranking")
+
+
+def _routes(config: ServerConfig) -> list[Route]:
+    routes = [_route("/", webui.index, ["GET"])] if config.webui else []
+    routes += [
         _route("/health", health, ["GET"]),
+        _route("/v1/health", health, ["GET"]),
         _route("/metrics", metrics, ["GET"]),
         _route("/slots", slots, ["GET"]),
         _route("/tokenize", tokenize, ["POST"]),
         _route("/detokenize", detokenize, ["POST"]),
+        _route("/v1/completions", generation.completions, ["POST"]),
+        # llama-server's own API; un-prefixed /completions is its alias of /completion there.
+        _route("/completion", llama_api.completion, ["POST"]),
+        _route("/completions", llama_api.completion, ["POST"]),
+        _route("/infill", llama_api.infill, ["POST"]),
+        _route("/apply-template", llama_api.apply_template, ["POST"]),
+        _route("/props", llama_api.props, ["GET"]),
+        _route("/v1/responses", responses_api.create, ["POST"]),
+        _route("/v1/responses/{response_id}", responses_api.retrieve, ["GET"]),
+        _route("/v1/messages", anthropic_api.messages, ["POST"]),
+        _route("/v1/messages/count_tokens", anthropic_api.count_tokens, ["POST"]),
+        *(_route(path, llama_api.no_embeddings, ["POST"]) for path in EMBEDDING_PATHS),
     ]
-    # llama-server also answers without the /v1 prefix; so do we.
+    # llama-server also answers these without the /v1 prefix; so do we.
     for prefix in ("/v1", ""):
         routes += [
             _route(f"{prefix}/chat/completions", generation.chat_completions, ["POST"]),
-            _route(f"{prefix}/completions", generation.completions, ["POST"]),
             _route(f"{prefix}/models", list_models, ["GET"]),
             _route(prefix + "/models/{model:path}", get_model, ["GET"]),
         ]
@@ -196,8 +232,8 @@ def _routes() -> list[Route]:
 # --- middleware and errors ---------------------------------------------------------------------
 
 class APIKeyMiddleware:
-    """Requires "Authorization: Bearer KEY" on every path but PUBLIC_PATHS (constant-time
-    comparison)."""
+    """Requires "Authorization: Bearer KEY" (or "x-api-key: KEY", as Anthropic's clients send
+    it) on every path but PUBLIC_PATHS (constant-time comparison)."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
@@ -214,8 +250,12 @@ class APIKeyMiddleware:
                 if scheme.lower() == b"bearer":
                     given = token.strip()
                 break
+            if name == b"x-api-key":
+                given = value.strip()
+                break
         if not hmac.compare_digest(given, self._key):
-            message = ("a valid API key is required: send 'Authorization: Bearer KEY'" if
+            message = ("a valid API key is required: send 'Authorization: Bearer KEY' (or "
+                       "'x-api-key: KEY')" if
                        not given else "the API key is not valid")
             response = APIError(401, message, code="invalid_api_key").response()
             await response(scope, receive, send)
@@ -256,13 +296,14 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
             await asyncio.to_thread(ctx.close)
 
     middleware = [Middleware(HostCheckMiddleware, listen_host=config.host,
-                             allowed=config.host_allow)]
-    if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,
-                                     allow_methods=["*"], allow_headers=["*"]))
+                             allowed=config.host_allow),
+                  Middleware(OriginCheckMiddleware, allowed=config.cors_origins),
+                  Middleware(CORSMiddleware, allow_origins=config.cors_origins,
+                             allow_origin_regex=LOOPBACK_ORIGIN, allow_methods=["*"],
+                             allow_headers=["*"], max_age=600)]
     if config.api_key:
         middleware.append(Middleware(APIKeyMiddleware, api_key=config.api_key))
-    app = Starlette(routes=_routes(), middleware=middleware, lifespan=lifespan,
+    app = Starlette(routes=_routes(config), middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _bug})
     app.state.ctx = ctx
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 KV_TYPES = ("f16", "q8_0")  # what the engine's paged KV cache can store
 
@@ -29,6 +30,13 @@ class ServerConfig:
     body_timeout: float = 30.0        # seconds for a request's whole body to arrive (408 beyond)
     idle_timeout: float = 5.0         # seconds a kept-alive connection may wait between requests
     host_allow: list[str] = field(default_factory=list)  # Host names besides the listen address
+    # Server-side defaults for requests that omit them (llama-server's --n-predict, --temp, ...):
+    # n_predict None keeps each API's own default (16 for /v1/completions, else no limit);
+    # `sampling` holds SamplingParams fields (temperature, top_k, top_p, min_p, seed,
+    # repeat_penalty), those not set keep SamplingParams' defaults.
+    n_predict: int | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    webui: bool = True                # GET / serves the bundled chat page
     spec: str = "none"                # speculative decoding: "none", "ngram" (prompt lookup)
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = 16               # drafts per request and step at most
@@ -60,5 +68,10 @@ class ServerConfig:
                               ("idle_timeout", self.idle_timeout)):
             if not seconds >= 0:
                 raise ValueError(f"{name} must be >= 0, got {seconds}")
+        if self.n_predict is not None and self.n_predict < -1:
+            raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
+        from ember.sampling import SamplingParams
+
+        SamplingParams(**self.sampling).check(1)  # ValueError naming a bad default
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key

@@ -21,12 +21,17 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 
+from ember import _core
 from ember.chat import ChatTemplate
 from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
+from ember.server.fim import FimTokens
 from ember.server.metrics import ServerMetrics
 from ember.server.prompt_bound import PromptBound
+from ember.server.protocol import Defaults
+from ember.server.response_store import ResponseStore
+from ember.server.scoring import PromptScorer
 
 log = logging.getLogger("ember.server")
 
@@ -107,6 +112,9 @@ class AppContext:
         self.engine: Engine | None = None
         self.template: ChatTemplate | None = None
         self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
+        self.fim: FimTokens | None = None      # the model's infill tokens, if it has them
+        self._scorer: PromptScorer | None = None
+        self.responses = ResponseStore()       # /v1/responses created with store: true
         self.metrics = ServerMetrics()
         self.slots = Slots(config.parallel)
         self.created = int(time.time())
@@ -138,6 +146,8 @@ class AppContext:
             # recurses or builds huge strings fails here, visibly, not on the first request.
             template.check()
             bound = PromptBound.of(engine)
+            fim = FimTokens.of(_core.GGUFFile(str(engine.path)).metadata) \
+                if engine.path.is_file() else None
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self.load_error = f"loading the model failed: {err}"
             log.error("could not load the model: %s", err)
@@ -146,10 +156,11 @@ class AppContext:
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
-        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound)
+        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim)
 
-    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound) -> None:
-        self.engine, self.template, self.bound = engine, template, bound
+    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound,
+                    fim: FimTokens | None) -> None:
+        self.engine, self.template, self.bound, self.fim = engine, template, bound, fim
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
@@ -194,6 +205,15 @@ class AppContext:
         return "loading", "the model is loading"
 
     @property
+    def scorer(self) -> PromptScorer:
+        """Scores prompts (echo + logprobs); its model loads on first use."""
+        engine = self.require_ready()
+        if self._scorer is None:
+            self._scorer = PromptScorer(engine.path, self.config.threads, engine.n_ctx,
+                                        engine.tokenizer)
+        return self._scorer
+
+    @property
     def model_path(self) -> Path:
         return Path(self.engine.path if self.engine is not None else self.config.model or "")
 
@@ -203,17 +223,22 @@ class AppContext:
             return self.config.aliases[0]
         return self.model_path.name or "ember"
 
+    @property
+    def model_names(self) -> list[str]:
+        """The served model's id, then the other names of --alias (listed in /v1/models)."""
+        return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+
     def check_model(self, requested: str | None) -> str:
-        """The name to answer with; a 400 when `requested` names another model."""
-        if requested is None or requested == "":
-            return self.model_name
-        path = self.model_path
-        names = {*self.config.aliases, path.name, path.stem, self.model_name}
-        if requested not in names:
-            raise APIError(400, f"the model '{requested}' does not exist; this server serves "
-                           f"'{self.model_name}' (see /v1/models)", param="model",
-                           code="model_not_found")
+        """The name to answer with: the served id, whatever `requested` says (with one model
+        served, llama-server answers every name too, and apps hard-code names)."""
         return self.model_name
+
+    @property
+    def defaults(self) -> Defaults:
+        """What requests get for the fields they omit (--n-predict, --temp, ...)."""
+        c = self.config
+        return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
+                        max_n=c.max_n)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any) -> T:
         """work(*args) on the loop for a small body, in a worker thread for a large one (what

@@ -1,13 +1,13 @@
 """Errors as OpenAI clients expect them: {"error": {"message", "type", "param", "code"}}.
 
-Status codes: 400 for every client mistake (malformed JSON, wrong types, an unknown model name,
-a prompt longer than the context, unsupported options), 401 for a missing or wrong API key,
+Status codes: 400 for every client mistake (malformed JSON, wrong types, a prompt longer than
+the context, unsupported options), 401 for a missing or wrong API key,
 403 for a Host header the server does not answer to (DNS rebinding), 404 for unknown routes,
 405 for a wrong method, 408 for a body that does not arrive in time, 413 for a body over the
 limit, 415 for a body not sent as application/json, 503 (with Retry-After) while the model
-loads, when the queue is full, past --max-connections or while the server shuts down, 500
-only for bugs (logged server-side with the traceback; the client gets a generic message and
-never the traceback).
+loads, when the queue is full, past --max-connections or while the server shuts down, 501 for
+an endpoint whose capability ember lacks (embeddings, reranking), 500 only for bugs (logged
+server-side with the traceback; the client gets a generic message and never the traceback).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ _TYPES = {
     413: "invalid_request_error",
     415: "invalid_request_error",
     500: "server_error",
+    501: "not_supported_error",
     503: "unavailable_error",
 }
 

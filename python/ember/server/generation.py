@@ -1,10 +1,12 @@
-"""The two generation endpoints: validate, enqueue on the engine, answer as JSON or SSE.
+"""OpenAI's two generation endpoints, and the request path every API's endpoints share
+(`respond`: validate, enqueue on the engine, answer as JSON or SSE in a `Shape`).
 
 Handlers do no generation work: they parse the body (protocol.py), turn the prompt into
 tokens, check it fits the context, submit one engine Request per choice and relay its Deltas
-(ember.openai_format formats them). Until the first event arrives nothing is sent, so every
-failure up to then is a plain HTTP error; after it, a failure becomes a `data: {"error": ...}`
-event followed by `data: [DONE]`. A client that goes away (before or during the stream, or while
+(shaped by ember.openai_format here; llama_api.py, responses_api.py and anthropic_api.py shape
+their own). Until the first event arrives nothing is sent, so every failure up to then is a
+plain HTTP error; after it, a failure becomes an error event (OpenAI: `data: {"error": ...}`
+then `data: [DONE]`). A client that goes away (before or during the stream, or while
 waiting for a non-streamed answer) cancels all its sequences.
 """
 
@@ -14,27 +16,35 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ember import tool_template
 from ember.chat import ChatTemplateError, ChatTemplateLimitError
 from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
+from ember.grammar import ConstraintError
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps, internal_error, json_response
+from ember.server.fim import infill_prompt
+from ember.server.fim import require as require_fim
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import (
-    Options,
+    ChatCompletionRequest,
+    Prompt,
     check_text,
     parse_chat_request,
     parse_completion_request,
 )
+from ember.tool_calls import ToolFormat
+from ember.tools import ToolRequest
 
 log = logging.getLogger("ember.server")
 
@@ -47,10 +57,6 @@ StreamError = (EngineError, APIError)
 
 def _shutdown_error() -> APIError:
     return APIError(503, "the server is shutting down", code="shutting_down")
-
-
-def _sse(value: Any) -> bytes:
-    return b"data: " + dumps(value) + b"\n\n"
 
 
 class ChoiceEvents:
@@ -179,14 +185,14 @@ class EventStreamResponse(StreamingResponse):
             self._events.close()
 
 
-def _submit(ctx: AppContext, prompts: Sequence[list[int]],
-            params: Sequence[SamplingParams]) -> list[Request]:
+def _submit(ctx: AppContext, prompts: Sequence[list[int]], params: Sequence[SamplingParams],
+            keep_tokens: Sequence[int] = ()) -> list[Request]:
     """Queues every choice or none: a full queue is a 503 and cancels what was queued."""
     engine = ctx.require_ready()
     requests: list[Request] = []
     try:
         for prompt, p in zip(prompts, params):
-            requests.append(engine.submit(prompt, p))
+            requests.append(engine.submit(prompt, p, keep_tokens=keep_tokens))
     except BaseException as err:
         for request in requests:
             request.cancel()
@@ -194,6 +200,8 @@ def _submit(ctx: AppContext, prompts: Sequence[list[int]],
             raise APIError(503, f"the server is busy: the queue holds {ctx.config.max_queue} "
                            "waiting requests (--max-queue); retry later",
                            code="queue_full") from None
+        if isinstance(err, ConstraintError):
+            raise bad_request(str(err), param=err.param, code="invalid_value") from None
         if isinstance(err, ValueError):
             raise bad_request(str(err), code="invalid_value") from None
         raise
@@ -207,31 +215,84 @@ def _stream_error(err: Exception) -> APIError:
     return APIError(500, f"generation failed: {err}", code="generation_failed")
 
 
-async def _respond(request: HTTPRequest, ctx: AppContext, fmt: Formatter,
-                   prompts: list[list[int]], params: list[SamplingParams], options: Options,
-                   arrival: float) -> Response:
-    requests = _submit(ctx, prompts, params)
-    events = ChoiceEvents(ctx, requests, fmt.id, arrival)
-    if not options.stream:
+class Shape(Protocol):
+    """How one API shapes a request's answer: the whole response, or its event stream."""
+
+    id: str
+
+    def add(self, index: int, delta: Delta) -> None: ...  # a Delta of a non-streamed answer
+
+    def response(self) -> Any: ...  # the JSON body, once every choice has finished
+
+    def stream_start(self) -> list[bytes]: ...  # events before the first Delta's
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]: ...
+
+    def stream_end(self) -> list[bytes]: ...  # after the last Delta
+
+    def stream_error(self, error: APIError) -> list[bytes]: ...  # ends a failed stream
+
+
+def sse(value: Any, event: str | None = None) -> bytes:
+    """One server-sent event: `data: JSON`, after `event: NAME` when named."""
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + dumps(value) + b"\n\n"
+
+
+class OpenAIShape:
+    """Chat completions and completions (ember.openai_format's Formatter), streams ending with
+    `data: [DONE]`."""
+
+    def __init__(self, fmt: Formatter, include_usage: bool) -> None:
+        self.fmt, self.id, self._include_usage = fmt, fmt.id, include_usage
+
+    def add(self, index: int, delta: Delta) -> None:
+        self.fmt.add(index, delta)
+
+    def response(self) -> Any:
+        return self.fmt.response()
+
+    def stream_start(self) -> list[bytes]:
+        return [sse(chunk) for chunk in self.fmt.first_chunks()]
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        return [sse(chunk) for chunk in self.fmt.chunks(index, delta)]
+
+    def stream_end(self) -> list[bytes]:
+        return [*([sse(self.fmt.usage_chunk())] if self._include_usage else []), _DONE]
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        return [sse(error.body()), _DONE]
+
+
+async def respond(request: HTTPRequest, ctx: AppContext, shape: Shape,
+                  prompts: list[list[int]], params: list[SamplingParams], stream: bool,
+                  arrival: float, keep_tokens: Sequence[int] = ()) -> Response:
+    """Submits one engine request per prompt (every choice) and answers in `shape`: JSON once
+    all have finished, or an event stream that starts with the first Delta. keep_tokens:
+    control tokens whose text stays in the output (ChatPrompt.keep_tokens)."""
+    requests = _submit(ctx, prompts, params, keep_tokens)
+    events = ChoiceEvents(ctx, requests, shape.id, arrival)
+    if not stream:
         try:
             async def collect() -> None:
                 while (item := await events.next()) is not None:
-                    fmt.add(*item)
+                    shape.add(*item)
             await _unless_disconnected(request, collect())
         except _ClientGone:
-            log.info("%s: client disconnected, cancelled", fmt.id)
+            log.info("%s: client disconnected, cancelled", shape.id)
             return Response(status_code=499)  # nobody reads it
         except StreamError as err:
             raise _stream_error(err) from None
         finally:
             events.close()
-        return json_response(fmt.response())
+        return json_response(shape.response())
 
     try:
         first = await _unless_disconnected(request, events.next())
     except _ClientGone:
         events.close()
-        log.info("%s: client disconnected while queued, cancelled", fmt.id)
+        log.info("%s: client disconnected while queued, cancelled", shape.id)
         return Response(status_code=499)
     except StreamError as err:
         events.close()
@@ -239,26 +300,27 @@ async def _respond(request: HTTPRequest, ctx: AppContext, fmt: Formatter,
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            for chunk in fmt.first_chunks():
-                yield _sse(chunk)
+            for chunk in shape.stream_start():
+                yield chunk
             item = first
             while item is not None:
-                for chunk in fmt.chunks(*item):
-                    yield _sse(chunk)
+                for chunk in shape.stream_delta(*item):
+                    yield chunk
                 item = await events.next()
-            if options.include_usage:
-                yield _sse(fmt.usage_chunk())
+            for chunk in shape.stream_end():
+                yield chunk
         except StreamError as err:
-            yield _sse(_stream_error(err).body())
+            for chunk in shape.stream_error(_stream_error(err)):
+                yield chunk
         except Exception:
-            log.exception("%s: failed while streaming", fmt.id)
-            yield _sse(internal_error().body())
-        yield _DONE
+            log.exception("%s: failed while streaming", shape.id)
+            for chunk in shape.stream_error(internal_error()):
+                yield chunk
 
     return EventStreamResponse(body(), events)
 
 
-def _check_prompt(ctx: AppContext, tokens: list[int], param: str) -> None:
+def check_prompt(ctx: AppContext, tokens: list[int], param: str) -> None:
     n_ctx = ctx.require_ready().n_ctx
     if not tokens:
         raise bad_request("the prompt is empty (it has no tokens to start from)", param=param,
@@ -298,15 +360,29 @@ def render_limits(bound: PromptBound) -> RenderLimits:
                         max_total_chars=max(16 * bound.max_bytes, 4 << 20))
 
 
-def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool
-                 ) -> list[int]:
-    """Runs in a worker thread: render (bounded), the context bound, tokenize."""
+@dataclass
+class ChatPrompt:
+    tokens: list[int]
+    tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
+    keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
+    answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
+
+
+def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
+                 prefill: str | None = None, add_generation_prompt: bool = True,
+                 tools: ToolRequest | None = None) -> tuple[str, tool_template.PreparedChat]:
+    """Runs in a worker thread: tools into the messages (ember.tool_template), render
+    (bounded), the context bound. With `prefill`, the reply's opening text follows the
+    rendered prompt."""
     engine = ctx.require_ready()
     assert ctx.template is not None
     bound = _bound(ctx)
     limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        text = ctx.template.render(messages, add_generation_prompt=True, limits=limits)
+        chat = tool_template.prepare_chat(ctx.template, engine.tokenizer, messages, tools)
+        text = ctx.template.render(chat.messages, add_generation_prompt=add_generation_prompt,
+                                   limits=limits, **chat.variables) + (prefill or "") \
+            + chat.answer_prefix
     except ChatTemplateLimitError as err:
         if err.kind == "size":
             raise bound.too_long("messages", f"more text than that ({err})") from None
@@ -317,33 +393,79 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     check_text(text, "messages")
     if within_context:
         bound.check(text, "messages")
-    return ctx.template.tokenize(engine.tokenizer, text)
+    return text, chat
+
+
+def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
+                 prefill: str | None = None, add_generation_prompt: bool = True,
+                 tools: ToolRequest | None = None) -> ChatPrompt:
+    """Runs in a worker thread: _render_chat, then tokenize."""
+    engine = ctx.require_ready()
+    assert ctx.template is not None
+    text, chat = _render_chat(ctx, messages, within_context, prefill, add_generation_prompt,
+                              tools)
+    return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
+                      chat.keep_tokens, chat.answer_prefix)
+
+
+async def render_chat(ctx: AppContext, messages: list[dict[str, Any]], prefill: str | None,
+                      add_generation_prompt: bool) -> str:
+    """The prompt text of checked messages (llama-server's /apply-template)."""
+    text, _ = await ctx.in_worker(_render_chat, ctx, messages, False, prefill,
+                                  add_generation_prompt)
+    return text
+
+
+async def encode_chat_prompt(ctx: AppContext, messages: list[dict[str, Any]],
+                             within_context: bool = True, prefill: str | None = None,
+                             add_generation_prompt: bool = True,
+                             tools: ToolRequest | None = None) -> ChatPrompt:
+    """The prompt of checked messages (and tools) in the model's chat template, rendered and
+    tokenized in a worker thread, with how to read tool calls in the answer; a 400 when the
+    template refuses them, runs past its limits or the prompt is certainly longer than the
+    context."""
+    return await ctx.in_worker(_encode_chat, ctx, messages, within_context, prefill,
+                               add_generation_prompt, tools)
 
 
 async def encode_chat(ctx: AppContext, messages: list[dict[str, Any]],
                       within_context: bool = True) -> list[int]:
-    """The prompt tokens of checked messages in the model's chat template, rendered and
-    tokenized in a worker thread; a 400 when the template refuses them, runs past its limits
-    or the prompt is certainly longer than the context."""
-    return await ctx.in_worker(_encode_chat, ctx, messages, within_context)
+    """The prompt tokens of checked messages (encode_chat_prompt without tools)."""
+    return (await encode_chat_prompt(ctx, messages, within_context)).tokens
 
 
 _INLINE_TOKENIZE_CHARS = 4096
 
 
+async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
+                       ) -> tuple[ChatCompletionRequest, ChatPrompt]:
+    """A chat-shaped body (OpenAI's, or another API's translated to it) checked, rendered and
+    tokenized: the parsed request and its prompt (tokens, and how to read tool calls)."""
+    engine = ctx.require_ready()
+    parsed = await ctx.offload(request, lambda: parse_chat_request(
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
+    prompt = await encode_chat_prompt(ctx, parsed.messages, prefill=parsed.prefill,
+                                      add_generation_prompt=parsed.add_generation_prompt,
+                                      tools=parsed.tools)
+    check_prompt(ctx, prompt.tokens, "messages")
+    return parsed, prompt
+
+
 async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
-    engine = ctx.require_ready()
-    parsed = await ctx.offload(request, lambda: parse_chat_request(
-        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
+    parsed, prompt = await prepare_chat(request, ctx, body)
     options = parsed.options
     model = ctx.check_model(options.model)
-    prompt = await encode_chat(ctx, parsed.messages)
-    _check_prompt(ctx, prompt, "messages")
-    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs)
+    fmt = Formatter(chat=True, model=model, n_choices=options.n, logprobs=options.logprobs,
+                    tool_format=prompt.tool_format, answer_prefix=prompt.answer_prefix)
+    if parsed.prefill_in_reply and parsed.prefill:
+        for i in range(options.n):
+            fmt.echo(i, parsed.prefill, [])
     params = [options.choice_params(i) for i in range(options.n)]
-    return await _respond(request, ctx, fmt, [prompt] * options.n, params, options, arrival)
+    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage),
+                         [prompt.tokens] * options.n, params, options.stream, arrival,
+                         prompt.keep_tokens)
 
 
 async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
@@ -351,20 +473,51 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_completion_request(
-        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, max_n=ctx.config.max_n))
+        body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
     options = parsed.options
     model = ctx.check_model(options.model)
     prompts = []
     for prompt in parsed.prompts:
-        # Like ember.LLM: control tokens spelled out in a raw prompt are those tokens.
-        tokens = (await tokenize_text(ctx, prompt, add_special=True, parse_special=True)
-                  if isinstance(prompt, str) else prompt)
-        _check_prompt(ctx, tokens, "prompt")
+        if parsed.suffix is not None:
+            tokens = infill_tokens(ctx, prompt, parsed.suffix, param="suffix")
+        else:
+            # Like ember.LLM: control tokens spelled out in a raw prompt are those tokens.
+            tokens = (await tokenize_text(ctx, prompt, add_special=True, parse_special=True)
+                      if isinstance(prompt, str) else prompt)
+        check_prompt(ctx, tokens, "prompt")
         prompts.append(tokens)
     n = options.n
     fmt = Formatter(chat=False, model=model, n_choices=n * len(prompts),
                     logprobs=options.logprobs,
                     usage_groups=[list(range(p * n, (p + 1) * n)) for p in range(len(prompts))])
+    if parsed.echo:
+        for p, (prompt, tokens) in enumerate(zip(parsed.prompts, prompts)):
+            text = prompt if isinstance(prompt, str) else engine.tokenizer.decode(tokens)
+            scored = (await ctx.scorer.score(tokens, options.top_logprobs)
+                      if options.logprobs else [])
+            for i in range(p * n, (p + 1) * n):
+                fmt.echo(i, text, scored)
     all_prompts = [tokens for tokens in prompts for _ in range(n)]
     params = [options.choice_params(i) for _ in prompts for i in range(n)]
-    return await _respond(request, ctx, fmt, all_prompts, params, options, arrival)
+    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), all_prompts,
+                         params, options.stream, arrival)
+
+
+def infill_tokens(ctx: AppContext, prefix: Prompt, suffix: str, param: str, prompt: str = "",
+                  extra: Sequence[tuple[str, str]] = ()) -> list[int]:
+    """A fill-in-the-middle prompt (fim.py); a 400 naming `param` for a model without FIM
+    tokens, or a prefix given as token ids."""
+    engine = ctx.require_ready()
+    fim = require_fim(ctx.fim, param)
+    if not isinstance(prefix, str):
+        raise bad_request(f"'{param}' needs the prompt as text, not token ids", param=param,
+                          code="invalid_value")
+    for text in (prefix, suffix, prompt, *(t for pair in extra for t in pair)):
+        check_text(text, param)
+        _bound(ctx).check(text, param)
+
+    def tokenize(text: str) -> list[int]:
+        return engine.tokenize(text, add_special=False, parse_special=False) if text else []
+
+    bos = engine.tokenize("", add_special=True, parse_special=False)
+    return infill_prompt(fim, tokenize, prefix, suffix, prompt, extra, bos)

@@ -2,10 +2,11 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (response_format json_object/json_schema, tools, echo, suffix, best_of > 1) is an
-error, never silently dropped. Omitted sampling fields take SamplingParams' (llama.cpp's)
-defaults; max_tokens defaults to 16 for completions (as OpenAI) and to "until the model stops
-or the context is full" for chat.
+honour yet (a forced tool_choice until constrained tool calls are wired, best_of > n) is an
+error, never silently dropped (docs/server-fields.md lists every field); chat's `tools` are
+checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
+else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
+and to "until the model stops or the context is full" for chat.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
+from ember.server.llama_fields import check_off, sampler_overrides
+from ember.tools import ToolRequest, ToolsError, parse_tools
 
 Prompt = Union[str, list[int]]
 
@@ -59,6 +63,7 @@ class Options:
     params: SamplingParams           # seed as asked; choice i of a seeded request uses seed + i
     logprobs: bool
     top_logprobs: int
+    return_tokens: bool = False      # llama-server's: generated token ids in the response
 
     def choice_params(self, index: int) -> SamplingParams:
         if self.params.seed is None or index == 0:
@@ -70,12 +75,23 @@ class Options:
 class ChatCompletionRequest:
     options: Options
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The text the reply starts with (a trailing assistant message, continued), then the
+    # messages before it are rendered with add_generation_prompt.
+    prefill: str | None = None
+    add_generation_prompt: bool = True
+    # The reply's content starts with the prefill: llama-server's way, when the trailing
+    # assistant message was continued implicitly; vLLM's continue_final_message: true answers
+    # only the continuation, and so does ember then.
+    prefill_in_reply: bool = False
+    tools: ToolRequest | None = None
 
 
 @dataclass
 class CompletionRequest:
     options: Options
     prompts: list[Prompt] = field(default_factory=list)
+    echo: bool = False              # the prompt comes back before the completion (and is scored)
+    suffix: str | None = None       # fill in the middle between the prompt and this
 
 
 def _type_name(value: Any) -> str:
@@ -152,29 +168,11 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
-def _check_unsupported(body: Fields) -> None:
-    response_format = body.get("response_format")
-    if response_format is not None:
-        kind = response_format.get("type") if isinstance(response_format, Mapping) else None
-        if kind in ("json_object", "json_schema"):
-            raise _unsupported("response_format", f"type '{kind}' (it needs grammar-constrained "
-                               "sampling, which ember's server does not have yet); omit it or "
-                               "use {\"type\": \"text\"}")
-        if kind != "text":
-            raise bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-                              f"\"json_schema\", ...}}, got {show(response_format)}",
-                              param="response_format", code="invalid_value")
-    if body.get("tools"):
-        raise _unsupported("tools", "tool calling")
+def _check_unsupported(body: Fields, chat: bool) -> None:
+    if body.get("tools") and not chat:
+        raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
         raise _unsupported("functions", "function calling")
-    if body.get("echo"):
-        raise _unsupported("echo", "echoing the prompt")
-    if body.get("suffix"):
-        raise _unsupported("suffix", "a suffix (fill-in-the-middle)")
-    best_of = body.integer("best_of", low=1)
-    if best_of is not None and best_of > 1:
-        raise _unsupported("best_of", "best_of > 1")
 
 
 def _stop(body: Fields) -> list[str]:
@@ -222,10 +220,10 @@ def _logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
     return out
 
 
-def _max_tokens(body: Fields, name: str, n_ctx: int) -> int | None:
-    """At least 1 and at most the context (OpenAI and vLLM answer 400 beyond it too: prompt and
-    completion share the context, so more can never be generated)."""
-    value = body.integer(name, low=1)
+def _max_tokens(body: Fields, name: str, n_ctx: int, low: int = 1) -> int | None:
+    """At least `low` and at most the context (OpenAI and vLLM answer 400 beyond it too: prompt
+    and completion share the context, so more can never be generated)."""
+    value = body.integer(name, low=low)
     if value is not None and value > n_ctx:
         raise bad_request(f"'{name}' is {value}, more than the model's context of {n_ctx} tokens "
                           "(which prompt and completion share); ask for at most "
@@ -233,8 +231,69 @@ def _max_tokens(body: Fields, name: str, n_ctx: int) -> int | None:
     return value
 
 
-def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, max_n: int) -> Options:
-    _check_unsupported(body)
+def _token_budget(body: Fields, *, chat: bool, n_ctx: int, defaults: Defaults,
+                  native: bool) -> int | None:
+    """max_completion_tokens, max_tokens or llama-server's n_predict (-1: no limit), else the
+    server's --n-predict, else the API's default: 16 for OpenAI completions (an explicit null
+    means no limit), no limit for chat and llama-server's /completion. 0 (not in chat) evaluates
+    the prompt alone."""
+    names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
+    for name in names:
+        value = _max_tokens(body, name, n_ctx, low=1 if chat else 0)
+        if value is not None:
+            return value
+    n_predict = body.integer("n_predict", low=-1)
+    if n_predict is not None:
+        return None if n_predict == -1 else _max_tokens(body, "n_predict", n_ctx, low=0)
+    if defaults.n_predict is not None:
+        return None if defaults.n_predict == -1 else min(defaults.n_predict, n_ctx)
+    if chat or native or "max_tokens" in body.body:
+        return None
+    return min(16, n_ctx)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a request gets for what it omits, and what bounds it: the server's --n-predict and
+    sampling flags (SamplingParams fields), its slot count and its choices limit."""
+
+    n_predict: int | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    n_slots: int = 1
+    max_n: int = 16
+
+
+def _llama_logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
+    """llama-server's array form [[token id, bias | false], ...] (false: never that token)."""
+    out: dict[int, float] = {}
+    for pair in body.get("logit_bias"):
+        ok = (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)
+              and not isinstance(pair[0], bool)
+              and (pair[1] is False or (isinstance(pair[1], (int, float))
+                                        and not isinstance(pair[1], bool))))
+        if not ok:
+            raise bad_request(f"'logit_bias' pairs must be [token id, number or false], got "
+                              f"{show(pair)}", param="logit_bias", code="invalid_value")
+        token, value = pair
+        if not 0 <= token < n_vocab:
+            raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
+                              param="logit_bias", code="invalid_value")
+        out[token] = -100.0 if value is False else max(-100.0, min(100.0, float(value)))
+    return out
+
+
+def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
+                  native: bool = False) -> Options:
+    """The options every generation endpoint shares: chat's (logprobs as a boolean) or
+    completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
+    default)."""
+    _check_unsupported(body, chat)
+    if chat:
+        for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
+            if body.get(name) is not None:
+                raise bad_request(f"'{name}' is a field of /v1/completions, not of chat "
+                                  "completions", param=name, code="unsupported_parameter")
+    check_off(body.body)
     model = body.string("model")
     if model is not None:
         check_text(model, "model")
@@ -244,49 +303,65 @@ def _options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, max_n: int) 
         raise bad_request("'stream_options' must be an object like {\"include_usage\": true}",
                           param="stream_options", code="invalid_type")
     include_usage = Fields(stream_options or {}).boolean("include_usage")
-    n = body.integer("n", low=1)
+    max_n = defaults.max_n
+    name = "n" if body.get("n") is not None else "n_cmpl"
+    n = body.integer(name, low=1)
     if n is not None and n > max_n:
-        raise bad_request(f"'n' is {n}; this server generates at most {max_n} choices per "
-                          "request", param="n", code="invalid_value")
+        raise bad_request(f"'{name}' is {n}; this server generates at most {max_n} choices per "
+                          "request", param=name, code="invalid_value")
+    body.boolean("cache_prompt")  # the prefix cache always serves; outputs are the same either way
+    id_slot = body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
+    del id_slot  # checked; the engine places requests itself (any slot's prefix cache serves)
 
+    n_probs = body.integer("n_probs", low=0, high=MAX_TOP_LOGPROBS)
     if chat:
         logprobs = body.boolean("logprobs")
         top_logprobs = body.integer("top_logprobs", low=0, high=MAX_TOP_LOGPROBS) or 0
         if top_logprobs and not logprobs:
             raise bad_request("'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                               code="invalid_value")
-        max_tokens = _max_tokens(body, "max_completion_tokens", n_ctx)
-        if max_tokens is None:
-            max_tokens = _max_tokens(body, "max_tokens", n_ctx)
     else:
         n_logprobs = body.integer("logprobs", low=0, high=MAX_TOP_LOGPROBS)
         logprobs, top_logprobs = n_logprobs is not None, n_logprobs or 0
-        max_tokens = _max_tokens(body, "max_tokens", n_ctx)
-        if "max_tokens" not in body.body:
-            max_tokens = min(16, n_ctx)  # OpenAI's default for completions; an explicit null means "no limit"
+    if n_probs and body.get("logprobs") is None:
+        logprobs, top_logprobs = True, n_probs
+    max_tokens = _token_budget(body, chat=chat, n_ctx=n_ctx, defaults=defaults, native=native)
 
+    repeat_name = "repetition_penalty" if body.get("repetition_penalty") is not None \
+        else "repeat_penalty"
+    seed = body.integer("seed", low=-1, high=2**64 - 1)
     sampling: dict[str, Any] = {
         "temperature": body.number("temperature", low=0),
         "top_p": body.number("top_p", low=0, high=1),
         "top_k": body.integer("top_k", low=INT32_MIN, high=INT32_MAX),
         "min_p": body.number("min_p", low=0, high=1),
         "typical_p": body.number("typical_p", low=0, high=1),
-        "repeat_penalty": body.number("repetition_penalty", low=0),
+        "repeat_penalty": body.number(repeat_name, low=0),
+        "repeat_last_n": body.integer("repeat_last_n", low=-1, high=INT32_MAX),
         "presence_penalty": body.number("presence_penalty", low=-2, high=2),
         "frequency_penalty": body.number("frequency_penalty", low=-2, high=2),
-        "seed": body.integer("seed", low=0, high=2**64 - 1),
+        "seed": None if seed == -1 else seed,
     }
+    given = {k: v for k, v in sampling.items() if v is not None}
+    if seed == -1:
+        given["seed"] = None  # llama-server's "random", over a server-side --seed
+    values = {**defaults.sampling, **given}
+    if body.get("samplers") is not None:
+        values.update(sampler_overrides(body.get("samplers")))
+    bias = (_llama_logit_bias(body, n_vocab) if isinstance(body.get("logit_bias"), list)
+            else _logit_bias(body, n_vocab))
     try:
         params = SamplingParams(
-            **{k: v for k, v in sampling.items() if v is not None},
-            logit_bias=_logit_bias(body, n_vocab), max_tokens=max_tokens, stop=_stop(body),
+            **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
+            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
             prediction=_prediction(body) if chat else None)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
     return Options(model=model, stream=stream, include_usage=include_usage, n=n or 1,
-                   params=params, logprobs=logprobs, top_logprobs=top_logprobs)
+                   params=params, logprobs=logprobs, top_logprobs=top_logprobs,
+                   return_tokens=body.boolean("return_tokens"))
 
 
 def _prediction(body: Fields) -> str | None:
@@ -414,17 +489,73 @@ def parse_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return _messages(Fields(body))
 
 
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content)
+    return content or ""
+
+
+def split_prefill(body: Fields, messages: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """(messages to render, prefill, add_generation_prompt). A trailing assistant message is
+    continued, as llama-server does: the reply starts with its text. vLLM's spellings choose
+    explicitly: continue_final_message (it needs a trailing assistant message) and
+    add_generation_prompt (false: render the messages as they are, no new turn opened); both
+    true contradict each other."""
+    continue_final = body.get("continue_final_message")
+    add_prompt = body.get("add_generation_prompt")
+    continue_final = body.boolean("continue_final_message") if continue_final is not None \
+        else None
+    add_prompt = body.boolean("add_generation_prompt") if add_prompt is not None else None
+    if continue_final and add_prompt:
+        raise bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be "
+                          "true: the first continues the last assistant message, the second "
+                          "opens a new turn", param="continue_final_message",
+                          code="invalid_value")
+    # A lone assistant message has no conversation to continue: it is rendered as it is.
+    # Nor does one carrying tool calls (it is history, answered by tool results).
+    can_continue = messages[-1]["role"] == "assistant" and len(messages) > 1 \
+        and not messages[-1].get("tool_calls")
+    if continue_final and not can_continue:
+        raise bad_request("'continue_final_message' needs an assistant message last, after at "
+                          "least one other message", param="continue_final_message",
+                          code="invalid_value")
+    if continue_final is None:
+        continue_final = can_continue and add_prompt is None
+    if continue_final:
+        return messages[:-1], _content_text(messages[-1]["content"]), True
+    return messages, None, add_prompt is not False
+
+
 def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
-                       max_n: int) -> ChatCompletionRequest:
+                       defaults: Defaults) -> ChatCompletionRequest:
     fields = Fields(body)
     messages = _messages(fields)
-    options = _options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, max_n=max_n)
-    return ChatCompletionRequest(options, messages)
+    rendered, prefill, add_prompt = split_prefill(fields, messages)
+    options = parse_options(fields, chat=True, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
+    implicit = body.get("continue_final_message") is None
+    try:
+        tools = parse_tools(body.get("tools"), body.get("tool_choice"),
+                            body.get("parallel_tool_calls"))
+    except ToolsError as err:
+        raise bad_request(str(err), param=err.param, code=err.code) from None
+    return ChatCompletionRequest(options, rendered, prefill, add_prompt,
+                                 prefill_in_reply=prefill is not None and implicit, tools=tools)
 
 
 def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
-                             max_n: int) -> CompletionRequest:
+                             defaults: Defaults) -> CompletionRequest:
     fields = Fields(body)
     prompts = _prompts(fields, n_vocab)
-    options = _options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, max_n=max_n)
-    return CompletionRequest(options, prompts)
+    options = parse_options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
+    best_of = fields.integer("best_of", low=1)
+    if best_of is not None and best_of < options.n:
+        raise bad_request(f"'best_of' ({best_of}) must be >= 'n' ({options.n})",
+                          param="best_of", code="invalid_value")
+    if best_of is not None and best_of > options.n:
+        raise _unsupported("best_of", f"best_of > n (generating {best_of} and returning the "
+                           f"{options.n} most likely) ; send best_of = n or omit it")
+    suffix = fields.string("suffix")
+    if suffix is not None:
+        check_text(suffix, "suffix")
+    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None)

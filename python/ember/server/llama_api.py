@@ -1,0 +1,339 @@
+"""llama-server's native API, so its clients (its web UI, SillyTavern, llama.vim/llama.vscode,
+scripts) work unchanged: POST /completion (and /completions, its alias there; OpenAI's stays at
+/v1/completions), /infill, /apply-template, GET /props; /embedding and /rerank answer 501 until
+ember runs embedding models. Shapes follow llama-server's tools/server README and source
+(server-task.cpp): the response's `content`, `tokens`, `stop`, `stop_type`, `stopping_word`,
+`tokens_cached`, `tokens_evaluated`, `generation_settings` and `timings`; streams send
+`data: {json}` events, the last with `stop: true` and the whole summary, and no `[DONE]`.
+
+Requests run on the same path as OpenAI's (generation.respond) with the same field checks
+(protocol.parse_options, llama_fields.py); the differences are the prompt forms (text, token
+ids, or both mixed) and n_predict defaulting to no limit.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
+
+from ember import __version__ as _version
+from ember.results import Delta, GenerationResult, TokenLogprob
+from ember.sampling import SamplingParams
+from ember.server import generation
+from ember.server.context import AppContext
+from ember.server.errors import APIError, bad_request, json_response
+from ember.server.llama_fields import SAMPLER_ORDER
+from ember.server.protocol import (
+    MAX_PROMPTS,
+    Fields,
+    Options,
+    check_text,
+    parse_messages,
+    parse_options,
+    show,
+    split_prefill,
+)
+
+_LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
+                      "min_p": "min_p", "temperature": "temperature"}
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _one_prompt(value: Any, n_vocab: int) -> list[str | int]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping) and isinstance(value.get("prompt_string"), str):
+        if value.get("multimodal_data"):
+            raise bad_request("'prompt': multimodal_data needs a multimodal model; ember runs "
+                              "text models only", param="prompt", code="unsupported_parameter")
+        return [value["prompt_string"]]
+    if isinstance(value, list) and value and all(_is_token(v) or isinstance(v, str)
+                                                 for v in value):
+        bad = next((t for t in value if _is_token(t) and not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise bad_request(f"'prompt' token id {bad} is out of range [0, {n_vocab})",
+                              param="prompt", code="invalid_value")
+        return list(value)
+    raise bad_request("'prompt' must be a string, token ids, token ids mixed with strings, "
+                      f"{{\"prompt_string\": ...}}, or an array of those; got {show(value)}",
+                      param="prompt", code="invalid_type")
+
+
+def native_prompts(body: Fields, n_vocab: int) -> list[list[str | int]]:
+    """llama-server's prompt forms: "text"; [12, 34]; [12, "text", 34] (one mixed prompt);
+    ["a", "b"] or [[12, 34], "c", ...] (several prompts)."""
+    value = body.get("prompt")
+    if value is None:
+        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
+    if isinstance(value, list) and any(_is_token(v) for v in value):
+        prompts = [_one_prompt(value, n_vocab)]
+    elif isinstance(value, list):
+        prompts = [_one_prompt(v, n_vocab) for v in value]
+    else:
+        prompts = [_one_prompt(value, n_vocab)]
+    if not prompts or len(prompts) > MAX_PROMPTS:
+        raise bad_request(f"'prompt' must hold 1 to {MAX_PROMPTS} prompts", param="prompt",
+                          code="invalid_value")
+    for pieces in prompts:
+        for piece in pieces:
+            if isinstance(piece, str):
+                check_text(piece, "prompt")
+    return prompts
+
+
+async def prompt_tokens(ctx: AppContext, pieces: list[str | int]) -> list[int]:
+    """Text pieces tokenized with control-token texts as those tokens; BOS (where the
+    vocabulary adds it) only when the prompt starts with text, as llama-server does."""
+    out: list[int] = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            out += await generation.tokenize_text(ctx, piece, add_special=i == 0,
+                                                  parse_special=True)
+        else:
+            out.append(piece)
+    generation.check_prompt(ctx, out, "prompt")
+    return out
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: bool,
+                        n_probs: int) -> dict[str, Any]:
+    """llama-server's generation_settings (and /props' params) for ember's parameters; the
+    features ember lacks show their "off" values."""
+    n_predict = params.max_tokens if params.max_tokens is not None else -1
+    stages = [_LLAMA_STAGE_NAMES[s] for s in SAMPLER_ORDER if {
+        "top_k": params.top_k > 0, "typical_p": params.typical_p < 1, "top_p": params.top_p < 1,
+        "min_p": params.min_p > 0, "temperature": True}[s]]
+    return {
+        "n_ctx": n_ctx, "model": model, "n_predict": n_predict,
+        "seed": params.seed if params.seed is not None else 0xFFFFFFFF,
+        "temperature": params.temperature, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0,
+        "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
+        "xtc_probability": 0.0, "xtc_threshold": 0.1, "typical_p": params.typical_p,
+        "repeat_last_n": params.repeat_last_n, "repeat_penalty": params.repeat_penalty,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty, "dry_multiplier": 0.0,
+        "mirostat": 0, "stop": list(params.stop), "max_tokens": n_predict, "n_keep": 0,
+        "ignore_eos": params.ignore_eos, "stream": stream, "n_probs": n_probs, "min_keep": 0,
+        "grammar": "", "samplers": stages,
+        "logit_bias": [[t, b] for t, b in sorted(params.logit_bias.items())],
+    }
+
+
+def _timings(result: GenerationResult) -> dict[str, Any]:
+    usage, t = result.usage, result.timings
+    prompt_n = usage.prompt_tokens - usage.cached_tokens
+    return {
+        "cache_n": usage.cached_tokens, "prompt_n": prompt_n, "prompt_ms": t.prompt_ms,
+        "prompt_per_token_ms": t.prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": t.prompt_tokens_per_s,
+        "predicted_n": usage.completion_tokens, "predicted_ms": t.generation_ms,
+        "predicted_per_token_ms": (t.generation_ms / usage.completion_tokens
+                                   if usage.completion_tokens else 0.0),
+        "predicted_per_second": t.tokens_per_s,
+    }
+
+
+def _probs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    def one(e: TokenLogprob) -> dict[str, Any]:
+        return {"id": e.token, "token": e.text, "bytes": list(e.bytes), "logprob": e.logprob}
+
+    return [{**one(e), "top_logprobs": [one(t) for t in e.top]} for e in entries]
+
+
+@dataclass
+class _Choice:
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    result: GenerationResult | None = None
+
+
+class NativeShape:
+    """/completion's answers: one object per choice (an array when there are several)."""
+
+    def __init__(self, ctx: AppContext, options: Options, prompt_texts: list[str],
+                 n_prompt_tokens: list[int], n_ctx: int) -> None:
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self._options = options
+        self._model = ctx.model_name
+        self._prompts = prompt_texts  # one per choice
+        self._n_prompt_tokens = n_prompt_tokens
+        self._n_ctx = n_ctx
+        self._choices = [_Choice() for _ in prompt_texts]
+
+    def _summary(self, index: int, content: str, stream: bool) -> dict[str, Any]:
+        choice, o = self._choices[index], self._options
+        result = choice.result
+        assert result is not None
+        reason = result.finish_reason
+        stop_type = ("word" if result.stop_string is not None else "eos") if reason == "stop" \
+            else "limit"
+        usage = result.usage
+        out: dict[str, Any] = {
+            "index": index, "content": content,
+            "tokens": choice.tokens if o.return_tokens and not stream else [],
+            "id_slot": -1, "stop": True, "model": self._model,
+            "tokens_predicted": usage.completion_tokens,
+            "tokens_evaluated": usage.prompt_tokens,
+            "generation_settings": generation_settings(
+                o.params, self._n_ctx, self._model, stream, o.top_logprobs),
+            "prompt": self._prompts[index], "has_new_line": "\n" in result.text,
+            "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx,
+            "stop_type": stop_type, "stopping_word": result.stop_string or "",
+            "tokens_cached": usage.cached_tokens, "timings": _timings(result),
+        }
+        if o.logprobs and not stream:
+            out["completion_probabilities"] = _probs(choice.logprobs)
+        return out
+
+    def add(self, index: int, delta: Delta) -> None:
+        choice = self._choices[index]
+        choice.text.append(delta.text)
+        choice.tokens += delta.tokens
+        choice.logprobs += delta.logprobs
+        if delta.result is not None:
+            choice.result = delta.result
+
+    def response(self) -> Any:
+        out = [self._summary(i, "".join(c.text), stream=False)
+               for i, c in enumerate(self._choices)]
+        return out[0] if len(out) == 1 else out
+
+    def stream_start(self) -> list[bytes]:
+        return []
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        choice = self._choices[index]
+        choice.tokens += delta.tokens
+        out = []
+        if delta.text or delta.tokens:
+            chunk: dict[str, Any] = {
+                "index": index, "content": delta.text, "tokens": delta.tokens, "stop": False,
+                "id_slot": -1, "tokens_predicted": len(choice.tokens),
+                "tokens_evaluated": self._n_prompt_tokens[index]}
+            if self._options.logprobs:
+                chunk["completion_probabilities"] = _probs(delta.logprobs)
+            out.append(generation.sse(chunk))
+        if delta.result is not None:
+            choice.result = delta.result
+            out.append(generation.sse(self._summary(index, "", stream=True)))
+        return out
+
+    def stream_end(self) -> list[bytes]:
+        return []
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        return [generation.sse(error.body())]
+
+
+# --- endpoints ---------------------------------------------------------------------------------
+
+async def _generate(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
+                    prompts: list[list[int]], arrival: float) -> Response:
+    engine = ctx.require_ready()
+    options = await ctx.offload(request, lambda: parse_options(
+        Fields(body), chat=False, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx,
+        defaults=ctx.defaults, native=True))
+    n = options.n
+    texts = [engine.tokenizer.decode(p, skip_special=False) for p in prompts for _ in range(n)]
+    all_prompts = [p for p in prompts for _ in range(n)]
+    shape = NativeShape(ctx, options, texts, [len(p) for p in all_prompts], engine.n_ctx)
+    params = [options.choice_params(i) for _ in prompts for i in range(n)]
+    return await generation.respond(request, ctx, shape, all_prompts, params, options.stream,
+                                    arrival)
+
+
+async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
+    arrival = time.perf_counter()
+    body = await ctx.read_json(request)
+    engine = ctx.require_ready()
+    pieces = await ctx.offload(request, native_prompts, Fields(body), engine.n_vocab)
+    prompts = [await prompt_tokens(ctx, p) for p in pieces]
+    return await _generate(request, ctx, body, prompts, arrival)
+
+
+def _extra_chunks(body: Fields) -> list[tuple[str, str]]:
+    extra = body.get("input_extra")
+    if extra is None:
+        return []
+    ok = isinstance(extra, list) and all(
+        isinstance(e, Mapping) and isinstance(e.get("text", ""), str)
+        and isinstance(e.get("filename", ""), str) for e in extra)
+    if not ok:
+        raise bad_request("'input_extra' must be an array of {\"filename\": string, \"text\": "
+                          "string}", param="input_extra", code="invalid_type")
+    return [(e.get("filename", ""), e.get("text", "")) for e in extra]
+
+
+async def infill(request: HTTPRequest, ctx: AppContext) -> Response:
+    """Code infilling with the model's FIM tokens (fim.py); a 400 for a model without them."""
+    arrival = time.perf_counter()
+    body = await ctx.read_json(request)
+    fields = Fields(body)
+    prefix = fields.string("input_prefix") or ""
+    suffix = fields.string("input_suffix") or ""
+    prompt = fields.string("prompt") or ""
+    extra = _extra_chunks(fields)
+    tokens = generation.infill_tokens(ctx, prefix, suffix, "input_prefix", prompt, extra)
+    generation.check_prompt(ctx, tokens, "input_prefix")
+    return await _generate(request, ctx, body, [tokens], arrival)
+
+
+async def apply_template(request: HTTPRequest, ctx: AppContext) -> Response:
+    body = await ctx.read_json(request)
+    ctx.require_ready()
+    messages = await ctx.offload(request, parse_messages, body)
+    rendered, prefill, add_prompt = split_prefill(Fields(body), messages)
+    text = await generation.render_chat(ctx, rendered, prefill, add_prompt)
+    return json_response({"prompt": text})
+
+
+def default_settings(ctx: AppContext) -> dict[str, Any]:
+    """What a request that sets nothing gets (/props' and /slots' params)."""
+    engine = ctx.require_ready()
+    n_predict = ctx.config.n_predict
+    params = SamplingParams(**ctx.config.sampling,
+                            max_tokens=None if n_predict in (None, -1) else n_predict)
+    return generation_settings(params, engine.n_ctx, ctx.model_name, False, 0)
+
+
+async def props(request: HTTPRequest, ctx: AppContext) -> Response:
+    engine = ctx.require_ready()
+    template = ctx.template
+    assert template is not None
+    return json_response({
+        "default_generation_settings": {
+            "id": 0, "id_task": -1, "n_ctx": engine.n_ctx, "speculative": False,
+            "is_processing": False, "params": default_settings(ctx), "prompt": "",
+            "next_token": {"has_next_token": True, "has_new_line": False, "n_remain": -1,
+                           "n_decoded": 0, "stopping_word": ""}},
+        "total_slots": engine.parallel,
+        "model_path": str(engine.path),
+        "model_alias": ctx.model_name,
+        "chat_template": template.source,
+        "chat_template_caps": {},
+        "bos_token": template.bos_token,
+        "eos_token": template.eos_token,
+        "modalities": {"vision": False, "audio": False},
+        "build_info": f"ember {_version}",
+        "is_sleeping": False,
+    })
+
+
+async def no_embeddings(request: HTTPRequest, ctx: AppContext) -> Response:
+    raise APIError(501, f"{request.url.path}: this server has no embedding model (ember does "
+                   "not run embedding or reranking models yet); only text generation is "
+                   "served", code="not_supported", error_type="not_supported_error")
