@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Union
@@ -51,10 +51,10 @@ class EngineStats:
     steps: int
     # Speculative decoding, per draft source ("ngram", "prediction", "draft_model"): drafts
     # verified and, of them, accepted.
-    drafted_tokens: dict[str, int]
-    accepted_tokens: dict[str, int]
-    step_fixed_s: float           # the engine's fitted step cost: fixed + per_row * rows seconds
-    step_per_row_s: float
+    drafted_tokens: dict[str, int] = field(default_factory=dict)
+    accepted_tokens: dict[str, int] = field(default_factory=dict)
+    step_fixed_s: float = 0.0     # the engine's fitted step cost: fixed + per_row * rows seconds
+    step_per_row_s: float = 0.0
 
 
 class Request:

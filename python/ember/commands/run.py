@@ -82,7 +82,8 @@ def run(
     assert result is not None  # the last delta always carries it
     if as_json:
         out = {"text": result.text, "finish_reason": result.finish_reason,
-               "tokens": result.tokens, "usage": asdict(result.usage),
+               "tokens": result.tokens,
+               "usage": {k: v for k, v in asdict(result.usage).items() if v is not None},
                "timings": asdict(result.timings)}
         typer.echo(json.dumps(out, ensure_ascii=False))
     else:
