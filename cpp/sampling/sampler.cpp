@@ -174,4 +174,29 @@ int32_t Sampler::sample(const float* logits) {
   return items.back().id;
 }
 
+int32_t Sampler::verify(const float* logits, int32_t draft) {
+  if (params_.temperature <= 0.0f) return sample(logits);
+  fill_mask();  // a constrained request's draft outside the grammar has p = 0
+  narrow(logits);
+  const std::vector<TokenCandidate>& items = candidates_.items;
+  double p_draft = 0.0;
+  for (const TokenCandidate& t : items) {
+    if (t.id == draft) p_draft = t.p;
+  }
+  if (rng_.uniform() < p_draft) return draft;
+  // Rejected (so p_draft < 1): draw from p with the draft's share taken out, renormalized.
+  double rest = 0.0;
+  for (const TokenCandidate& t : items) rest += t.id == draft ? 0.0 : t.p;
+  const double u = rng_.uniform() * rest;
+  double cumulative = 0.0;
+  int32_t last = items.front().id;
+  for (const TokenCandidate& t : items) {
+    if (t.id == draft) continue;
+    last = t.id;
+    cumulative += t.p;
+    if (u < cumulative) return t.id;
+  }
+  return last;
+}
+
 }  // namespace ember

@@ -355,13 +355,38 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body))
+            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
+            prediction=_prediction(body) if chat else None)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
     return Options(model=model, stream=stream, include_usage=include_usage, n=n or 1,
                    params=params, logprobs=logprobs, top_logprobs=top_logprobs,
                    return_tokens=body.boolean("return_tokens"))
+
+
+def _prediction(body: Fields) -> str | None:
+    """OpenAI's Predicted Outputs: {"type": "content", "content": text or [text parts]}."""
+    prediction = body.get("prediction")
+    if prediction is None:
+        return None
+    wanted = '{"type": "content", "content": "..."}'
+    if not isinstance(prediction, Mapping) or prediction.get("type") != "content":
+        raise bad_request(f"'prediction' must be an object like {wanted}, got {show(prediction)}",
+                          param="prediction", code="invalid_value")
+    content = prediction.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, Mapping) and p.get("type") == "text"
+                   and isinstance(p.get("text"), str) for p in content):
+            raise bad_request("'prediction.content' parts must be {\"type\": \"text\", "
+                              "\"text\": ...}", param="prediction.content", code="invalid_value")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad_request(f"'prediction.content' must be a string or an array of text parts, got "
+                          f"{_type_name(content)}", param="prediction.content",
+                          code="invalid_type")
+    check_text(content, "prediction.content")
+    return content
 
 
 def _messages(body: Fields) -> list[dict[str, Any]]:
