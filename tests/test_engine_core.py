@@ -42,6 +42,14 @@ PROGRAMS = {
         "scheduler_priority_policy",
         "scheduler_without_prefix_caching_recomputes_everything",
         "scheduler_random_stress_against_reference",
+        "scheduler_random_stress_with_drafts_against_reference",
+        "scheduler_accepts_a_draft_prefix_and_rolls_back_the_rest",
+    ],
+    "test_speculation": [
+        "ngram_drafts_copy_what_followed_the_latest_match",
+        "prediction_cursor_follows_and_realigns_after_an_edit",
+        "speculator_backs_off_when_steps_are_compute_bound",
+        "engine_drafts_from_predictions_and_outputs_stay_exact",
     ],
     "test_engine": [
         "engine_serves_submissions_from_many_threads",

@@ -14,7 +14,7 @@ import pytest
 from schema_corpus import SCHEMAS
 
 import ember
-from ember.grammar import Constraint
+from ember.grammar import Constraint, lark_json
 from ember.results import GenerationResult
 from ember.sampling import SamplingParams
 
@@ -108,3 +108,41 @@ def test_unconstrained_requests_in_the_batch_are_unaffected(stories: ember.LLM) 
     together = stories.engine.generate_batch([prompt] * 7, [plain, *constrained])
     assert together[0].tokens == alone
     assert together[1].tokens != alone
+
+
+def test_constraints_survive_preemption(stories_path: Path) -> None:
+    """A KV cache too small for every request preempts some (they recompute their tokens later):
+    each constraint still advances once per output token, so every stopped output validates."""
+    llm = ember.LLM(str(stories_path), parallel=8, n_ctx=256, kv_size=320)
+    try:
+        prompt = llm.tokenize("Once upon a time")
+        schemas = SCHEMAS[:16]
+        params = [SamplingParams(temperature=0.8, seed=i, max_tokens=120,
+                                 constraint=Constraint.json_schema(schema))
+                  for i, (_, schema) in enumerate(schemas)]
+        results = llm.engine.generate_batch([prompt] * len(schemas), params)
+        assert llm.engine.stats().preemptions > 0
+    finally:
+        llm.close()
+    n_stop = 0
+    for (_name, schema), result in zip(schemas, results):
+        if result.finish_reason == "stop":
+            n_stop += 1
+            jsonschema.validate(json.loads(result.text), schema)
+    assert n_stop >= 4
+
+
+def test_lark_with_an_embedded_json_schema(smollm2: ember.LLM) -> None:
+    """The form a tool call takes: fixed text around a JSON value that matches a schema."""
+    call = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                      "required": ["city"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    grammar = 'start: "<tool_call>" call "</tool_call>"\ncall: ' + lark_json(call)
+    result = smollm2.chat([{"role": "user", "content": "What is the weather in Paris?"}],
+                          constraint=Constraint.lark(grammar), temperature=0, max_tokens=60)
+    assert result.finish_reason == "stop"
+    assert result.text.startswith("<tool_call>") and result.text.endswith("</tool_call>")
+    body = result.text.removeprefix("<tool_call>").removesuffix("</tool_call>")
+    jsonschema.validate(json.loads(body), call)

@@ -4,9 +4,11 @@ kept in the decoded text for formats whose markers are control tokens."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from ember import LLM
@@ -16,7 +18,13 @@ from ember.tools import ToolsError
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
+                   "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a timezone",
+    "parameters": {"type": "object", "properties": {
+        "timezone": {"type": "string", "enum": ["UTC", "CET", "PST"]},
+        "seconds": {"type": "boolean"}}, "required": ["timezone", "seconds"],
+        "additionalProperties": False}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -51,9 +59,29 @@ def test_create_chat_completion_with_tools_streams_what_it_answers(smollm2: LLM)
     assert whole["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 100
 
 
-def test_a_forced_call_is_refused(smollm2: LLM) -> None:
-    with pytest.raises(ToolsError, match="grammar-constrained decoding"):
-        smollm2.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required")
+def test_a_forced_call_is_a_valid_call(smollm2: LLM) -> None:
+    # One call each (parallel_tool_calls=False): allowed more, SmolLM2 keeps adding calls.
+    out = smollm2.create_chat_completion(ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                         temperature=0, max_tokens=60, parallel_tool_calls=False)
+    assert isinstance(out, dict)
+    [choice] = out["choices"]
+    assert choice["finish_reason"] == "tool_calls", choice
+    [call] = choice["message"]["tool_calls"]
+    tool = {"get_weather": WEATHER, "get_time": TIME}[call["function"]["name"]]
+    jsonschema.validate(json.loads(call["function"]["arguments"]),
+                        tool["function"]["parameters"])
+    named = smollm2.create_chat_completion(ASK, tools=[WEATHER, TIME], temperature=0.8, seed=3,
+                                           max_tokens=60, parallel_tool_calls=False, tool_choice={
+                                               "type": "function",
+                                               "function": {"name": "get_time"}})
+    assert isinstance(named, dict)
+    [call] = named["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_time"
+    jsonschema.validate(json.loads(call["function"]["arguments"]),
+                        TIME["function"]["parameters"])
+    with pytest.raises(ValueError, match="give one of them"):
+        smollm2.create_chat_completion(ASK, tools=[WEATHER], tool_choice="required",
+                                       json_schema={"type": "object"})
     with pytest.raises(ToolsError, match="not among"):
         smollm2.create_chat_completion(ASK, tools=[WEATHER], tool_choice={
             "type": "function", "function": {"name": "nope"}})

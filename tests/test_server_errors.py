@@ -130,8 +130,26 @@ def test_n_too_large(server: RunningServer) -> None:
     assert_error(post(server, "/v1/completions", {"prompt": "a", "n": 0}), 400, param="n")
 
 
+def test_response_format_is_honoured_or_refused(server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
+    any_object = {"name": "x", "schema": {"type": "object"}}
+    for response_format in ({"type": "json_object"}, {"type": "json_schema", "json_schema": any_object}):
+        out = client.chat.completions.create(model="stories", messages=CHAT["messages"], max_tokens=4,
+                                             response_format=response_format)  # type: ignore
+        assert out.choices[0].message.content.startswith("{")
+    for bad in ({"type": "xml"}, {"type": "json_schema", "json_schema": {"schema": {"uniqueItems": True}}}):
+        with pytest.raises(openai.BadRequestError) as raised:
+            client.chat.completions.create(model="stories", messages=CHAT["messages"],
+                                           response_format=bad)  # type: ignore
+        assert raised.value.status_code == 400
+        assert "response_format" in raised.value.message
+    out = client.chat.completions.create(model="stories", messages=CHAT["messages"],
+                                         max_tokens=2, response_format={"type": "text"})
+    assert out.choices[0].message.content is not None
+
+
 @pytest.mark.parametrize("field", [{"tools": [{"type": "function", "function": {"name": "f"}}]},
-                                   {"suffix": "end"}, {"best_of": 3}])
+                                   {"suffix": "end"}])
 def test_unsupported_options_are_refused(server: RunningServer, field: dict[str, Any]) -> None:
     [name] = field
     body = {"prompt": "a", **field}
@@ -139,13 +157,13 @@ def test_unsupported_options_are_refused(server: RunningServer, field: dict[str,
                  code="unsupported_parameter")
 
 
-def test_a_forced_tool_call_is_refused_until_constrained_decoding(server: RunningServer
-                                                                  ) -> None:
+def test_a_forced_tool_call_and_another_constraint_are_a_400(server: RunningServer) -> None:
     tools = [{"type": "function", "function": {"name": "f"}}]
     for choice in ("required", {"type": "function", "function": {"name": "f"}}):
-        body = {**CHAT, "tools": tools, "tool_choice": choice}
+        body = {**CHAT, "tools": tools, "tool_choice": choice,
+                "response_format": {"type": "json_object"}}
         assert_error(post(server, "/v1/chat/completions", body), 400, param="tool_choice",
-                     code="unsupported_parameter", contains=("grammar-constrained decoding",))
+                     code="invalid_value", contains=("response_format",))
 
 
 def test_any_model_name_is_answered_by_the_served_model(server: RunningServer) -> None:

@@ -149,15 +149,34 @@ def test_suffix_needs_fim_tokens(stories: RunningServer, stories_path: Path,
                                          "input_suffix": "a time"})
         assert native["content"] == by_hand["choices"][0]["text"]
         assert native["tokens_evaluated"] == len(expected)
+        # Extra context (no repo/file-separator tokens here): its text goes first, as llama-server.
+        extra = ok(running, "/infill", {**body, "n_predict": 6, "input_prefix": "Once upon",
+                                        "input_suffix": "a time", "input_extra": [
+                                            {"filename": "a.txt", "text": "The dog"}]})
+        with_extra = ok(running, "/v1/completions", {**body, "prompt": [
+            *tokenize("The dog"), *expected]})
+        assert extra["content"] == with_extra["choices"][0]["text"]
+        assert extra["tokens_evaluated"] == len(expected) + len(tokenize("The dog"))
     finally:
         running.stop()
 
 
 def test_best_of(stories: RunningServer) -> None:
-    body = {"prompt": "Once upon a time", "max_tokens": 3}
+    body = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 11}
     assert len(ok(stories, "/v1/completions", {**body, "best_of": 2, "n": 2})["choices"]) == 2
     assert len(ok(stories, "/v1/completions", {**body, "best_of": 1})["choices"]) == 1
-    for extra in ({"best_of": 3, "n": 2}, {"best_of": 1, "n": 2}):
+    # Candidate i runs with seed + i, as choice i of n does: the n=3 answer shows all three.
+    candidates = ok(stories, "/v1/completions", {**body, "n": 3, "logprobs": 0})
+    ranked = sorted(candidates["choices"], key=lambda c: -np.mean(
+        c["logprobs"]["token_logprobs"]) if c["logprobs"]["token_logprobs"] else np.inf)
+    best = ok(stories, "/v1/completions", {**body, "best_of": 3})
+    assert [c["text"] for c in best["choices"]] == [ranked[0]["text"]]
+    assert best["choices"][0]["logprobs"] is None  # not asked for
+    assert best["usage"]["completion_tokens"] == candidates["usage"]["completion_tokens"]
+    two = ok(stories, "/v1/completions", {**body, "best_of": 3, "n": 2})
+    expected = [c["text"] for c in sorted(ranked[:2], key=lambda c: c["index"])]
+    assert [c["text"] for c in two["choices"]] == expected
+    for extra in ({"best_of": 1, "n": 2}, {"best_of": 3, "stream": True}, {"best_of": 17}):
         response = post(stories, "/v1/completions", {**body, **extra})
         assert response.status_code == 400, extra
         assert response.json()["error"]["param"] == "best_of"

@@ -79,6 +79,9 @@ def test_prompt_forms(server: RunningServer) -> None:
     assert several[0]["content"] == text["content"]
     bad = post(server, "/completion", {"prompt": [1, {"x": 1}]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+    for field in ("echo", "suffix", "best_of"):  # OpenAI completions' fields, not lost here
+        bad = post(server, "/completion", {"prompt": "a", field: 1})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == field
 
 
 def test_stop_types_and_probabilities(server: RunningServer) -> None:

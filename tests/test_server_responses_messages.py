@@ -4,6 +4,7 @@ streams' event sequences, stored responses, and 400s naming what ember lacks (to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,14 +100,19 @@ def test_responses_store_and_previous_response_id(oai: openai.OpenAI) -> None:
         oai.responses.retrieve(unstored.id)
 
 
-def test_responses_refuse_tools_and_structured_output(oai: openai.OpenAI) -> None:
+def test_responses_structured_output_and_tools_refused(oai: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    out = oai.responses.create(model="x", input="Is it ok?", max_output_tokens=40, text={
+        "format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}})
+    assert set(json.loads(out.output_text)) == {"ok"}  # constrained decoding, as chat's
+    with pytest.raises(openai.BadRequestError) as raised:
+        oai.responses.create(model="x", input=USER, text={"format": {"type": "yaml"}})
+    assert "text.format" in raised.value.message
     with pytest.raises(openai.BadRequestError) as raised:
         oai.responses.create(model="x", input=USER, tools=[{
             "type": "function", "name": "f", "parameters": {"type": "object"}}])
     assert "tool calling" in raised.value.message
-    with pytest.raises(openai.BadRequestError) as raised:
-        oai.responses.create(model="x", input=USER, text={"format": {"type": "json_object"}})
-    assert "structured output" in raised.value.message
 
 
 # --- Anthropic Messages ------------------------------------------------------------------------

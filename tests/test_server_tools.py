@@ -25,7 +25,7 @@ OUTPUTS = {c["name"]: c["output"] for c in json.loads(
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
+                   "required": ["city"], "additionalProperties": False}}}
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 QWEN_TWO_CALLS = (QWEN_CALL + '\n<tool_call>\n{"name": "get_weather", "arguments": '
                   '{"city": "Lyon", "days": [1, 2]}}\n</tool_call>')
@@ -147,10 +147,10 @@ def test_tool_choice_none_answers_without_tools(client: openai.OpenAI,
 
 
 @pytest.mark.parametrize("body, param, code, text", [
-    ({"tool_choice": "required"}, "tool_choice", "unsupported_parameter",
-     "grammar-constrained decoding"),
-    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-     "tool_choice", "unsupported_parameter", "grammar-constrained decoding"),
+    ({"tool_choice": "required", "json_schema": {"type": "object"}}, "tool_choice",
+     "invalid_value", "'json_schema' does too"),
+    ({"tool_choice": "required", "messages": [*ask(), {"role": "assistant", "content": "I"}]},
+     "tool_choice", "invalid_value", "cannot continue"),
     ({"tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice",
      "invalid_value", "not among"),
     ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0]", "invalid_value",
@@ -309,3 +309,43 @@ def test_a_trailing_assistant_call_is_history_not_a_prefill(
         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}]
     client.chat.completions.create(model="m", messages=messages, tools=[WEATHER])
     assert qwen[1].prompts[-1].endswith(QWEN_CALL + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+# --- forced calls (constrained decoding) ---------------------------------------------------------
+
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a timezone",
+    "parameters": {"type": "object", "properties": {
+        "timezone": {"type": "string", "enum": ["UTC", "CET", "PST"]},
+        "seconds": {"type": "boolean"}}, "required": ["timezone", "seconds"],
+        "additionalProperties": False}}}
+SCHEMAS = {"get_weather": WEATHER["function"]["parameters"],
+           "get_time": TIME["function"]["parameters"]}
+
+
+@pytest.mark.parametrize("server_name", ["smollm2_server", "smollm2_qwen_server"])
+@pytest.mark.parametrize("choice", [
+    "required", {"type": "function", "function": {"name": "get_time"}}])
+def test_a_forced_call_is_a_valid_call_streamed_or_not(request: pytest.FixtureRequest,
+                                                       server_name: str, choice: Any) -> None:
+    """SmolLM2 on its own never calls a tool; forced, it must: generic JSON under ChatML, a
+    <tool_call> block (opened in the prompt) under Qwen2.5's template."""
+    import jsonschema
+
+    server: RunningServer = request.getfixturevalue(server_name)
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    kwargs: Any = {"model": "m", "messages": ask(), "tools": [WEATHER, TIME],
+                   "tool_choice": choice, "temperature": 0, "max_tokens": 64,
+                   "parallel_tool_calls": False}
+    whole = client.chat.completions.create(**kwargs)
+    [out] = whole.choices
+    assert out.finish_reason == "tool_calls", out
+    [call] = out.message.tool_calls
+    if isinstance(choice, dict):
+        assert call.function.name == "get_time"
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    content, calls, finish = reassemble(list(client.chat.completions.create(**kwargs,
+                                                                            stream=True)))
+    assert finish == "tool_calls" and content == (out.message.content or "")
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (call.function.name, call.function.arguments)]

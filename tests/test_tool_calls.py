@@ -150,6 +150,10 @@ def test_parse_tools_normalizes_and_checks() -> None:
         "name": "get_time", "parameters": {"type": "object", "properties": {}}}}
     none = parse_tools([WEATHER], "none", False)
     assert none is not None and not none.offered and not none.parallel
+    required = parse_tools([WEATHER, TIME], "required")
+    assert required is not None and required.forced and required.function is None
+    named = parse_tools([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}})
+    assert named is not None and named.forced and named.function == "get_time"
     assert parse_tools(None) is None and parse_tools([]) is None
 
 
@@ -162,9 +166,6 @@ def test_parse_tools_normalizes_and_checks() -> None:
     ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "tool_choice",
      "not among"),
     (None, "required", "tool_choice", "needs 'tools'"),
-    ([WEATHER], "required", "tool_choice", "grammar-constrained decoding"),
-    ([WEATHER], {"type": "function", "function": {"name": "get_weather"}}, "tool_choice",
-     "grammar-constrained decoding"),
 ])
 def test_bad_tool_fields_name_the_field(tools: Any, choice: Any, param: str,
                                         message: str) -> None:

@@ -10,6 +10,7 @@ that is a failure."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -86,7 +87,6 @@ def logits(path: Path, device: str, tokens: list[int], isa: str | None = None) -
             f"np.save(sys.stdout.buffer, np.asarray(m.eval({tokens!r})))")
     env = dict(os.environ, **({"EMBER_CPU_ISA": isa} if isa else {}))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=600, check=True)
-    import io
     return np.load(io.BytesIO(out.stdout))
 
 

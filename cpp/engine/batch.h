@@ -8,7 +8,10 @@
 //   slot_mapping[r] == table[positions[r] / block_size] * block_size + positions[r] % block_size
 //                      where table = block_tables[s.block_table_begin .. + s.n_blocks]
 //   s.n_blocks      == ceil((s.start_pos + s.n_rows) / block_size)  (the keys attention reads)
-//   output_rows ascending; s.output_index >= 0 iff s's last row is among them.
+//   output_rows ascending; s.output_index >= 0 iff s's last row is among them, and then its
+//   last 1 + n_drafts rows are output_rows[s.output_index, + 1 + n_drafts) (a row sampled for
+//   the token after the last known one, then one per draft verified).
+//   tokens of s's rows are token_history[positions], then its draft_tokens.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +29,20 @@ struct BatchSequence {
   int64_t start_pos = 0;          // position of its first row; the cache holds 0 .. start_pos-1
   int64_t block_table_begin = 0;  // its table is block_tables[block_table_begin, + n_blocks)
   int64_t n_blocks = 0;
-  int64_t output_index = -1;               // its row in output_rows / the logits, or -1 (mid-prefill chunk)
-  std::span<const int32_t> token_history;  // every token known so far (for sampling penalties);
-                                           // valid until the scheduler's next update
+  int64_t output_index = -1;                             // its first row in output_rows / the logits, or -1
+                                                         // (mid-prefill chunk)
+  std::span<const int32_t> token_history;                // every token known so far (for sampling penalties);
+                                                         // valid until the scheduler's next update
+  std::span<const int32_t> draft_tokens;                 // [n_drafts] guesses run after the known tokens (its
+                                                         // last rows); valid like token_history
   int64_t n_keys() const { return start_pos + n_rows; }  // positions attention of the last row sees
+  int64_t n_drafts() const { return static_cast<int64_t>(draft_tokens.size()); }
+  int64_t n_known_keys() const { return n_keys() - n_drafts(); }  // rows' positions that are not drafts
+  int64_t n_outputs() const { return output_index < 0 ? 0 : 1 + n_drafts(); }
+  // The token of position pos < n_keys(): known, or a draft.
+  int32_t token_at(int64_t pos) const {
+    return pos < n_known_keys() ? token_history[pos] : draft_tokens[pos - n_known_keys()];
+  }
 };
 
 struct Batch {

@@ -17,7 +17,9 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
   batch.seqs.reserve(plan.seqs.size());
   for (const ScheduledSequence& p : plan.seqs) {
     const Request* r = scheduler.find(p.id);
-    if (!r || r->num_computed_tokens != p.start_pos || p.start_pos + p.n_tokens > r->n_tokens()) {
+    const int64_t n_known = p.n_tokens - p.n_drafts();  // rows of known tokens, then the drafts
+    if (!r || r->num_computed_tokens != p.start_pos || p.start_pos + n_known > r->n_tokens() ||
+        (p.n_drafts() > 0 && (!p.needs_sample || n_known < 1))) {
       throw std::logic_error(cat("[batch] request ", p.id, " no longer matches the plan"));
     }
     BatchSequence s;
@@ -26,6 +28,7 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
     s.n_rows = p.n_tokens;
     s.start_pos = p.start_pos;
     s.token_history = r->token_ids;
+    s.draft_tokens = p.draft_tokens;
     const auto table = kv.block_table(p.id);
     s.n_blocks = (s.n_keys() + batch.block_size - 1) / batch.block_size;
     if (s.n_blocks > static_cast<int64_t>(table.size())) {
@@ -36,12 +39,15 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
     batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.begin() + s.n_blocks);
     kv.slot_mapping(p.id, p.start_pos, p.n_tokens, batch.slot_mapping.data() + s.row_begin);
     for (int64_t i = 0; i < p.n_tokens; ++i) {
-      batch.tokens.push_back(r->token_ids[p.start_pos + i]);
+      batch.tokens.push_back(i < n_known ? r->token_ids[p.start_pos + i] : p.draft_tokens[i - n_known]);
       batch.positions.push_back(static_cast<int32_t>(p.start_pos + i));
     }
     if (p.needs_sample) {
       s.output_index = batch.n_outputs();
-      batch.output_rows.push_back(static_cast<int32_t>(s.row_begin + s.n_rows - 1));
+      // The last known token's row, then every draft's: each predicts the token after it.
+      for (int64_t i = n_known - 1; i < p.n_tokens; ++i) {
+        batch.output_rows.push_back(static_cast<int32_t>(s.row_begin + i));
+      }
     }
     batch.seqs.push_back(s);
   }

@@ -2,15 +2,18 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/batch_builder.h"
 
 namespace ember {
 
-Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
+Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner,
+               std::unique_ptr<DraftModel> draft_model)
     : kv_(config.kv),
       scheduler_(config.scheduler, kv_),
       runner_(std::move(runner)),
+      speculator_(config.speculation, std::move(draft_model)),
       max_queue_(config.max_queue),
       max_model_len_(scheduler_.max_model_len()) {
   if (!runner_) throw InvalidArgument("[engine] no model runner");
@@ -77,6 +80,9 @@ void Engine::publish_stats() {
   s.n_generation_tokens_total = n_generation_tokens_total_;
   s.n_preemptions = scheduler_.n_preemptions();
   s.n_steps = n_steps_;
+  s.speculation = speculator_.stats();
+  s.step_fixed_s = speculator_.cost().fixed_s();
+  s.step_per_row_s = speculator_.cost().per_row_s();
   std::lock_guard lock(mutex_);
   stats_ = s;
 }
@@ -124,9 +130,10 @@ void Engine::loop() {
 }
 
 void Engine::step() {
+  speculator_.propose(scheduler_);
   const StepPlan plan = scheduler_.schedule();
   // Requests cancelled since the last step (release_finished() took the rest).
-  if (!plan.finished.empty()) runner_->release(plan.finished);
+  if (!plan.finished.empty()) release(plan.finished);
   if (plan.empty()) {
     // Work is left but nothing fits: only possible while requests wait on each other's blocks
     // for a moment; don't spin hot.
@@ -134,17 +141,13 @@ void Engine::step() {
     return;
   }
   std::vector<RequestOutput> outputs;
-  std::span<const std::optional<TokenLogprobs>> logprobs;
-  std::unordered_map<RequestId, int64_t> output_index;  // request -> its sample in this step
+  std::vector<SampledTokens> sampled;
   try {
     const Batch batch = build_batch(plan, scheduler_);
-    const std::vector<int32_t> sampled = runner_->execute(batch);
-    logprobs = runner_->last_logprobs();
-    if (!logprobs.empty()) {
-      for (const BatchSequence& s : batch.seqs) {
-        if (s.output_index >= 0) output_index.emplace(s.id, s.output_index);
-      }
-    }
+    const auto start = std::chrono::steady_clock::now();
+    sampled = runner_->execute(batch);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    speculator_.observe(plan, sampled, took.count());
     outputs = scheduler_.update_from_output(plan, sampled);
   } catch (const std::exception& e) {
     // The step's requests can't trust their cache any more: fail them, keep serving the rest.
@@ -155,18 +158,33 @@ void Engine::step() {
     return;
   }
   ++n_steps_;
-  for (const RequestOutput& out : outputs) {
-    const auto it = output_index.find(out.id);
-    const bool has = it != output_index.end() && logprobs[it->second].has_value();
-    emit(out, has ? &*logprobs[it->second] : nullptr);
+  // Outputs come in plan order, each request's tokens in a row: the j-th output of a request
+  // is the j-th token of its SampledTokens.
+  std::unordered_map<RequestId, const SampledTokens*> sampled_of;
+  size_t k = 0;
+  for (const ScheduledSequence& s : plan.seqs) {
+    if (s.needs_sample) sampled_of.emplace(s.id, &sampled[k++]);
   }
+  RequestId current = -1;
+  size_t j = 0;
+  for (const RequestOutput& out : outputs) {
+    j = out.id == current ? j + 1 : 0;
+    current = out.id;
+    const SampledTokens* got = sampled_of.at(out.id);
+    emit(out, j < got->logprobs.size() ? &got->logprobs[j] : nullptr);
+  }
+}
+
+void Engine::release(std::span<const RequestId> ids) {
+  runner_->release(ids);
+  speculator_.release(ids);
 }
 
 // Tells the runner at once which requests left (finished, cancelled, failed), so it never holds
 // their state while the loop sleeps.
 void Engine::release_finished() {
   const std::vector<RequestId> ids = scheduler_.take_finished();
-  if (!ids.empty()) runner_->release(ids);
+  if (!ids.empty()) release(ids);
 }
 
 void Engine::emit(const RequestOutput& out, const TokenLogprobs* logprobs) {
@@ -180,6 +198,8 @@ void Engine::emit(const RequestOutput& out, const TokenLogprobs* logprobs) {
   e.n_prompt_tokens = out.n_prompt_tokens;
   e.n_output_tokens = out.n_output_tokens;
   e.n_cached_tokens = out.n_cached_tokens;
+  e.n_drafted_tokens = out.n_drafted_tokens;
+  e.n_accepted_tokens = out.n_accepted_tokens;
   if (logprobs) {
     e.has_logprobs = true;
     e.logprobs = *logprobs;
@@ -201,6 +221,8 @@ void Engine::end_request(RequestId id, FinishReason reason, const std::string& e
     e.n_prompt_tokens = r->n_prompt_tokens;
     e.n_output_tokens = r->n_output_tokens();
     e.n_cached_tokens = std::max<int64_t>(0, r->n_cached_tokens);
+    e.n_drafted_tokens = r->n_drafted_tokens;
+    e.n_accepted_tokens = r->n_accepted_tokens;
     scheduler_.cancel(id, reason);
   }
   it->second->push(std::move(e));

@@ -3,9 +3,10 @@
 // Any thread may submit, cancel and read stats; only the loop thread touches the scheduler,
 // the KV manager and the runner, so those need no locks. The loop never touches Python.
 //
-// One step: drain submissions and cancellations -> Scheduler::schedule() -> build_batch()
-// -> ModelRunner::execute() -> Scheduler::update_from_output() -> one TokenEvent per sampled
-// token (the last one of a request carries its finish reason). Idle, the thread sleeps.
+// One step: drain submissions and cancellations -> Speculator::propose() (drafts for decoding
+// requests) -> Scheduler::schedule() -> build_batch() -> ModelRunner::execute() (verifies the
+// drafts) -> Scheduler::update_from_output() -> one TokenEvent per new token (the last one of a
+// request carries its finish reason). Idle, the thread sleeps.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,7 @@
 #include "engine/event_queue.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "engine/speculator.h"
 #include "kv/kv_cache_manager.h"
 
 namespace ember {
@@ -36,6 +38,7 @@ class EngineBusy : public Error {
 struct EngineConfig {
   KVCacheConfig kv;
   SchedulerConfig scheduler;
+  SpeculationConfig speculation;
   int64_t max_queue = 0;  // requests waiting (not yet running) at most; 0: no limit ("--max-queue")
 };
 
@@ -50,12 +53,17 @@ struct EngineStats {
   int64_t n_generation_tokens_total = 0;  // tokens sampled
   int64_t n_preemptions = 0;
   int64_t n_steps = 0;
+  SpeculationStats speculation;  // drafted / accepted tokens per source
+  double step_fixed_s = 0.0;     // the speculator's fitted step cost: fixed + per_row * rows
+  double step_per_row_s = 0.0;
 };
 
 class Engine {
  public:
   // Starts the loop thread. Throws InvalidArgument for a bad config (before any thread starts).
-  Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner);
+  // draft_model serves config.speculation.source == draft_model (may be null otherwise).
+  Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner,
+         std::unique_ptr<DraftModel> draft_model = nullptr);
   // Shuts down: every unfinished request gets a final `cancelled` event.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -87,6 +95,7 @@ class Engine {
   void loop();
   void step();
   void emit(const RequestOutput& out, const TokenLogprobs* logprobs);
+  void release(std::span<const RequestId> ids);  // tells the runner and the speculator
   void end_request(RequestId id, FinishReason reason, const std::string& error);  // cancel/fail, close stream
   void release_finished();
   void publish_stats();
@@ -95,6 +104,7 @@ class Engine {
   KVCacheManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  Speculator speculator_;
   std::unordered_map<RequestId, std::shared_ptr<EventQueue>> streams_;  // live requests
   int64_t n_prompt_tokens_total_ = 0;
   int64_t n_generation_tokens_total_ = 0;

@@ -26,10 +26,12 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::none;  // none: more events follow
   std::string error;                                // why, when finish_reason == error
   int64_t n_prompt_tokens = 0;
-  int64_t n_output_tokens = 0;  // so far, this token included
-  int64_t n_cached_tokens = 0;  // prompt tokens served by the prefix cache
-  bool has_logprobs = false;    // the request asked for them and a token came
-  TokenLogprobs logprobs{};     // of `token` (and the top alternatives)
+  int64_t n_output_tokens = 0;    // so far, this token included
+  int64_t n_cached_tokens = 0;    // prompt tokens served by the prefix cache
+  int64_t n_drafted_tokens = 0;   // speculative drafts of the request verified so far
+  int64_t n_accepted_tokens = 0;  // of them, accepted (part of the output)
+  bool has_logprobs = false;      // the request asked for them and a token came
+  TokenLogprobs logprobs{};       // of `token` (and the top alternatives)
 
   bool finished() const { return finish_reason != FinishReason::none; }
   bool has_token() const { return token >= 0; }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/draft_model.h"
 #include "engine/model_runner_forward.h"
 #include "kv/paged_kv_cache.h"
 
@@ -64,13 +65,24 @@ EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_model_len = n_ctx;
   config.max_queue = o.max_queue;
+  config.speculation = o.speculation;
   return config;
 }
 
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
-                                          const ModelEngineOptions& options) {
+                                          const ModelEngineOptions& options,
+                                          std::shared_ptr<const Model> draft) {
   if (!model) throw InvalidArgument("[engine] no model");
   const EngineConfig config = model_engine_config(*model, options);
+  std::unique_ptr<DraftModel> drafter;
+  if (draft) {
+    check_same_vocabulary(*model, *draft);
+    DraftModelConfig dc;
+    dc.n_blocks = config.kv.n_blocks;
+    dc.block_size = config.kv.block_size;
+    dc.max_batch_rows = config.scheduler.max_num_batched_tokens;
+    drafter = std::make_unique<ModelDrafter>(std::move(draft), dc);
+  }
   ForwardRunnerConfig runner;
   runner.n_blocks = config.kv.n_blocks;
   runner.block_size = config.kv.block_size;
@@ -78,7 +90,8 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
   runner.max_num_seqs = config.scheduler.max_num_seqs;
   runner.rows_independent = options.rows_independent;
   runner.kv_type = model_engine_kv_type(*model, options.kv_type);
-  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner));
+  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner),
+                                  std::move(drafter));
 }
 
 }  // namespace ember

@@ -24,10 +24,11 @@ struct ModelEngineOptions {
   int64_t max_num_batched_tokens = 512;  // token budget of one step
   int64_t max_queue = 0;                 // waiting requests at most; 0: no limit
   bool enable_prefix_caching = true;
-  std::string kv_type = "f16";   // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
-                                 // instead of 64: ~1.9x the tokens in a byte budget, slightly
-                                 // less exact; needs head_dim % 32 == 0)
-  bool rows_independent = true;  // see ForwardRunnerConfig: output never depends on batching
+  std::string kv_type = "f16";    // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
+                                  // instead of 64: ~1.9x the tokens in a byte budget, slightly
+                                  // less exact; needs head_dim % 32 == 0)
+  bool rows_independent = true;   // see ForwardRunnerConfig: output never depends on batching
+  SpeculationConfig speculation;  // source draft_model needs the draft model below
 };
 
 inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;
@@ -43,8 +44,11 @@ DType model_engine_kv_type(const Model& model, const std::string& name);
 // InvalidArgument for bad sizes, Unsupported like model_engine_kv_type.
 EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& options);
 
-// Starts an engine with a ForwardRunner over `model`. Throws like model_engine_config.
+// Starts an engine with a ForwardRunner over `model`, and with `draft` (may be null) as the
+// draft model of speculation, over a KV cache with as many blocks as the model's. Throws like
+// model_engine_config, and InvalidArgument for a draft model of another vocabulary.
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
-                                          const ModelEngineOptions& options);
+                                          const ModelEngineOptions& options,
+                                          std::shared_ptr<const Model> draft = nullptr);
 
 }  // namespace ember

@@ -1,6 +1,7 @@
-// engine/model_runner.h: what the engine loop needs from a model — run one batch, sample one
-// token per output row. The real runner wraps a model's batched forward and the samplers; tests
-// use a fake that writes recognisable values to the slots and "samples" deterministic tokens.
+// engine/model_runner.h: what the engine loop needs from a model — run one batch, sample the
+// next token of each sequence that wants one, verifying its drafts on the way. The real runner wraps a
+// model's batched forward and the samplers; tests use a fake that writes recognisable values to the slots and
+// "samples" deterministic tokens.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "engine/batch.h"
 #include "engine/request.h"
+#include "engine/step_plan.h"
 #include "sampling/logprobs.h"
 
 namespace ember {
@@ -19,9 +21,11 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
 
   // Runs `batch` through the model: writes every row's K/V to slot_mapping[row] of the paged
-  // cache, and returns one sampled token per entry of batch.output_rows, in that order.
-  // May throw; the engine then fails the batch's requests with the message.
-  virtual std::vector<int32_t> execute(const Batch& batch) = 0;
+  // cache, and returns, for each sequence with output_index >= 0 in batch order, its accepted
+  // drafts then one sampled token. A draft is accepted by the rule that leaves the output
+  // distribution exactly as without drafts (greedy: it is the argmax). May throw; the engine
+  // then fails the batch's requests with the message.
+  virtual std::vector<SampledTokens> execute(const Batch& batch) = 0;
 
   // Requests that left the engine (finished, cancelled, failed): drop any state kept for them.
   virtual void release(std::span<const SequenceId> ids) {}
@@ -33,10 +37,6 @@ class ModelRunner {
 
   // A request entered the engine (loop thread, before its first execute): set up its sampler.
   virtual void add(RequestId id, const RequestOptions& options) {}
-
-  // Log-probabilities of the last execute()'s samples, indexed like its result, for requests
-  // that asked (n_logprobs >= 0; nullopt for the others). May be empty when none asked.
-  virtual std::span<const std::optional<TokenLogprobs>> last_logprobs() const { return {}; }
 };
 
 }  // namespace ember

@@ -1,5 +1,5 @@
 // engine/model_runner_forward.cpp: Batch -> ForwardBatch over the paged cache -> forward ->
-// one sample (and optional logprobs) per output row.
+// the next token (and optional logprobs) of each sampled sequence, after its accepted drafts.
 #include "engine/model_runner_forward.h"
 
 #include <algorithm>
@@ -94,7 +94,7 @@ void ForwardRunner::release(std::span<const SequenceId> ids) {
   for (SequenceId id : ids) samplers_.erase(id);
 }
 
-std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
+std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   const int64_t n_vocab = model_->config().n_vocab;
   if (batch.block_size != cache_.block_size) {
     throw std::logic_error(
@@ -147,23 +147,34 @@ std::vector<int32_t> ForwardRunner::execute(const Batch& batch) {
   logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
   forward(*model_, scratch_, fb, logits_.data());
 
-  std::vector<int32_t> sampled(static_cast<size_t>(n_outputs));
-  logprobs_.assign(static_cast<size_t>(n_outputs), std::nullopt);
+  std::vector<SampledTokens> sampled;
   for (const BatchSequence& s : batch.seqs) {
     if (s.output_index < 0) continue;
     const auto it = samplers_.find(s.id);
     if (it == samplers_.end()) throw std::logic_error(cat("[engine] request ", s.id, " has no sampler"));
     SequenceSampler& seq = it->second;
-    // The penalty window sees every token up to the sampled row's (prompt, then output).
-    for (; seq.n_accepted < s.n_keys(); ++seq.n_accepted) seq.sampler.accept(s.token_history[seq.n_accepted]);
-    const float* row = logits_.data() + s.output_index * n_vocab;
-    const int32_t token = seq.sampler.sample(row);
-    // Every sample becomes the request's next output token (a preempted request recomputes its
-    // tokens without sampling them again), so the constraint advances here, once per token.
-    seq.sampler.advance(token);
-    sampled[s.output_index] = token;
-    if (seq.n_logprobs >= 0) {
-      logprobs_[s.output_index] = token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs);
+    // The penalty window sees every token up to the sampled row's (prompt, then output), then
+    // each draft accepted before the row that verifies the next.
+    for (; seq.n_accepted < s.n_known_keys(); ++seq.n_accepted)
+      seq.sampler.accept(s.token_history[seq.n_accepted]);
+    SampledTokens& out = sampled.emplace_back();
+    for (int64_t j = 0; j <= s.n_drafts(); ++j) {
+      const float* row = logits_.data() + (s.output_index + j) * n_vocab;
+      const bool is_draft_row = j < s.n_drafts();
+      const int32_t token = is_draft_row ? seq.sampler.verify(row, s.draft_tokens[j])
+                                         : seq.sampler.sample(row);
+      out.tokens.push_back(token);
+      // Every token kept becomes the request's next output (a preempted request recomputes its
+      // tokens without sampling them again), so the constraint advances here, once per token,
+      // before the next row is verified under its new state.
+      seq.sampler.advance(token);
+      if (seq.n_logprobs >= 0) {
+        out.logprobs.push_back(token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs));
+      }
+      if (!is_draft_row || token != s.draft_tokens[j]) break;
+      // Accepted: it is the request's next token, and part of the history the next row sees.
+      seq.sampler.accept(token);
+      ++seq.n_accepted;
     }
   }
   return sampled;

@@ -43,11 +43,10 @@ class ForwardRunner : public ModelRunner {
   // model's heads cannot use (PagedKVCache::check_type).
   ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config);
 
-  std::vector<int32_t> execute(const Batch& batch) override;
+  std::vector<SampledTokens> execute(const Batch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   void validate(std::span<const int32_t> prompt, const RequestOptions& options) const override;
   void add(RequestId id, const RequestOptions& options) override;
-  std::span<const std::optional<TokenLogprobs>> last_logprobs() const override { return logprobs_; }
 
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
@@ -78,7 +77,6 @@ class ForwardRunner : public ModelRunner {
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
   std::vector<SequenceRows> rows_;                         // [n_seqs], or [n_rows] one row each
   std::vector<float> logits_;                              // [n_outputs, n_vocab]
-  std::vector<std::optional<TokenLogprobs>> logprobs_;     // [n_outputs] of the last step
 };
 
 }  // namespace ember

@@ -39,6 +39,9 @@ struct RequestOptions {
   // Log-probabilities of each sampled token under the raw logits: -1 off, 0 the chosen token's
   // only, k > 0 also the k most likely tokens (see TokenEvent).
   int32_t n_logprobs = -1;
+  // Predicted Outputs: the output the caller expects (an edited file, a form to refill). The
+  // engine drafts from it; the output is exactly what it would be without it.
+  std::vector<int32_t> prediction;
   // Constrained decoding: every output token is one the grammar allows, and end-of-generation
   // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
   std::shared_ptr<const Grammar> grammar;
@@ -57,6 +60,11 @@ struct Request {
   FinishReason finish_reason = FinishReason::none;
   int64_t n_cached_tokens = -1;  // prompt tokens served by the prefix cache at first schedule
   int n_preemptions = 0;
+  // Guesses of the tokens after token_ids, set by the speculator for the next step only: the
+  // step runs them after the last known token and keeps those the model agrees with.
+  std::vector<int32_t> draft_token_ids;
+  int64_t n_drafted_tokens = 0;   // drafts verified so far
+  int64_t n_accepted_tokens = 0;  // of them, kept
 
   Request() = default;
   Request(RequestId id_, std::span<const int32_t> prompt, RequestOptions options_)

@@ -97,6 +97,7 @@ void Scheduler::preempt(size_t running_index, StepPlan& plan, int64_t& budget) {
   }
   kv_.free(r->id);
   r->num_computed_tokens = 0;
+  r->draft_token_ids.clear();
   r->status = RequestStatus::preempted;
   ++r->n_preemptions;
   ++n_preemptions_;
@@ -108,10 +109,12 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.finished = take_finished();
   int64_t budget = config_.max_num_batched_tokens;
-  const auto plan_step = [&](Request& r, int64_t n_new) {
-    plan.seqs.push_back({r.id, n_new, r.num_computed_tokens, r.num_computed_tokens + n_new == r.n_tokens()});
-    plan.n_tokens += n_new;
-    budget -= n_new;
+  const auto plan_step = [&](Request& r, int64_t n_new, std::vector<int32_t> drafts = {}) {
+    const int64_t n_drafts = static_cast<int64_t>(drafts.size());
+    plan.seqs.push_back({r.id, n_new + n_drafts, r.num_computed_tokens,
+                         r.num_computed_tokens + n_new == r.n_tokens(), std::move(drafts)});
+    plan.n_tokens += n_new + n_drafts;
+    budget -= n_new + n_drafts;
   };
 
   // 1. Running requests, oldest first: each gets the rest of its tokens (1 when decoding), up to
@@ -124,6 +127,18 @@ StepPlan Scheduler::schedule() {
       continue;
     }
     const int64_t n_new = std::min(n_remaining, budget);
+    // Drafts ride along only on a decode (the last known token is all that is left), within the
+    // budget, and never at the price of preempting anyone: without room they are dropped.
+    std::vector<int32_t> drafts = std::exchange(r.draft_token_ids, {});
+    if (n_remaining == 1 && !drafts.empty()) {
+      const int64_t n_fit = std::min({static_cast<int64_t>(drafts.size()), budget - 1, max_drafts(r)});
+      drafts.resize(static_cast<size_t>(std::max<int64_t>(0, n_fit)));
+      if (!drafts.empty() && kv_.allocate_slots(r.kv_state(), 1 + static_cast<int64_t>(drafts.size()))) {
+        plan_step(r, 1, std::move(drafts));
+        ++i;
+        continue;
+      }
+    }
     bool scheduled = false;
     while (true) {
       if (kv_.allocate_slots(r.kv_state(), n_new)) {
@@ -176,8 +191,20 @@ FinishReason Scheduler::stop_reason(const Request& r) const {
   return FinishReason::none;
 }
 
+int64_t Scheduler::max_drafts(const Request& r) const {
+  const int64_t by_tokens = r.options.max_tokens - r.n_output_tokens() - 1;
+  const int64_t by_context = max_model_len_ - r.n_tokens() - 1;
+  return std::max<int64_t>(0, std::min(by_tokens, by_context));
+}
+
+void Scheduler::set_drafts(RequestId id, std::vector<int32_t> drafts) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->status != RequestStatus::running) return;
+  it->second->draft_token_ids = std::move(drafts);
+}
+
 std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
-                                                         std::span<const int32_t> sampled) {
+                                                         std::span<const SampledTokens> sampled) {
   if (static_cast<int64_t>(sampled.size()) != plan.n_samples()) {
     throw InvalidArgument(cat("[scheduler] the step planned ", plan.n_samples(),
                               " samples, the runner returned ", sampled.size()));
@@ -185,7 +212,13 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
   std::vector<RequestOutput> outputs;
   size_t k = 0;
   for (const ScheduledSequence& s : plan.seqs) {
-    const int32_t* token = s.needs_sample ? &sampled[k++] : nullptr;
+    const SampledTokens* got = s.needs_sample ? &sampled[k++] : nullptr;
+    if (got && (got->tokens.empty() || got->n_accepted() > s.n_drafts() ||
+                !std::equal(got->tokens.begin(), got->tokens.end() - 1, s.draft_tokens.begin()))) {
+      throw InvalidArgument(cat("[scheduler] request ", s.id, ": the runner's ", got->tokens.size(),
+                                " tokens are not accepted drafts of the ", s.n_drafts(),
+                                " planned plus one"));
+    }
     const auto it = requests_.find(s.id);
     // A request cancelled after the plan was made: its results are dropped.
     if (it == requests_.end()) continue;
@@ -195,14 +228,33 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
                                  r.num_computed_tokens, " computed) does not match its plan (start ",
                                  s.start_pos, ")"));
     }
-    r.num_computed_tokens += s.n_tokens;
+    if (!got) {
+      r.num_computed_tokens += s.n_tokens;
+      kv_.cache_computed_blocks(r.kv_state());
+      continue;
+    }
+    // The rows of the known tokens and of the accepted drafts hold valid K/V; those of the
+    // rejected drafts lie past num_computed_tokens, never in a block the prefix cache registers
+    // (only full blocks of computed tokens are), and later steps overwrite them.
+    r.num_computed_tokens += s.n_tokens - s.n_drafts() + got->n_accepted();
+    r.n_drafted_tokens += s.n_drafts();
+    r.n_accepted_tokens += got->n_accepted();
+    FinishReason reason = FinishReason::none;
+    for (int32_t token : got->tokens) {
+      r.token_ids.push_back(token);
+      reason = stop_reason(r);
+      outputs.push_back({r.id, token, reason, r.n_prompt_tokens, r.n_output_tokens(),
+                         std::max<int64_t>(0, r.n_cached_tokens), r.n_drafted_tokens, r.n_accepted_tokens});
+      if (reason != FinishReason::none) break;
+    }
+    // Before a finish frees them: full blocks of computed tokens serve later prompts.
     kv_.cache_computed_blocks(r.kv_state());
-    if (!token) continue;
-    r.token_ids.push_back(*token);
-    const FinishReason reason = stop_reason(r);
-    outputs.push_back({r.id, *token, reason, r.n_prompt_tokens, r.n_output_tokens(),
-                       std::max<int64_t>(0, r.n_cached_tokens)});
-    if (reason != FinishReason::none) finish(r, reason);
+    if (reason != FinishReason::none) {
+      finish(r, reason);
+      continue;
+    }
+    // Blocks past the last known token held only rejected drafts: back to the pool.
+    kv_.trim(r.id, r.n_tokens());
   }
   return outputs;
 }

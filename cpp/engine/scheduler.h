@@ -40,8 +40,10 @@ struct RequestOutput {
   int32_t token = -1;
   FinishReason finish_reason = FinishReason::none;  // none: the request goes on
   int64_t n_prompt_tokens = 0;
-  int64_t n_output_tokens = 0;  // including this token
-  int64_t n_cached_tokens = 0;  // prompt tokens the prefix cache served
+  int64_t n_output_tokens = 0;    // including this token
+  int64_t n_cached_tokens = 0;    // prompt tokens the prefix cache served
+  int64_t n_drafted_tokens = 0;   // drafts of the request verified so far (this step's included)
+  int64_t n_accepted_tokens = 0;  // of them, accepted
 
   bool finished() const { return finish_reason != FinishReason::none; }
 };
@@ -66,11 +68,21 @@ class Scheduler {
 
   // Plans one step and allocates its KV slots (preempting as needed).
   StepPlan schedule();
-  // Applies a step's results: sampled[i] is the token of the i-th sequence of `plan` with
-  // needs_sample. Advances num_computed_tokens, caches newly full blocks, appends tokens, checks
-  // stop conditions, finishes and frees requests. Throws InvalidArgument when the number of
-  // sampled tokens does not match the plan.
-  std::vector<RequestOutput> update_from_output(const StepPlan& plan, std::span<const int32_t> sampled);
+  // Applies a step's results: sampled[i] is what the i-th sequence of `plan` with needs_sample
+  // got (its accepted drafts, then one token). Advances num_computed_tokens past the known
+  // tokens and the accepted drafts, caches newly full blocks, appends the tokens one by one
+  // checking stop conditions after each (tokens past a stop are dropped), gives back the blocks
+  // that only rejected drafts used, finishes and frees requests. One RequestOutput per token
+  // appended. Throws InvalidArgument when the results do not match the plan.
+  std::vector<RequestOutput> update_from_output(const StepPlan& plan, std::span<const SampledTokens> sampled);
+  // Drafts for a running request's next step (replacing any it had); the plan verifies those
+  // that fit the budget, the KV cache, max_tokens and the context. Unknown ids are ignored.
+  void set_drafts(RequestId id, std::vector<int32_t> drafts);
+  // Running requests, oldest first (for the speculator to read).
+  std::span<Request* const> running() const { return running_; }
+  // Drafts a request may still have verified: after its k accepted drafts and one token of its
+  // own it must stay within max_tokens and the context.
+  int64_t max_drafts(const Request& request) const;
   // Finishes a request now (reason `cancelled`, or `error` for a failed step) and frees its
   // blocks. Returns false when the id is unknown or already finished.
   bool cancel(RequestId id, FinishReason reason = FinishReason::cancelled);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "sampling/logprobs.h"
 
 namespace ember {
 
@@ -16,6 +17,22 @@ struct ScheduledSequence {
   int64_t start_pos = 0;      // position of the first of them (the request's num_computed_tokens)
   bool needs_sample = false;  // the chunk reaches the request's last known token: its last row's
                               // logits are sampled into the next token
+  // Drafts verified this step: the last draft_tokens.size() of the n_tokens rows, after the
+  // request's last known token. Each of their rows and the one before it is sampled; only with
+  // needs_sample.
+  std::vector<int32_t> draft_tokens;
+
+  int64_t n_drafts() const { return static_cast<int64_t>(draft_tokens.size()); }
+};
+
+// What the runner sampled for one sequence of a plan with needs_sample: the drafts it accepted
+// (a prefix of draft_tokens), then one token of the model's own — the correction at the first
+// rejected draft, or the token after the last draft when all were accepted.
+struct SampledTokens {
+  std::vector<int32_t> tokens;          // [1 + n_accepted]
+  std::vector<TokenLogprobs> logprobs;  // [tokens.size()] when the request asked for them, else empty
+
+  int64_t n_accepted() const { return static_cast<int64_t>(tokens.size()) - 1; }
 };
 
 struct StepPlan {

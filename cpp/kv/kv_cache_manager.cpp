@@ -104,6 +104,21 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
   }
 }
 
+void KVCacheManager::trim(SequenceId id, int64_t n_tokens) {
+  const auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const int64_t n_keep = (std::max<int64_t>(0, n_tokens) + block_size() - 1) / block_size();
+  if (n_keep >= static_cast<int64_t>(t.blocks.size())) return;
+  if (n_keep < static_cast<int64_t>(t.links.size())) {
+    throw std::logic_error(
+        cat("[kv] sequence ", id, ": trimming to ", n_tokens, " tokens would drop a cached block"));
+  }
+  std::vector<BlockId> tail(t.blocks.rbegin(), t.blocks.rend() - n_keep);
+  t.blocks.resize(static_cast<size_t>(n_keep));
+  pool_.release(tail);
+}
+
 bool KVCacheManager::free(SequenceId id) {
   const auto it = tables_.find(id);
   if (it == tables_.end()) return false;

@@ -4,7 +4,8 @@
 // BlockPool. Not thread-safe (the engine thread alone uses it).
 //
 // Invariant: a sequence's table holds ceil(n / block_size) blocks for the n tokens it has slots
-// for, and only grows until free(); so a device copy of a table only ever appends.
+// for. It grows, except that trim() gives back a tail of blocks that only rejected speculative
+// drafts used (never a cached block); so a device copy of a table only appends, or drops a tail.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +75,11 @@ class KVCacheManager {
   // Registers the sequence's full blocks whose tokens are all computed in the prefix cache
   // (called after each step that advanced n_computed_tokens).
   void cache_computed_blocks(const SequenceState& seq);
+
+  // Keeps the blocks that hold the first n_tokens positions of the sequence and releases the
+  // rest (blocks taken for speculative drafts that were rejected). Those blocks hold no
+  // computed token, so none is cached. Unknown ids are ignored.
+  void trim(SequenceId id, int64_t n_tokens);
 
   // Drops the sequence's references; its cached blocks stay cached (evictable once nobody
   // references them). Returns false for an unknown id (never allocated, or already freed).

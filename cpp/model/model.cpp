@@ -8,10 +8,18 @@
 namespace ember {
 
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
+  return load_with(path, make_backend(options.backend, options.n_threads));
+}
+
+std::shared_ptr<Model> Model::load_on(const std::string& path, const Model& host) {
+  return load_with(path, host.backend_);
+}
+
+std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr<Backend> backend) {
   std::shared_ptr<Model> model(new Model());
   model->file_ = GGUFFile::open(path);
   model->config_ = read_config(*model->file_);
-  model->backend_ = make_backend(options.backend, options.n_threads);
+  model->backend_ = std::move(backend);
   if (model->config_.is_encoder()) {  // the encoders' ops, which not every backend has
     for (Op op : {Op::layer_norm, Op::gelu}) {
       if (!model->backend_->supports(op, DType::f32)) {

@@ -23,6 +23,9 @@ class Model {
   // Opens, validates and binds a GGUF model. Throws FormatError / Unsupported with the file,
   // the key or tensor, and what was expected.
   static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+  // The same, on the backend of an already loaded model (a draft model runs on its target's
+  // threads: two pools on the same cores would spin against each other).
+  static std::shared_ptr<Model> load_on(const std::string& path, const Model& host);
 
   const GGUFFile& file() const { return *file_; }
   const ModelConfig& config() const { return config_; }
@@ -35,6 +38,7 @@ class Model {
 
  private:
   Model() = default;
+  static std::shared_ptr<Model> load_with(const std::string& path, std::shared_ptr<Backend> backend);
   // Hands every matmul weight to the backend (see matmul_weights_), and every other tensor an op
   // reads (embeddings, norms, biases) to its wrap_host (in place on the CPU, a device copy on a
   // GPU: uploaded once, here).
@@ -42,7 +46,7 @@ class Model {
 
   std::shared_ptr<GGUFFile> file_;
   ModelConfig config_;
-  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Backend> backend_;  // shared by models loaded with load_on
   ModelWeights weights_;
   // The matmul weights as the backend reads them (Backend::prepare_matmul_weight): views of the
   // mapping, or the backend's repacked copies, which weights_' matmul tensors then point into.

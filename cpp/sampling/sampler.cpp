@@ -2,6 +2,7 @@
 // the same parameters narrow the distribution the same way in both engines.
 #include "sampling/sampler.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -104,8 +105,11 @@ void Sampler::narrow(const float* logits) {
     std::erase_if(c.items, [mask](const TokenCandidate& t) { return !mask_allows(mask, t.id); });
   }
   if (params_.temperature <= 0.0f) {
+    // The mask may have removed candidates, so ids no longer equal positions: find the logit.
     const int32_t best = argmax(c);
-    c.items.assign(1, TokenCandidate{best, c.items[static_cast<size_t>(best)].logit, 1.0f, 0.0f});
+    const auto it = std::find_if(c.items.begin(), c.items.end(),
+                                 [best](const TokenCandidate& t) { return t.id == best; });
+    c.items.assign(1, TokenCandidate{best, it->logit, 1.0f, 0.0f});
     c.sorted = true;
     return;
   }
@@ -168,6 +172,31 @@ int32_t Sampler::sample(const float* logits) {
     if (u < cumulative) return t.id;
   }
   return items.back().id;
+}
+
+int32_t Sampler::verify(const float* logits, int32_t draft) {
+  if (params_.temperature <= 0.0f) return sample(logits);
+  fill_mask();  // a constrained request's draft outside the grammar has p = 0
+  narrow(logits);
+  const std::vector<TokenCandidate>& items = candidates_.items;
+  double p_draft = 0.0;
+  for (const TokenCandidate& t : items) {
+    if (t.id == draft) p_draft = t.p;
+  }
+  if (rng_.uniform() < p_draft) return draft;
+  // Rejected (so p_draft < 1): draw from p with the draft's share taken out, renormalized.
+  double rest = 0.0;
+  for (const TokenCandidate& t : items) rest += t.id == draft ? 0.0 : t.p;
+  const double u = rng_.uniform() * rest;
+  double cumulative = 0.0;
+  int32_t last = items.front().id;
+  for (const TokenCandidate& t : items) {
+    if (t.id == draft) continue;
+    last = t.id;
+    cumulative += t.p;
+    if (u < cumulative) return t.id;
+  }
+  return last;
 }
 
 }  // namespace ember

@@ -27,6 +27,15 @@ class Sampler {
   // draw from what is left. Does not accept the token: call accept() with it.
   int32_t sample(const float* logits);
 
+  // Verifies a speculative draft token against logits[n_vocab], the row that predicts it, and
+  // returns the draft when it is accepted, else the token to emit instead. The draft is a fixed
+  // guess (one-hot q: n-gram lookup, a prediction, a greedy draft model), so the standard rule
+  // (accept with min(1, p/q), else draw from (p - q)+) reads: accept with probability p(draft)
+  // under the distribution sample() would draw from, else draw from that distribution with the
+  // draft removed. Either way the result is distributed exactly as sample()'s. Greedy: the
+  // argmax (it equals the draft iff the draft is accepted). Does not accept the token.
+  int32_t verify(const float* logits, int32_t draft);
+
   // The distribution sample() would draw from: the surviving candidates with their final
   // probabilities (one candidate with p = 1 when greedy). For tests and for explaining choices.
   const Candidates& distribution(const float* logits);

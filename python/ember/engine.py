@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Union
@@ -50,6 +50,12 @@ class EngineStats:
     generation_tokens_total: int
     preemptions: int
     steps: int
+    # Speculative decoding, per draft source ("ngram", "prediction", "draft_model"): drafts
+    # verified and, of them, accepted.
+    drafted_tokens: dict[str, int] = field(default_factory=dict)
+    accepted_tokens: dict[str, int] = field(default_factory=dict)
+    step_fixed_s: float = 0.0     # the engine's fitted step cost: fixed + per_row * rows seconds
+    step_per_row_s: float = 0.0
 
 
 class Request:
@@ -65,6 +71,8 @@ class Request:
         self.params = params
         self.tokens: list[int] = []         # output so far (no end-of-generation token)
         self.n_cached = 0                   # prompt tokens the prefix cache served
+        self.n_drafted = 0                  # speculative drafts verified, and accepted
+        self.n_accepted = 0
         self.done = False                   # the final Delta has been produced
         self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
         self._id = 0
@@ -170,6 +178,7 @@ class Request:
         if self._first_token_at is None:
             self._first_token_at = perf_counter()
         self.n_cached = event.n_cached_tokens
+        self.n_drafted, self.n_accepted = event.n_drafted_tokens, event.n_accepted_tokens
         reason = event.finish_reason
         if reason == "error":
             self.done = True
@@ -211,6 +220,13 @@ class Request:
         chosen.top = [entry(t, v) for t, v in lp[1][: self.params.top_logprobs]]
         return chosen
 
+    def _usage(self, n_prompt: int, n_out: int) -> Usage:
+        usage = Usage(n_prompt, n_out, n_prompt + n_out, self.n_cached)
+        if self.params.prediction is not None:
+            usage.accepted_prediction_tokens = self.n_accepted
+            usage.rejected_prediction_tokens = self.n_drafted - self.n_accepted
+        return usage
+
     def _finish(self, finish_reason: str, stop_string: str | None) -> Delta:
         """The final Delta, with the text not streamed yet and the whole result."""
         self.done = True
@@ -222,7 +238,7 @@ class Request:
             text="".join(self._texts),
             tokens=self.tokens,
             finish_reason=finish_reason,
-            usage=Usage(n_prompt, n_out, n_prompt + n_out, self.n_cached),
+            usage=self._usage(n_prompt, n_out),
             timings=Timings(
                 prompt_ms=prompt_s * 1e3,
                 prompt_tokens_per_s=(n_prompt - self.n_cached) / prompt_s if prompt_s > 0 else 0.0,
@@ -252,21 +268,36 @@ class Engine:
     requests running at once; kv_size / kv_bytes: the KV cache budget in tokens or bytes
     (default n_ctx * parallel tokens, at most 1 GiB); max_queue: waiting requests at most
     (0: no limit; past it submit raises EngineBusy); kv_type "f16" or "q8_0"; batch_invariant:
-    a request's output never depends on what else runs; device: "cpu", "vulkan" / "vulkan:N" or
-    "auto" (the first GPU, else the CPU); None reads $EMBER_DEVICE, else "auto"."""
+    a request's output never depends on what else runs.
+
+    Speculative decoding (the output is the same, only sooner): spec="ngram" drafts from each
+    request's own prompt and output, draft_model=PATH (spec="draft") from a small model with the
+    same vocabulary; a request whose SamplingParams carry a prediction drafts from it. At most
+    draft_max drafts per request and step, none when fewer than draft_min would pay;
+    spec_adaptive=False always drafts draft_max.
+
+    device: "cpu", "vulkan" / "vulkan:N" or "auto" (the first GPU, else the CPU); None reads
+    $EMBER_DEVICE, else "auto"."""
 
     def __init__(self, model_path: str | Path, *, n_threads: int | None = None,
                  n_ctx: int | None = None, parallel: int = 16, kv_size: int | None = None,
                  kv_bytes: int | None = None, block_size: int = 16, max_batch_tokens: int = 512,
                  max_queue: int = 0, kv_type: str = "f16", prefix_caching: bool = True,
-                 batch_invariant: bool = True, device: str | None = None) -> None:
+                 batch_invariant: bool = True, spec: str = "none",
+                 draft_model: str | Path | None = None, draft_max: int = 16, draft_min: int = 1,
+                 spec_adaptive: bool = True, device: str | None = None) -> None:
         self.path = Path(model_path)
+        if draft_model is not None and not Path(draft_model).is_file():
+            raise FileNotFoundError(f"draft model {str(draft_model)!r}: no such file")
         self._core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx,
                                   parallel=parallel, kv_size=kv_size, kv_bytes=kv_bytes,
                                   block_size=block_size, max_batch_tokens=max_batch_tokens,
                                   max_queue=max_queue, kv_type=kv_type,
                                   prefix_caching=prefix_caching, batch_invariant=batch_invariant,
-                                  device=resolve_device(device))
+                                  spec=spec,
+                                  draft_model=None if draft_model is None else str(draft_model),
+                                  draft_max=draft_max, draft_min=draft_min,
+                                  spec_adaptive=spec_adaptive, device=resolve_device(device))
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
@@ -365,9 +396,16 @@ class Engine:
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
-            grammar=grammar)
+            grammar=grammar, prediction=self._prediction_tokens(params.prediction))
         request._id = handle.id
         return request
+
+    def _prediction_tokens(self, prediction: str | Sequence[int] | None) -> list[int]:
+        if prediction is None:
+            return []
+        if isinstance(prediction, str):
+            return list(self.tokenizer.encode(prediction, False, False))
+        return list(prediction)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None, *,
                add_special: bool = True) -> Iterator[Delta]:

@@ -86,14 +86,7 @@ class Constraint:
     def llguidance_input(self) -> tuple[str, str]:
         """(kind, data) as GrammarCompiler.compile takes them."""
         if self.kind == "json_schema":
-            schema = json.loads(self.text)
-            if isinstance(schema, bool):
-                schema = {} if schema else {"not": {}}
-            options = {"whitespace_pattern": WHITESPACE, "coerce_one_of": True, "lenient": False}
-            if "x-guidance" in schema:
-                raise ConstraintError("the JSON schema's 'x-guidance' key is reserved (ember sets it)",
-                                      self.param)
-            return "json_schema", json.dumps({**schema, "x-guidance": options})
+            return "json_schema", _with_options(json.loads(self.text), self.param)
         if self.kind == "gbnf":
             from llguidance.gbnf_to_lark import gbnf_to_lark
 
@@ -102,6 +95,23 @@ class Constraint:
             except Exception as err:  # its parser raises several types, all for bad grammar text
                 raise ConstraintError(f"the GBNF grammar cannot be read: {err}", self.param) from None
         return self.kind, self.text
+
+
+def _with_options(schema: Mapping[str, Any] | bool, param: str | None) -> str:
+    """The schema as llguidance compiles it: strict, with ember's whitespace bounds."""
+    if isinstance(schema, bool):
+        schema = {} if schema else {"not": {}}
+    if "x-guidance" in schema:
+        raise ConstraintError("the JSON schema's 'x-guidance' key is reserved (ember sets it)", param)
+    options = {"whitespace_pattern": WHITESPACE, "coerce_one_of": True, "lenient": False}
+    return json.dumps({**schema, "x-guidance": options})
+
+
+def lark_json(schema: Mapping[str, Any] | bool) -> str:
+    """`%json {...}`: a JSON value matching `schema`, for a rule of a Lark constraint, with the
+    same strictness and whitespace bounds as Constraint.json_schema. E.g. a tool call:
+    Constraint.lark('start: "<tool_call>" call "</tool_call>"\ncall: ' + lark_json(call_schema))"""
+    return "%json " + _with_options(schema, None)
 
 
 def llguidance_library() -> str:
@@ -128,8 +138,11 @@ class GrammarCompiler:
             return self._core.compile(kind, data)
         except ValueError as err:
             message = str(err).removeprefix("[grammar] ")
-            raise ConstraintError(f"the {constraint.kind.replace('_', ' ')} cannot be enforced: "
-                                  f"{message}", constraint.param) from None
+            where = f"'{constraint.param}': " if constraint.param else ""
+            what = {"json_schema": "JSON schema", "gbnf": "GBNF grammar", "lark": "Lark grammar",
+                    "regex": "regex"}[constraint.kind]
+            raise ConstraintError(f"{where}the {what} cannot be enforced: {message}",
+                                  constraint.param) from None
 
     @property
     def n_compiled(self) -> int:

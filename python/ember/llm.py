@@ -41,11 +41,16 @@ Prompt = Union[str, Sequence[int]]
 class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, parallel: int = 16, kv_size: int | None = None,
-                 kv_type: str = "f16", device: str | None = None) -> None:
+                 kv_type: str = "f16", spec: str = "none",
+                 draft_model: str | os.PathLike[str] | None = None, draft_max: int = 16,
+                 draft_min: int = 1, device: str | None = None) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), or None for the
         default demo model. n_threads defaults to the physical cores, n_ctx (tokens one request
         may reach) to the model's training context capped at 4096; parallel requests run at
-        once over a KV cache of kv_size tokens (see ember.engine.Engine); device "cpu",
+        once over a KV cache of kv_size tokens (see ember.engine.Engine). Speculative decoding
+        (same output, sooner): spec="ngram" (prompt lookup) or draft_model=PATH (a small model
+        with the same vocabulary), at most draft_max drafts per step; a request's
+        prediction= (text the output is expected to be) drafts from that text. device "cpu",
         "vulkan[:N]" or "auto" (default: $EMBER_DEVICE, else "auto": the first GPU, else the CPU;
         an embedding model runs on the CPU, see ember.embeddings.Embedder)."""
         self.path: Path = resolve_model(model)
@@ -57,7 +62,9 @@ class LLM:
             self.embedder = Embedder(self.path, n_threads=n_threads, device=device)
         else:
             self._engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
-                                  kv_size=kv_size, kv_type=kv_type, device=device)
+                                  kv_size=kv_size, kv_type=kv_type, spec=spec,
+                                  draft_model=draft_model, draft_max=draft_max,
+                                  draft_min=draft_min, device=device)
         self._metadata: dict[str, Any] | None = None
 
     @property
@@ -218,16 +225,30 @@ class LLM:
                                tools: Sequence[Mapping[str, Any]] | None = None,
                                tool_choice: str | Mapping[str, Any] | None = None,
                                parallel_tool_calls: bool | None = None,
+                               prediction: Mapping[str, Any] | str | None = None,
                                **sampling: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's /v1/chat/completions: a "chat.completion" dict, or its chunks when
         stream=True (first a role delta, then content deltas, then one with finish_reason;
         with stream_options={"include_usage": True}, one more with the usage). With `tools`
         the answer's tool calls come as message.tool_calls (finish_reason "tool_calls") or
-        tool_calls deltas; tool_choice "required" or a named function raise ValueError until
-        ember has constrained decoding."""
+        tool_calls deltas; tool_choice "required" or a named function constrain the answer to
+        a valid call of the allowed functions. prediction: Predicted Outputs, {"type":
+        "content", "content": "..."} (or the text itself); the usage then has
+        completion_tokens_details.accepted/rejected_prediction_tokens."""
+        if isinstance(prediction, Mapping):
+            if prediction.get("type") != "content" or not isinstance(prediction.get("content"), str):
+                raise ValueError('prediction must be {"type": "content", "content": "..."}, got '
+                                 f"{prediction!r}"[:200])
+            prediction = prediction["content"]
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
-                                logprobs=logprobs, top_logprobs=top_logprobs or 0)
+                                logprobs=logprobs, top_logprobs=top_logprobs or 0,
+                                prediction=prediction)
         tokens, chat = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls)
+        if chat.constraint is not None:  # a forced call (tool_choice required / named)
+            if params.constraint is not None:
+                raise ValueError("tool_choice forces a tool call, which constrains the whole "
+                                 "output, as json_schema/grammar does too; give one of them")
+            params = replace(params, constraint=chat.constraint.grammar())
         fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
                         tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))

@@ -32,12 +32,18 @@ def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:
     counts once, completions add up; cached_tokens is the first choice's."""
     first = usages[0]
     completion = sum(u.completion_tokens for u in usages)
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": first.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": first.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
     }
+    if any(u.accepted_prediction_tokens is not None for u in usages):  # Predicted Outputs
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": sum(u.accepted_prediction_tokens or 0 for u in usages),
+            "rejected_prediction_tokens": sum(u.rejected_prediction_tokens or 0 for u in usages),
+        }
+    return usage
 
 
 def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
@@ -46,9 +52,15 @@ def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
     prompt = sum(p["prompt_tokens"] for p in parts)
     completion = sum(p["completion_tokens"] for p in parts)
     cached = sum(p["prompt_tokens_details"]["cached_tokens"] for p in parts)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion,
+                             "prompt_tokens_details": {"cached_tokens": cached}}
+    details = [p["completion_tokens_details"] for p in parts if "completion_tokens_details" in p]
+    if details:
+        usage["completion_tokens_details"] = {
+            key: sum(d[key] for d in details)
+            for key in ("accepted_prediction_tokens", "rejected_prediction_tokens")}
+    return usage
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:

@@ -13,6 +13,10 @@ class Usage:
     completion_tokens: int
     total_tokens: int
     cached_tokens: int = 0  # prompt tokens whose KV cache entries were reused, not evaluated
+    # With a prediction (Predicted Outputs): its tokens the output kept, and those it verified
+    # and turned down (they still cost a forward row, as OpenAI's "rejected" ones are billed).
+    accepted_prediction_tokens: int | None = None
+    rejected_prediction_tokens: int | None = None
 
 
 @dataclass

@@ -59,6 +59,9 @@ class SamplingParams:
     top_logprobs: int = 0
     ignore_eos: bool = False  # generate past end-of-generation tokens (benchmarks, llama-server's field)
     constraint: Constraint | None = None
+    # Predicted Outputs: the text (or token ids) the output is expected to be, e.g. the file being
+    # edited. The engine drafts from it; the output is the same as without it, only sooner.
+    prediction: str | Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -72,6 +75,12 @@ class SamplingParams:
             except UnicodeEncodeError:
                 raise ValueError(f"stop string {s!r} is not valid text (it holds a lone "
                                  "surrogate)") from None
+        if self.prediction is not None and not isinstance(self.prediction, str):
+            try:
+                self.prediction = [int(t) for t in self.prediction]
+            except (TypeError, ValueError):
+                raise ValueError("prediction must be text or a list of token ids, got "
+                                 f"{self.prediction!r}"[:200]) from None
         if self.max_tokens is not None and self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:

@@ -5,9 +5,9 @@
 
 `tool_choice` "auto" (the default with tools) lets the model choose, "none" answers without tools
 (they are left out of the prompt, and the output is not parsed for calls), "required" and
-{"type": "function", "function": {"name": ...}} force a call: generation must then be constrained
-to call_constraint(), which needs the grammar engine (constrained decoding) to honour, so until
-ember has one those are refused (ToolsError with code "unsupported_parameter").
+{"type": "function", "function": {"name": ...}} force a call: generation is then constrained
+(ember.grammar) to call_constraint(), a valid call of the allowed functions whose arguments
+match their parameter schemas.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ember.grammar import Constraint
 from ember.tool_calls import ToolFormat
 
 MAX_TOOLS = 128
@@ -91,8 +92,7 @@ def _tool(value: Any, i: int) -> dict[str, Any]:
 def parse_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None
                 ) -> ToolRequest | None:
     """The checked tool fields of a request; None when it offers no tools. ToolsError for a
-    malformed field, a named function that is not among the tools, or a forced call (which
-    needs constrained decoding)."""
+    malformed field or a named function that is not among the tools."""
     if tools is None or tools == []:
         if tool_choice not in (None, "none", "auto"):
             raise ToolsError("'tool_choice' needs 'tools'", "tool_choice")
@@ -112,14 +112,7 @@ def parse_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = 
                          "invalid_type")
     parallel = True if parallel_tool_calls is None else parallel_tool_calls
     choice, function = _choice(tool_choice, names)
-    request = ToolRequest(checked, choice, function, parallel)
-    if request.forced:
-        raise ToolsError(
-            f"'tool_choice': {'required' if choice == 'required' else 'a named function'} "
-            "needs grammar-constrained decoding (to make the output a valid call of the "
-            "function's schema), which ember does not have yet; use \"auto\"",
-            "tool_choice", "unsupported_parameter")
-    return request
+    return ToolRequest(checked, choice, function, parallel)
 
 
 def _choice(value: Any, names: list[str]) -> tuple[str, str | None]:
@@ -150,14 +143,19 @@ class CallConstraint:
     schema: dict[str, Any]
     suffix: str = ""
 
+    def grammar(self) -> Constraint:
+        """The constraint to sample under (SamplingParams.constraint)."""
+        return Constraint("json_schema", Constraint.json_schema(self.schema).text,
+                          param="tool_choice")
+
 
 def call_constraint(request: ToolRequest, fmt: ToolFormat) -> CallConstraint:
     """What a request with tool_choice "required" or a named function must generate: one call
     (or, in formats that list calls and with parallel calls allowed, one or more) of the allowed
-    functions, whose arguments match each one's parameter schema. The prompt already ends
-    with `prefix` (PreparedChat.answer_prefix) and the output parser reads it first; what is
-    left to wire in is sampling under a grammar of `schema` (and lifting parse_tools' refusal).
-    `suffix` is optional for the parser (a hermes call without its closing tag still counts)."""
+    functions, whose arguments match each one's parameter schema. The prompt ends with
+    `prefix` (PreparedChat.answer_prefix), which the output parser reads first; generation
+    samples under grammar() (the schema); `suffix` is optional for the parser (a hermes call
+    without its closing tag still counts)."""
     tools = [t["function"] for t in request.tools
              if request.function is None or t["function"]["name"] == request.function]
     key = "parameters" if fmt.name == "llama3" else "arguments"

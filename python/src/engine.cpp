@@ -139,13 +139,25 @@ nb::dict stats_dict(const EngineStats& s) {
   d["generation_tokens_total"] = s.n_generation_tokens_total;
   d["preemptions"] = s.n_preemptions;
   d["steps"] = s.n_steps;
+  nb::dict drafted, accepted;
+  for (int i = 1; i < ember::kNumDraftSources; ++i) {
+    const std::string name(ember::to_string(static_cast<ember::DraftSource>(i)));
+    drafted[name.c_str()] = s.speculation.n_drafted[i];
+    accepted[name.c_str()] = s.speculation.n_accepted[i];
+  }
+  d["drafted_tokens"] = drafted;
+  d["accepted_tokens"] = accepted;
+  d["step_fixed_s"] = s.step_fixed_s;
+  d["step_per_row_s"] = s.step_per_row_s;
   return d;
 }
 
 PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
                       int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes,
                       int block_size, int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
-                      bool prefix_caching, bool batch_invariant, const std::string& device) {
+                      bool prefix_caching, bool batch_invariant, const std::string& spec,
+                      std::optional<std::string> draft_model, int draft_max, int draft_min,
+                      bool spec_adaptive, const std::string& device) {
   auto self = std::make_unique<PyEngine>();
   nb::gil_scoped_release release;
   ember::ModelEngineOptions o;
@@ -159,19 +171,41 @@ PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std
   o.kv_type = kv_type;
   o.enable_prefix_caching = prefix_caching;
   o.rows_independent = batch_invariant;
+  if (spec == "none") {
+    o.speculation.source = draft_model ? ember::DraftSource::draft_model : ember::DraftSource::none;
+  } else if (spec == "ngram") {
+    o.speculation.source = ember::DraftSource::ngram;
+  } else if (spec == "draft") {
+    if (!draft_model)
+      throw ember::InvalidArgument("[speculation] spec 'draft' needs a draft model (draft_model)");
+    o.speculation.source = ember::DraftSource::draft_model;
+  } else {
+    throw ember::InvalidArgument(
+        ember::cat("[speculation] spec must be 'none', 'ngram' or 'draft', got '", spec, "'"));
+  }
+  if (draft_model && o.speculation.source != ember::DraftSource::draft_model) {
+    throw ember::InvalidArgument(
+        ember::cat("[speculation] a draft model drafts only with spec 'draft', got '", spec, "'"));
+  }
+  o.speculation.draft_max = draft_max;
+  o.speculation.draft_min = draft_min;
+  o.speculation.adaptive = spec_adaptive;
   ember::ModelOptions model_options;
   model_options.n_threads = n_threads.value_or(0);
   model_options.backend = device;
   self->model = ember::Model::load(path, model_options);
   self->config = ember::model_engine_config(*self->model, o);  // checks before any allocation
   self->kv_type = ember::model_engine_kv_type(*self->model, o.kv_type);
-  self->engine = ember::make_model_engine(self->model, o);
+  std::shared_ptr<ember::Model> draft;
+  if (draft_model) draft = ember::Model::load_on(*draft_model, *self->model);
+  self->engine = ember::make_model_engine(self->model, o, draft);
   return self.release();
 }
 
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
-                 int priority, std::shared_ptr<ember::Grammar> grammar) {
+                 int priority, std::shared_ptr<ember::Grammar> grammar,
+                 const std::vector<int64_t>& prediction) {
   const auto to_id = [](int64_t id, const char* what) {
     if (id < INT32_MIN || id > INT32_MAX)
       throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
@@ -186,6 +220,7 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   o.sampling = sampling;
   o.n_logprobs = logprobs;
   o.grammar = std::move(grammar);
+  for (int64_t t : prediction) o.prediction.push_back(to_id(t, "prediction token"));
 
   PyRequest r;
   r.wake = std::make_shared<WakeFd>();
@@ -222,6 +257,10 @@ void init_engine(nb::module_& m) {
       .def_ro("n_output_tokens", &TokenEvent::n_output_tokens)
       .def_ro("n_cached_tokens", &TokenEvent::n_cached_tokens,
               "Prompt tokens whose KV came from the prefix cache.")
+      .def_ro("n_drafted_tokens", &TokenEvent::n_drafted_tokens,
+              "Speculative drafts of the request verified so far.")
+      .def_ro("n_accepted_tokens", &TokenEvent::n_accepted_tokens,
+              "Of n_drafted_tokens, those accepted (they are part of the output).")
       .def_prop_ro(
           "logprobs",
           [](const TokenEvent& e) -> std::optional<std::pair<float, std::vector<std::pair<int32_t, float>>>> {
@@ -263,7 +302,10 @@ void init_engine(nb::module_& m) {
            nb::arg("n_ctx") = nb::none(), nb::arg("parallel") = 16, nb::arg("kv_size") = nb::none(),
            nb::arg("kv_bytes") = nb::none(), nb::arg("block_size") = 16, nb::arg("max_batch_tokens") = 512,
            nb::arg("max_queue") = 0, nb::arg("kv_type") = "f16", nb::arg("prefix_caching") = true,
-           nb::arg("batch_invariant") = true, nb::arg("device") = "auto",
+           nb::arg("batch_invariant") = true, nb::arg("spec") = "none", nb::arg("draft_model") = nb::none(),
+           nb::arg("draft_max") = ember::SpeculationConfig().draft_max,
+           nb::arg("draft_min") = ember::SpeculationConfig().draft_min, nb::arg("spec_adaptive") = true,
+           nb::arg("device") = "auto",
            "Loads the model and starts the engine thread. n_ctx: tokens one request may reach (default "
            "min(context_length, 4096)); parallel: requests running at once; kv_size / kv_bytes: the KV "
            "cache budget in tokens or bytes (default n_ctx * parallel tokens, at most 1 GiB); "
@@ -273,17 +315,24 @@ void init_engine(nb::module_& m) {
            "budget holds ~1.9x the tokens, at slightly less exact attention; needs head_dim % 32 == 0); "
            "batch_invariant: a request's "
            "output never depends on what else runs (small batches are padded, attention runs one row "
-           "at a time; False is a little faster but lets kernel rounding differ with the batch); device: "
-           "'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU).")
+           "at a time; False is a little faster but lets kernel rounding differ with the batch). "
+           "Speculation: spec 'ngram' drafts from each request's own text (prompt lookup), 'draft' "
+           "(or a draft_model path) from a small model of the same vocabulary; requests with a "
+           "prediction draft from it whatever spec says. draft_max / draft_min: drafts per request "
+           "and step at most / at least; spec_adaptive: draft only as deep as the measured step cost "
+           "says pays (False: always draft_max); device: 'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the "
+           "first GPU, else the CPU).")
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::arg("sampling") = ember::SamplingParams(),
            nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
            nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
+           nb::arg("prediction") = std::vector<int64_t>{},
            "Queues a request and returns its EngineRequest. Raises ValueError for a request that can "
            "never run (empty or too long prompt, bad ids or sampling values) and EngineBusy when the "
            "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
            "log-probability and that many alternatives to each event; `grammar` (a Grammar) constrains "
-           "every output token to it.")
+           "every output token to it; prediction: token ids of the output the caller expects "
+           "(OpenAI's Predicted Outputs), drafted from (the output stays the same).")
       .def(
           "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "

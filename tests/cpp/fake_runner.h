@@ -116,13 +116,16 @@ class FakeRunner : public ModelRunner {
  public:
   explicit FakeRunner(int64_t n_slots) : kv_(n_slots, 0) {}
 
-  std::vector<int32_t> execute(const Batch& batch) override {
+  std::vector<SampledTokens> execute(const Batch& batch) override {
     batch.validate();
     ++n_steps;
     n_rows_total += batch.n_rows();
-    std::vector<int32_t> sampled;
+    std::vector<SampledTokens> sampled;
     for (const BatchSequence& s : batch.seqs) {
-      const auto prefix = prefix_hashes(s.token_history, s.n_keys());
+      // The sequence's tokens as this step sees them: the known ones, then its drafts.
+      std::vector<int32_t> tokens;
+      for (int64_t p = 0; p < s.n_keys(); ++p) tokens.push_back(s.token_at(p));
+      const auto prefix = prefix_hashes(tokens, s.n_keys());
       for (int64_t i = 0; i < s.n_rows; ++i) {
         kv_.at(batch.slot_mapping[s.row_begin + i]) = prefix[s.start_pos + i];
       }
@@ -134,7 +137,16 @@ class FakeRunner : public ModelRunner {
           throw std::logic_error(cat("[fake runner] sequence ", s.id, " reads a wrong K/V at position ", p));
         }
       }
-      if (s.output_index >= 0) sampled.push_back(next_token(s.token_history.subspan(0, s.n_keys())));
+      if (s.output_index < 0) continue;
+      // Greedy verification: each draft is kept while it is the token the "model" would pick.
+      SampledTokens& out = sampled.emplace_back();
+      for (int64_t j = 0; j <= s.n_drafts(); ++j) {
+        const int32_t t = next_token(std::span<const int32_t>(tokens).subspan(0, s.n_known_keys() + j));
+        out.tokens.push_back(t);
+        if (j == s.n_drafts() || t != s.draft_tokens[j]) break;
+      }
+      n_drafted += s.n_drafts();
+      n_accepted += out.n_accepted();
     }
     if (!batch.output_rows.empty() && fail_next) {
       fail_next = false;
@@ -148,7 +160,7 @@ class FakeRunner : public ModelRunner {
     released.insert(released.end(), ids.begin(), ids.end());
   }
 
-  int64_t n_steps = 0, n_rows_total = 0;
+  int64_t n_steps = 0, n_rows_total = 0, n_drafted = 0, n_accepted = 0;
   std::atomic<bool> fail_next{false};
   int step_delay_us = 0;
   std::vector<SequenceId> released;

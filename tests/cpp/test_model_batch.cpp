@@ -222,23 +222,22 @@ TEST(runner_rows_do_not_depend_on_the_batch) {
   options.n_logprobs = 8;
   const std::vector<int32_t> a = prompt(6, 1), b = prompt(9, 2), c = prompt(5, 3);
   const std::vector<int32_t> table_a = {0, 1, 2}, table_b = {3, 4, 5}, table_c = {6, 7};
-  auto top_of = [](const ForwardRunner& r, int64_t i) {
-    const auto& lp = r.last_logprobs()[i];
-    CHECK(lp.has_value());
-    return lp->top;
+  auto top_of = [](const std::vector<SampledTokens>& sampled, size_t i) {
+    CHECK(sampled.at(i).logprobs.size() == 1);
+    return sampled[i].logprobs[0].top;
   };
   // Alone: prefill a[0, 5), then decode a[5] as a step of one row.
   ForwardRunner alone(model, config);
   alone.add(1, options);
   alone.execute(make_step(4, {{1, &a, 0, 5, table_a}}));
-  alone.execute(make_step(4, {{1, &a, 5, 6, table_a}}));
-  const auto want = top_of(alone, 0);
+  const auto want = top_of(alone.execute(make_step(4, {{1, &a, 5, 6, table_a}})), 0);
   // Together: the same prefill, then a[5] decoded in one step with b's and c's prompts.
   ForwardRunner together(model, config);
   for (RequestId id : {1, 2, 3}) together.add(id, options);
   together.execute(make_step(4, {{1, &a, 0, 5, table_a}}));
-  together.execute(make_step(4, {{2, &b, 0, 9, table_b}, {1, &a, 5, 6, table_a}, {3, &c, 0, 5, table_c}}));
-  const auto got = top_of(together, 1);
+  const auto got = top_of(together.execute(make_step(
+                              4, {{2, &b, 0, 9, table_b}, {1, &a, 5, 6, table_a}, {3, &c, 0, 5, table_c}})),
+                          1);
   CHECK(want.size() == got.size());
   for (size_t i = 0; i < want.size(); ++i) {
     CHECK(want[i].first == got[i].first);

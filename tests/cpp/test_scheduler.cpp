@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -315,8 +316,25 @@ TEST(scheduler_without_prefix_caching_recomputes_everything) {
 
 // Random traffic with shared prefixes, cancellations and a tight pool: invariants after every
 // step, and every completed request's outputs equal its reference.
-TEST(scheduler_random_stress_against_reference) {
-  int64_t n_preemptions = 0, n_hit_tokens = 0;
+// The tokens a request will produce next (the fake model's choice after its tokens so far).
+std::vector<int32_t> reference_future(std::span<const int32_t> tokens, int64_t n) {
+  std::vector<int32_t> history(tokens.begin(), tokens.end()), future;
+  for (int64_t i = 0; i < n; ++i) {
+    future.push_back(next_token(history));
+    history.push_back(future.back());
+  }
+  return future;
+}
+
+struct StressCounts {
+  int64_t n_preemptions = 0, n_hit_tokens = 0, n_drafted = 0, n_accepted = 0;
+};
+
+// Random traffic (shared system prompts, stops, cancellations, a tight pool) whose every output
+// must equal reference_generate's. With drafts, each decoding request gets before each step up
+// to 7 drafts: its true continuation, half the time with one token wrong.
+StressCounts random_stress(bool with_drafts) {
+  StressCounts counts;
   for (uint32_t seed = 1; seed <= 6; ++seed) {
     std::mt19937 rng(seed);
     const int block_size = 4 + static_cast<int>(rng() % 3) * 6;  // 4, 10, 16
@@ -344,14 +362,29 @@ TEST(scheduler_random_stress_against_reference) {
         if (h.scheduler.cancel(victim)) cancelled.insert(victim);
         h.scheduler.check_invariants();
       }
+      if (with_drafts) {
+        for (const Request* r : h.scheduler.running()) {
+          if (r->n_tokens() - r->num_computed_tokens != 1) continue;
+          auto drafts = reference_future(r->token_ids, 1 + rng() % 7);
+          if (rng() % 2 == 0) drafts[rng() % drafts.size()] = static_cast<int32_t>(rng() % 5000);
+          h.scheduler.set_drafts(r->id, std::move(drafts));
+        }
+      }
       if (h.scheduler.has_unfinished()) {
         CHECK(!h.step().empty());
+      }
+      // Between steps no request holds a block past its tokens: rejected drafts' went back.
+      for (const Request* r : h.scheduler.running()) {
+        CHECK(static_cast<int64_t>(h.kv.block_table(r->id).size()) <=
+              (r->n_tokens() + block_size - 1) / block_size);
       }
       CHECK(step < 20000);
     }
     CHECK_EQ(h.kv.usage(), 0.0);
-    n_preemptions += h.scheduler.n_preemptions();
-    n_hit_tokens += h.kv.n_prefix_hit_tokens();
+    counts.n_preemptions += h.scheduler.n_preemptions();
+    counts.n_hit_tokens += h.kv.n_prefix_hit_tokens();
+    counts.n_drafted += h.runner.n_drafted;
+    counts.n_accepted += h.runner.n_accepted;
     for (const auto& [id, sub] : submitted) {
       const auto want = reference_generate(sub.first, sub.second, 300);
       const auto& got = h.results[id].tokens;
@@ -363,8 +396,51 @@ TEST(scheduler_random_stress_against_reference) {
       }
     }
   }
-  CHECK(n_preemptions > 0);  // the traffic did exercise preemption and prefix hits
-  CHECK(n_hit_tokens > 0);
+  return counts;
+}
+
+TEST(scheduler_random_stress_against_reference) {
+  const StressCounts counts = random_stress(false);
+  CHECK(counts.n_preemptions > 0);  // the traffic did exercise preemption and prefix hits
+  CHECK(counts.n_hit_tokens > 0);
+  CHECK_EQ(counts.n_drafted, 0);
+}
+
+// The same traffic with drafts, right and wrong: outputs unchanged, and the fake runner's K/V
+// check shows that no prefix hit ever reads a rejected draft's rows.
+TEST(scheduler_random_stress_with_drafts_against_reference) {
+  const StressCounts counts = random_stress(true);
+  CHECK(counts.n_preemptions > 0);
+  CHECK(counts.n_hit_tokens > 0);
+  CHECK(counts.n_accepted > 0);
+  CHECK(counts.n_drafted > counts.n_accepted);  // some were rejected
+}
+
+// One request, drafts of 6 with the 4th wrong: each step accepts 3, corrects the 4th, and gives
+// back any block that held only rejected rows.
+TEST(scheduler_accepts_a_draft_prefix_and_rolls_back_the_rest) {
+  SchedulerRig h(kv_config(64, 4), sched_config(64));
+  const auto prompt = iota_tokens(10, 1);
+  h.add(1, prompt, opts(30));
+  h.step();  // the prompt, and the first token
+  while (h.scheduler.has_unfinished()) {
+    const Request* r = h.scheduler.find(1);
+    auto drafts = reference_future(r->token_ids, 6);
+    drafts[3] = drafts[3] == 7 ? 8 : 7;
+    const int64_t n_before = r->n_tokens();
+    h.scheduler.set_drafts(1, drafts);
+    const StepPlan p = h.step();
+    const int64_t n_drafts = p.seqs.at(0).n_drafts();
+    CHECK_EQ(n_drafts, std::min<int64_t>(6, 30 - (n_before - 10) - 1));
+    if (const Request* after = h.scheduler.find(1)) {
+      CHECK_EQ(after->n_tokens(), n_before + 4);  // 3 drafts and the correction
+      CHECK_EQ(after->num_computed_tokens, n_before + 3);
+      CHECK_EQ(static_cast<int64_t>(h.kv.block_table(1).size()), (after->n_tokens() + 3) / 4);
+    }
+  }
+  CHECK(h.results[1].tokens == reference_generate(prompt, opts(30), 4096).tokens);
+  CHECK(h.results[1].reason == FinishReason::length);
+  CHECK(h.runner.n_steps < 12);  // 30 tokens in far fewer than 30 steps
 }
 
 }  // namespace

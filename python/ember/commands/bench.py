@@ -81,6 +81,60 @@ def run_bench(model_path: Path, n_prompt: int, n_gen: int, n_threads: Optional[i
     return rows
 
 
+# The copy-heavy task of the speculative test: rewriting a passage with one change.
+COPY_PASSAGE = (
+    "The old lighthouse stood at the end of the harbour wall for more than a century. Every "
+    "evening the keeper climbed the hundred and twelve steps, trimmed the wick, polished the "
+    "great lens and watched the beam sweep across the water. Fishing boats used it to find "
+    "their way home through fog and storms, and the town grew up around the light it gave. "
+    "When the electric lamp was installed, the keeper stayed on to look after the machinery, "
+    "and on clear nights he still counted the ships that passed the point.")
+COPY_TASK = ("Rewrite this passage exactly as it is, but call the keeper Thomas:\n\n"
+             + COPY_PASSAGE)
+
+
+def run_spec_bench(model_path: Path, n_gen: int, n_threads: Optional[int], repetitions: int,
+                   spec: str, draft_model: Optional[Path], draft_max: int,
+                   task: str = COPY_TASK, prediction: Optional[str] = None) -> list[dict]:
+    """Generation speed on a copy-heavy chat request (by default: rewrite a passage with one
+    change), greedy, without speculation and with `spec` ('ngram', 'draft' or 'prediction':
+    the request predicts `prediction`, or else the output the plain run gave). Same engine
+    settings otherwise."""
+    from ember.engine import Engine
+    from ember.sampling import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=n_gen)
+    rows = []
+    expected = prediction
+    for mode in ("none", spec):
+        engine = Engine(model_path, n_threads=n_threads, parallel=1, prefix_caching=False,
+                        spec="ngram" if mode == "ngram" else "none",
+                        draft_model=draft_model if mode == "draft" else None,
+                        draft_max=draft_max)
+        with engine:
+            prompt = engine.chat_template.encode(engine.tokenizer,
+                                                 [{"role": "user", "content": task}])
+            p = params if mode != "prediction" else SamplingParams(
+                temperature=0, max_tokens=n_gen, prediction=expected)
+            engine.submit(prompt, SamplingParams(temperature=0, max_tokens=8)).result()  # warm-up
+            speeds, n_out = [], 0
+            for _ in range(repetitions):
+                result = engine.submit(prompt, p).result()
+                n_out = len(result.tokens)
+                speeds.append(n_out / (result.timings.generation_ms / 1e3 + 1e-9))
+                if mode == "none" and prediction is None:
+                    expected = result.text
+            stats = engine.stats()
+        drafted, accepted = sum(stats.drafted_tokens.values()), sum(stats.accepted_tokens.values())
+        rows.append({"model": model_path.name, "spec": mode, "test": f"copy{n_out}",
+                     "threads": engine.n_threads, "tokens_per_second": statistics.fmean(speeds),
+                     "stddev": statistics.stdev(speeds) if len(speeds) > 1 else 0.0,
+                     "drafted": drafted, "accepted": accepted,
+                     "acceptance": accepted / drafted if drafted else None})
+    rows[1]["speedup"] = rows[1]["tokens_per_second"] / rows[0]["tokens_per_second"]
+    return rows
+
+
 def bench(
     model: Annotated[Optional[Path], typer.Argument(
         help="a .gguf file (default: the demo model)", show_default=False)] = None,
@@ -97,10 +151,34 @@ def bench(
     repetitions: Annotated[int, typer.Option(
         "-r", "--repetitions", min=1, help="timed runs per test")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
+    spec: Annotated[Optional[str], typer.Option(
+        "--spec", help="speculative mode: generation on a copy-heavy request without and with "
+                       "'ngram', 'draft' (needs --draft-model) or 'prediction'",
+        show_default=False)] = None,
+    draft_model: Annotated[Optional[Path], typer.Option(
+        "--draft-model", help="the draft model of --spec draft", show_default=False)] = None,
+    draft_max: Annotated[int, typer.Option("--draft-max", help="drafts per step at most")] = 16,
 ) -> None:
-    """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench."""
+    """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench;
+    with --spec, generation on a copy-heavy request with and without speculation."""
     from ember.hub import resolve_model
 
+    if spec is not None:
+        if spec not in ("ngram", "draft", "prediction"):
+            raise typer.BadParameter(f"--spec must be ngram, draft or prediction, got {spec!r}")
+        if (spec == "draft") != (draft_model is not None):
+            raise typer.BadParameter("--spec draft goes with --draft-model (and only it)")
+        spec_rows = run_spec_bench(resolve_model(model), n_gen, threads, repetitions, spec,
+                                   draft_model, draft_max)
+        if as_json:
+            typer.echo(json.dumps(spec_rows, indent=2))
+            return
+        for r in spec_rows:
+            acceptance = f", acceptance {r['acceptance']:.0%}" if r["acceptance"] is not None else ""
+            speedup = f", {r['speedup']:.2f}x" if "speedup" in r else ""
+            typer.echo(f"{r['model']} {r['test']} spec={r['spec']}: {r['tokens_per_second']:.1f} "
+                       f"± {r['stddev']:.1f} t/s{acceptance}{speedup}")
+        return
     rows = run_bench(resolve_model(model), n_prompt, n_gen, threads, repetitions, device)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

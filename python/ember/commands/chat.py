@@ -45,7 +45,7 @@ def chat(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size, device)
+    llm = opt.load_llm(model, threads, ctx_size, device=device)
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())

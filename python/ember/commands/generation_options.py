@@ -64,6 +64,18 @@ Seed = Annotated[Optional[int], typer.Option(
     show_default=False)]
 Stop = Annotated[Optional[list[str]], typer.Option(
     "--stop", help="stop before this text (repeatable)", show_default=False)]
+Spec = Annotated[str, typer.Option(
+    "--spec", help="speculative decoding (same output, sooner): 'none', 'ngram' (drafts from the "
+                   "prompt and output so far) or 'draft' (from --draft-model)")]
+DraftModel = Annotated[Optional[str], typer.Option(
+    "--draft-model", help="a small .gguf with the model's vocabulary that drafts tokens "
+                          "(implies --spec draft)", show_default=False)]
+DraftMax = Annotated[int, typer.Option("--draft-max", help="drafts per step at most")]
+DraftMin = Annotated[int, typer.Option(
+    "--draft-min", help="fewer drafts than this would not pay: none")]
+Prediction = Annotated[Optional[str], typer.Option(
+    "--prediction", help="the expected output (Predicted Outputs): text, or @FILE; drafts "
+                         "come from it", show_default=False)]
 System = Annotated[Optional[str], typer.Option("--system", help="a system message for the chat")]
 
 DEFAULTS = {
@@ -90,15 +102,35 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
     return params
 
 
-def load_llm(model: str | None, threads: int | None, ctx_size: int | None,
-             device: str | None = None) -> LLM:
+def load_llm(model: str | None, threads: int | None, ctx_size: int | None, *,
+             spec: str = "none", draft_model: str | None = None, draft_max: int = 16,
+             draft_min: int = 1, device: str | None = None) -> LLM:
+    from ember.hub import resolve_model
     from ember.llm import LLM
 
     if threads is not None and threads <= 0:
         raise ValueError(f"--threads must be > 0, got {threads}")
     if ctx_size is not None and ctx_size <= 0:
         raise ValueError(f"--ctx-size must be > 0, got {ctx_size}")
-    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1, device=device)
+    if spec not in ("none", "ngram", "draft"):
+        raise ValueError(f"--spec must be 'none', 'ngram' or 'draft', got {spec!r}")
+    if draft_model is not None:
+        draft_model = str(resolve_model(draft_model))
+        spec = "draft" if spec == "none" else spec
+    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1, spec=spec,
+               draft_model=draft_model, draft_max=draft_max, draft_min=draft_min, device=device)
+
+
+def prediction_text(value: str | None) -> str | None:
+    """--prediction: the text itself, or @FILE for a file's contents."""
+    if value is None or not value.startswith("@"):
+        return value
+    from pathlib import Path
+
+    path = Path(value[1:])
+    if not path.is_file():
+        raise ValueError(f"--prediction {value}: no such file")
+    return path.read_text(encoding="utf-8")
 
 
 def dim(text: str, stream: TextIO = sys.stderr) -> str:

@@ -39,6 +39,11 @@ def run(
     threads: opt.Threads = None,
     device: opt.Device = None,
     ctx_size: opt.CtxSize = None,
+    spec: opt.Spec = "none",
+    draft_model: opt.DraftModel = None,
+    draft_max: opt.DraftMax = 16,
+    draft_min: opt.DraftMin = 1,
+    prediction: opt.Prediction = None,
     json_schema: Annotated[Optional[Path], typer.Option(
         "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
     grammar: Annotated[Optional[Path], typer.Option(
@@ -59,7 +64,9 @@ def run(
     constraint = _constraint(json_schema, grammar)
     if constraint is not None:
         params = replace(params, constraint=constraint)
-    llm = opt.load_llm(model, threads, ctx_size, device)
+    params.prediction = opt.prediction_text(prediction)
+    llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
+                       draft_max=draft_max, draft_min=draft_min, device=device)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
@@ -76,7 +83,8 @@ def run(
     assert result is not None  # the last delta always carries it
     if as_json:
         out = {"text": result.text, "finish_reason": result.finish_reason,
-               "tokens": result.tokens, "usage": asdict(result.usage),
+               "tokens": result.tokens,
+               "usage": {k: v for k, v in asdict(result.usage).items() if v is not None},
                "timings": asdict(result.timings)}
         typer.echo(json.dumps(out, ensure_ascii=False))
     else:

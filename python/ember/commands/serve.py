@@ -106,6 +106,22 @@ def serve(
         help="comma-separated Host names to answer besides IP addresses, localhost and --host "
              "('*': any); other Host headers get a 403 (DNS rebinding)",
         show_default=False)] = None,
+    spec: Annotated[str, typer.Option(
+        "--spec", envvar="EMBER_SPEC",
+        help="speculative decoding (same output, sooner): 'ngram' drafts from each request's own "
+             "prompt and output; 'draft' from --draft-model; requests with a 'prediction' draft "
+             "from it in any case")] = _D.spec,
+    draft_model: Annotated[Optional[str], typer.Option(
+        "--draft-model", envvar="EMBER_DRAFT_MODEL",
+        help="a small .gguf with the model's vocabulary that drafts tokens (implies --spec "
+             "draft)", show_default=False)] = None,
+    draft_max: Annotated[int, typer.Option(
+        "--draft-max", envvar="EMBER_DRAFT_MAX",
+        help="drafts per request and step at most (fewer when the batch is compute-bound)")
+    ] = _D.draft_max,
+    draft_min: Annotated[int, typer.Option(
+        "--draft-min", envvar="EMBER_DRAFT_MIN",
+        help="a request given fewer drafts than this gets none")] = _D.draft_min,
     n_predict: Annotated[Optional[int], typer.Option(
         "-n", "--n-predict", envvar="EMBER_N_PREDICT",
         help="tokens to generate when a request sets no max_tokens/n_predict (-1: until the "
@@ -154,7 +170,9 @@ def serve(
         host_allow=_names(host_allow), n_predict=n_predict, webui=webui,
         sampling=_sampling_defaults(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                                     seed=seed, repeat_penalty=repeat_penalty),
-        embedding=embedding)
+        spec="draft" if draft_model is not None and spec == "none" else spec,
+        draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
+        draft_max=draft_max, draft_min=draft_min, embedding=embedding)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

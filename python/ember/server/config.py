@@ -39,6 +39,10 @@ class ServerConfig:
     sampling: dict[str, Any] = field(default_factory=dict)
     webui: bool = True                # GET / serves the bundled chat page
     embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
+    spec: str = "none"                # speculative decoding: "none", "ngram" (prompt lookup)
+    draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
+    draft_max: int = 16               # drafts per request and step at most
+    draft_min: int = 1                # fewer would not pay: none
 
     def __post_init__(self) -> None:
         # Checked here so `ember serve` fails before it listens; the engine checks them again
@@ -53,6 +57,11 @@ class ServerConfig:
                             ("threads", self.threads)):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        if self.spec not in ("none", "ngram", "draft"):
+            raise ValueError(f"spec must be 'none', 'ngram' or 'draft', got {self.spec!r}")
+        if not 0 <= self.draft_min <= self.draft_max or self.draft_max < 1:
+            raise ValueError(f"need 1 <= draft_max and 0 <= draft_min <= draft_max, got "
+                             f"draft_max {self.draft_max}, draft_min {self.draft_min}")
         if self.kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
         for name, seconds in (("shutdown_timeout", self.shutdown_timeout),

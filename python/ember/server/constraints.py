@@ -52,7 +52,8 @@ def _schema(schema: Any, param: str) -> Constraint:
 
 def parse_constraint(body: Mapping[str, Any]) -> Constraint | None:
     """The one constraint the body asks for, or None. A 400 naming the field for a bad one."""
-    given = [name for name in ("response_format", "json_schema", "grammar") if body.get(name) is not None]
+    given = [name for name in ("response_format", "json_schema", "grammar") if body.get(name) is not None
+             and body.get(name) != "" and body.get(name) != {"type": "text"}]
     if len(given) > 1:
         raise bad_request(f"give only one of {', '.join(repr(g) for g in given)}: each constrains "
                           "the whole output", param=given[1], code="invalid_value")
@@ -65,6 +66,4 @@ def parse_constraint(body: Mapping[str, Any]) -> Constraint | None:
     grammar = body["grammar"]
     if not isinstance(grammar, str):
         raise _invalid("grammar", "must be a GBNF grammar (a string)")
-    if not grammar.strip():
-        return None  # llama-server treats an empty grammar as none
     return Constraint("gbnf", grammar, param="grammar")

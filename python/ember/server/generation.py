@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request as HTTPRequest
@@ -27,7 +27,7 @@ from ember import tool_template
 from ember.chat import ChatTemplateError, ChatTemplateLimitError
 from ember.chat_limits import RenderLimits
 from ember.engine import EngineBusy, EngineError, Request
-from ember.grammar import ConstraintError
+from ember.grammar import Constraint, ConstraintError
 from ember.openai_format import Formatter
 from ember.results import Delta
 from ember.sampling import SamplingParams
@@ -366,6 +366,7 @@ class ChatPrompt:
     tool_format: ToolFormat | None = None  # parse the answer for tool calls in this format
     keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
     answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
+    constraint: Constraint | None = None  # a forced call: what the answer must be
 
 
 def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
@@ -405,7 +406,8 @@ def _encode_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     text, chat = _render_chat(ctx, messages, within_context, prefill, add_generation_prompt,
                               tools)
     return ChatPrompt(ctx.template.tokenize(engine.tokenizer, text), chat.format,
-                      chat.keep_tokens, chat.answer_prefix)
+                      chat.keep_tokens, chat.answer_prefix,
+                      chat.constraint.grammar() if chat.constraint is not None else None)
 
 
 async def render_chat(ctx: AppContext, messages: list[dict[str, Any]], prefill: str | None,
@@ -440,7 +442,8 @@ _INLINE_TOKENIZE_CHARS = 4096
 async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
                        ) -> tuple[ChatCompletionRequest, ChatPrompt]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) checked, rendered and
-    tokenized: the parsed request and its prompt (tokens, and how to read tool calls)."""
+    tokenized: the parsed request and its prompt (tokens, and how to read tool calls). A
+    forced tool call's constraint goes into the sampling parameters."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, lambda: parse_chat_request(
         body, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults))
@@ -448,6 +451,8 @@ async def prepare_chat(request: HTTPRequest, ctx: AppContext, body: dict[str, An
                                       add_generation_prompt=parsed.add_generation_prompt,
                                       tools=parsed.tools)
     check_prompt(ctx, prompt.tokens, "messages")
+    if prompt.constraint is not None:
+        parsed.options.params = replace(parsed.options.params, constraint=prompt.constraint)
     return parsed, prompt
 
 
@@ -497,10 +502,58 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
                       if options.logprobs else [])
             for i in range(p * n, (p + 1) * n):
                 fmt.echo(i, text, scored)
-    all_prompts = [tokens for tokens in prompts for _ in range(n)]
-    params = [options.choice_params(i) for _ in prompts for i in range(n)]
-    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), all_prompts,
-                         params, options.stream, arrival)
+    shape: Shape = OpenAIShape(fmt, options.include_usage)
+    k = parsed.best_of  # candidates per prompt
+    params = [options.choice_params(i) for _ in prompts for i in range(k)]
+    if k > n:  # ranked by their tokens' mean logprob, which needs the logprobs
+        params = [replace(p, logprobs=True) for p in params]
+        shape = BestOfShape(fmt, n, k)
+    all_prompts = [tokens for tokens in prompts for _ in range(k)]
+    return await respond(request, ctx, shape, all_prompts, params, options.stream, arrival)
+
+
+class BestOfShape:
+    """Completions' best_of > n: `best_of` candidates per prompt, of which the n with the
+    highest mean token logprob are answered (as OpenAI ranks them), in candidate order. Usage
+    counts every candidate's tokens, as OpenAI bills them. Never streamed (protocol.py)."""
+
+    def __init__(self, fmt: Formatter, n: int, best_of: int) -> None:
+        self.fmt, self.id, self._n, self._k = fmt, fmt.id, n, best_of
+        self._deltas: dict[int, list[Delta]] = {}
+
+    def add(self, index: int, delta: Delta) -> None:
+        self._deltas.setdefault(index, []).append(delta)
+
+    def _score(self, index: int) -> float:
+        logprobs = [lp.logprob for d in self._deltas.get(index, []) for lp in d.logprobs]
+        return sum(logprobs) / len(logprobs) if logprobs else float("-inf")
+
+    def response(self) -> Any:
+        n_prompts = len(self.fmt.choices) // self._n
+        for p in range(n_prompts):
+            candidates = range(p * self._k, (p + 1) * self._k)
+            best = sorted(sorted(candidates, key=self._score, reverse=True)[:self._n])
+            for j, index in enumerate(best):
+                for delta in self._deltas.get(index, []):
+                    self.fmt.add(p * self._n + j, delta)
+        out = self.fmt.response()
+        finals = [d[-1].result for d in self._deltas.values() if d and d[-1].result]
+        completion = sum(r.usage.completion_tokens for r in finals)
+        out["usage"]["completion_tokens"] = completion
+        out["usage"]["total_tokens"] = out["usage"]["prompt_tokens"] + completion
+        return out
+
+    def stream_start(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_end(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
 
 
 def infill_tokens(ctx: AppContext, prefix: Prompt, suffix: str, param: str, prompt: str = "",

@@ -125,9 +125,13 @@ def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: 
         "repeat_last_n": params.repeat_last_n, "repeat_penalty": params.repeat_penalty,
         "presence_penalty": params.presence_penalty,
         "frequency_penalty": params.frequency_penalty, "dry_multiplier": 0.0,
-        "mirostat": 0, "stop": list(params.stop), "max_tokens": n_predict, "n_keep": 0,
-        "ignore_eos": params.ignore_eos, "stream": stream, "n_probs": n_probs, "min_keep": 0,
-        "grammar": "", "samplers": stages,
+        "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+        "dry_sequence_breakers": ["\n", ":", "\"", "*"], "mirostat": 0, "mirostat_tau": 5.0,
+        "mirostat_eta": 0.1, "top_n_sigma": -1.0, "stop": list(params.stop),
+        "max_tokens": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": params.ignore_eos,
+        "stream": stream, "n_probs": n_probs, "min_keep": 0, "post_sampling_probs": False,
+        "timings_per_token": False, "lora": [], "grammar": "", "grammar_lazy": False,
+        "samplers": stages,
         "logit_bias": [[t, b] for t, b in sorted(params.logit_bias.items())],
     }
 

@@ -4,7 +4,8 @@ two apps in one process, as in tests, count separately).
 Gauges (running, waiting, KV usage) are read from the engine when /metrics is scraped; the
 counters and histograms are fed per generated sequence by a RequestTimer. prefix_cache_hits
 counts prompt tokens served from the KV cache instead of being evaluated (as vLLM's
-prefix_cache_hits does).
+prefix_cache_hits does). The speculative-decoding counters (drafted and accepted tokens per
+draft source: ngram, prediction, draft_model) are the engine's own totals, read at the scrape.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 from ember.engine import EngineStats
 from ember.results import Delta
@@ -24,10 +26,34 @@ _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
                   1.0, 2.5)
 
 
+class _SpeculationCollector:
+    """ember_spec_draft_tokens_total / ember_spec_accepted_tokens_total{source}: the engine's
+    counts at the last scrape."""
+
+    def __init__(self) -> None:
+        self.stats: EngineStats | None = None
+
+    def collect(self):  # noqa: ANN201 (prometheus_client's collector protocol)
+        drafted = CounterMetricFamily(
+            "ember_spec_draft_tokens", "Speculative draft tokens verified, by draft source.",
+            labels=["source"])
+        accepted = CounterMetricFamily(
+            "ember_spec_accepted_tokens", "Of the draft tokens verified, those accepted.",
+            labels=["source"])
+        if self.stats is not None:
+            for source, n in self.stats.drafted_tokens.items():
+                drafted.add_metric([source], n)
+                accepted.add_metric([source], self.stats.accepted_tokens[source])
+        yield drafted
+        yield accepted
+
+
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._speculation = _SpeculationCollector()
+        r.register(self._speculation)
         self.requests_running = Gauge(
             "ember_requests_running", "Sequences being generated now.", registry=r)
         self.requests_waiting = Gauge(
@@ -71,6 +97,7 @@ class ServerMetrics:
             self.requests_running.set(stats.running)
             self.requests_waiting.set(stats.waiting)
             self.kv_cache_usage.set(min(1.0, max(0.0, stats.kv_usage)))
+            self._speculation.stats = stats
         return generate_latest(self.registry)
 
     def timer(self, arrival: float) -> RequestTimer:

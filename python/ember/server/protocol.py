@@ -2,11 +2,11 @@
 
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
-honour yet (a forced tool_choice until constrained tool calls are wired, best_of > n) is an
-error, never silently dropped (docs/server-fields.md lists every field); chat's `tools` are
-checked by ember.tools. Omitted fields take the server's defaults (--n-predict, --temp, ...),
-else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions (as OpenAI)
-and to "until the model stops or the context is full" for chat.
+honour is an error, never silently dropped (docs/server-fields.md lists every field); chat's
+`tools` are checked by ember.tools. Omitted fields take the server's defaults (--n-predict,
+--temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions
+(as OpenAI) and to "until the model stops or the context is full" for chat.
+The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ class CompletionRequest:
     prompts: list[Prompt] = field(default_factory=list)
     echo: bool = False              # the prompt comes back before the completion (and is scored)
     suffix: str | None = None       # fill in the middle between the prompt and this
+    best_of: int = 1                # candidates per prompt (>= n); the n most likely are returned
 
 
 def _type_name(value: Any) -> str:
@@ -288,11 +289,11 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     completions' (logprobs as a count); `native` is llama-server's /completion (no limit by
     default)."""
     _check_unsupported(body, chat)
-    if chat:
+    if chat or native:
         for name in ("echo", "suffix", "best_of"):  # completions' fields, refused rather than lost
             if body.get(name) is not None:
-                raise bad_request(f"'{name}' is a field of /v1/completions, not of chat "
-                                  "completions", param=name, code="unsupported_parameter")
+                raise bad_request(f"'{name}' is a field of OpenAI's /v1/completions, not of this "
+                                  "endpoint", param=name, code="unsupported_parameter")
     check_off(body.body)
     model = body.string("model")
     if model is not None:
@@ -310,8 +311,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         raise bad_request(f"'{name}' is {n}; this server generates at most {max_n} choices per "
                           "request", param=name, code="invalid_value")
     body.boolean("cache_prompt")  # the prefix cache always serves; outputs are the same either way
-    id_slot = body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
-    del id_slot  # checked; the engine places requests itself (any slot's prefix cache serves)
+    # Checked, not used: the engine places requests itself (any slot's prefix cache serves).
+    body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
 
     n_probs = body.integer("n_probs", low=0, high=MAX_TOP_LOGPROBS)
     if chat:
@@ -354,13 +355,38 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body))
+            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
+            prediction=_prediction(body) if chat else None)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
     return Options(model=model, stream=stream, include_usage=include_usage, n=n or 1,
                    params=params, logprobs=logprobs, top_logprobs=top_logprobs,
                    return_tokens=body.boolean("return_tokens"))
+
+
+def _prediction(body: Fields) -> str | None:
+    """OpenAI's Predicted Outputs: {"type": "content", "content": text or [text parts]}."""
+    prediction = body.get("prediction")
+    if prediction is None:
+        return None
+    wanted = '{"type": "content", "content": "..."}'
+    if not isinstance(prediction, Mapping) or prediction.get("type") != "content":
+        raise bad_request(f"'prediction' must be an object like {wanted}, got {show(prediction)}",
+                          param="prediction", code="invalid_value")
+    content = prediction.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, Mapping) and p.get("type") == "text"
+                   and isinstance(p.get("text"), str) for p in content):
+            raise bad_request("'prediction.content' parts must be {\"type\": \"text\", "
+                              "\"text\": ...}", param="prediction.content", code="invalid_value")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad_request(f"'prediction.content' must be a string or an array of text parts, got "
+                          f"{_type_name(content)}", param="prediction.content",
+                          code="invalid_type")
+    check_text(content, "prediction.content")
+    return content
 
 
 def _messages(body: Fields) -> list[dict[str, Any]]:
@@ -514,6 +540,17 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                             body.get("parallel_tool_calls"))
     except ToolsError as err:
         raise bad_request(str(err), param=err.param, code=err.code) from None
+    if tools is not None and tools.forced:
+        if options.params.constraint is not None:
+            other = next(n for n in ("response_format", "json_schema", "grammar")
+                         if body.get(n) is not None)
+            raise bad_request(f"'tool_choice' forces a tool call, which constrains the whole "
+                              f"output, as '{other}' does too; give one of them",
+                              param="tool_choice", code="invalid_value")
+        if prefill is not None:
+            raise bad_request("'tool_choice' forces a tool call, which starts a new assistant "
+                              "message; it cannot continue the trailing assistant message",
+                              param="tool_choice", code="invalid_value")
     return ChatCompletionRequest(options, rendered, prefill, add_prompt,
                                  prefill_in_reply=prefill is not None and implicit, tools=tools)
 
@@ -527,10 +564,15 @@ def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: in
     if best_of is not None and best_of < options.n:
         raise bad_request(f"'best_of' ({best_of}) must be >= 'n' ({options.n})",
                           param="best_of", code="invalid_value")
-    if best_of is not None and best_of > options.n:
-        raise _unsupported("best_of", f"best_of > n (generating {best_of} and returning the "
-                           f"{options.n} most likely) ; send best_of = n or omit it")
+    if best_of is not None and best_of > defaults.max_n:
+        raise bad_request(f"'best_of' is {best_of}; this server generates at most "
+                          f"{defaults.max_n} candidates per prompt", param="best_of",
+                          code="invalid_value")
+    if best_of is not None and best_of > options.n and options.stream:
+        raise bad_request("'best_of' > 'n' cannot be streamed (the best candidates are known "
+                          "only once all have finished)", param="best_of", code="invalid_value")
     suffix = fields.string("suffix")
     if suffix is not None:
         check_text(suffix, "suffix")
-    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None)
+    return CompletionRequest(options, prompts, fields.boolean("echo"), suffix or None,
+                             best_of or options.n)

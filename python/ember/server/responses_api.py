@@ -2,9 +2,9 @@
 Agents SDK and coding agents: `input` as a string or message items, `instructions`,
 `max_output_tokens`, `temperature`, `top_p`, `stream` with the Responses event sequence
 (response.created ... response.completed). Stateless unless `store: true` is asked for; stored
-responses (response_store.py) can be continued with `previous_response_id`. Tools and text
-formats other than plain text are a 400 naming the capability ember lacks (tool calling,
-structured output).
+responses (response_store.py) can be continued with `previous_response_id`. `text.format`
+(json_object, json_schema) is enforced by constrained decoding, as chat's response_format;
+function tools are a 400 (tool calling is wired into chat completions, not yet into this API).
 
 A request is translated to a chat-completions body and runs on the chat path
 (generation.prepare_chat, generation.respond); this module only shapes the answer.
@@ -77,13 +77,6 @@ def _check_unsupported(body: Fields) -> None:
     if body.get("tools"):
         raise bad_request("'tools': tool calling is not supported by this server yet",
                           param="tools", code="unsupported_parameter")
-    text = body.get("text")
-    fmt = text.get("format") if isinstance(text, Mapping) else None
-    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
-    if fmt is not None and kind != "text":
-        raise bad_request(f"'text.format': type {show(kind)} needs structured output "
-                          "(grammar-constrained sampling), which this server does not have yet",
-                          param="text.format", code="unsupported_parameter")
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") not in (None, "none"):
         raise bad_request("'reasoning': reasoning effort is not supported by this server",
@@ -185,9 +178,30 @@ class ResponsesShape:
         return [self._event("error", code=error.code, message=error.message, param=error.param)]
 
 
+def _response_format(body: Fields) -> dict[str, Any] | None:
+    """`text.format` as chat's response_format: json_schema's name/schema/strict sit in the
+    format itself here, under `json_schema` there (chat's checks then apply to them)."""
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {
+            k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
+    raise bad_request(f"'text.format' must be {{\"type\": \"text\" | \"json_object\" | "
+                      f"\"json_schema\", ...}}, got {show(fmt)}", param="text.format",
+                      code="invalid_value")
+
+
 def _chat_body(body: Fields, messages: list[dict[str, Any]]) -> dict[str, Any]:
     max_output = body.integer("max_output_tokens", low=1)
     chat: dict[str, Any] = {"messages": messages, "stream": body.boolean("stream")}
+    response_format = _response_format(body)
+    if response_format is not None:
+        chat["response_format"] = response_format
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop",
                  "presence_penalty", "frequency_penalty"):
         if body.get(name) is not None:

@@ -1,0 +1,173 @@
+"""Speculative decoding, ember against llama.cpp on the same files, threads and prompts, in one
+run: prompt lookup on a copy-heavy request (SmolLM2 Q4_1; llama.cpp's llama-lookup), a draft
+model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-speculative),
+Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
+its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
+with and without speculation (ember only). Baselines without speculation: ember's own engine,
+llama.cpp's llama-simple.
+
+    python benchmarks/compare_speculation.py --threads 2 [--peer-bin DIR] [--n-gen 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ember.commands.bench import COPY_TASK, run_spec_bench
+from ember.engine import Engine
+from ember.hub import demo_model_path
+from ember.sampling import SamplingParams
+
+PEER_BIN = Path.home() / ".cache/ember-peer/llama.cpp/build/bin"
+
+CODE = '''def load_inventory(path):
+    """Reads the inventory file: one item per line, name, count and price separated by commas."""
+    items = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(",")
+            if len(parts) != 3:
+                raise ValueError(f"line {number}: expected 3 fields, got {len(parts)}")
+            name, count, price = parts
+            items[name.strip()] = (int(count), float(price))
+    return items
+
+
+def total_value(items):
+    """The value of everything in stock."""
+    total = 0.0
+    for count, price in items.values():
+        total += count * price
+    return total
+
+
+def restock(items, name, amount):
+    """Adds `amount` units of `name`; unknown items start at zero."""
+    count, price = items.get(name, (0, 0.0))
+    items[name] = (count + amount, price)
+    return items[name][0]
+
+
+def report(items):
+    """One line per item, most valuable first."""
+    lines = []
+    for name, (count, price) in sorted(items.items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+        lines.append(f"{name:20s} {count:6d} {price:10.2f} {count * price:12.2f}")
+    return "\\n".join(lines)
+'''
+EDIT_TASK = ("Change the function restock so that it raises ValueError when amount is negative. "
+             "Reply with the whole file and nothing else.\n\n```python\n" + CODE + "```")
+
+
+def peer(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    text = out.stdout + out.stderr
+    speed = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) s(?:econds)?, speed:\s+([\d.]+) t/s", text)
+    if not speed:
+        raise RuntimeError(f"{cmd[0]} printed no speed:\n{text[-3000:]}")
+    n, _, tps = speed[-1]
+    res = {"tokens": int(n), "tokens_per_second": float(tps)}
+    for key in ("n_drafted", "n_accept"):
+        m = re.search(rf"{key}\s*=\s*(\d+)", text)
+        if m:
+            res[key] = int(m.group(1))
+    if "n_drafted" in res and res["n_drafted"]:
+        res["acceptance"] = res["n_accept"] / res["n_drafted"]
+    return res
+
+
+def chat_text(model: Path, task: str) -> str:
+    with Engine(model, parallel=1) as engine:
+        return engine.chat_template.render([{"role": "user", "content": task}], True)
+
+
+def load_test(model: Path, threads: int, n_gen: int, spec: str) -> dict:
+    """16 concurrent copy-task requests (different passages' order) on one engine."""
+    with Engine(model, n_threads=threads, parallel=16, spec=spec) as engine:
+        prompts = [engine.chat_template.encode(engine.tokenizer, [
+            {"role": "user", "content": f"({i}) " + COPY_TASK}]) for i in range(16)]
+        engine.generate_batch(prompts[:2], SamplingParams(temperature=0, max_tokens=4))
+        start = time.perf_counter()
+        results = engine.generate_batch(prompts, SamplingParams(temperature=0, max_tokens=n_gen))
+        seconds = time.perf_counter() - start
+        time.sleep(0.05)
+        stats = engine.stats()
+    n = sum(len(r.tokens) for r in results)
+    drafted, accepted = sum(stats.drafted_tokens.values()), sum(stats.accepted_tokens.values())
+    return {"spec": spec, "tokens": n, "tokens_per_second": n / seconds, "drafted": drafted,
+            "accepted": accepted, "step_fixed_s": stats.step_fixed_s,
+            "step_per_row_s": stats.step_per_row_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-gen", type=int, default=256)
+    parser.add_argument("--repetitions", type=int, default=2)
+    parser.add_argument("--peer-bin", type=Path, default=PEER_BIN)
+    parser.add_argument("--only", default="lookup,draft,prediction,load")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    smol = demo_model_path(quiet=True)
+    bin_ = args.peer_bin
+    t = str(args.threads)
+    report: dict = {}
+
+    if "lookup" in only:
+        prompt = chat_text(smol, COPY_TASK)
+        report["lookup"] = {
+            "ember": run_spec_bench(smol, args.n_gen, args.threads, args.repetitions, "ngram",
+                                    None, 16),
+            "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(smol), "-n",
+                                     str(args.n_gen), prompt]),
+            "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
+                                      "-n", str(args.n_gen), "--temp", "0", "--spec-draft-n-max", "16",
+                                      "-p", prompt]),
+        }
+        print(json.dumps(report["lookup"], indent=1), flush=True)
+    if "draft" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            from dequantize_gguf import dequantize_file
+
+            f16 = Path(tmp) / "smollm2-f16.gguf"
+            dequantize_file(smol, f16)
+            prompt = chat_text(f16, COPY_TASK)
+            report["draft"] = {
+                "ember": run_spec_bench(f16, args.n_gen, args.threads, args.repetitions, "draft",
+                                        smol, 16),
+                "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(f16), "-n",
+                                         str(args.n_gen), prompt]),
+                "llama.cpp speculative": peer([
+                    str(bin_ / "llama-speculative"), "-m", str(f16), "-md", str(smol), "-t", t,
+                    "-td", t, "-n", str(args.n_gen), "--temp", "0", "--spec-draft-n-max", "16",
+                    "-p", prompt]),
+            }
+        print(json.dumps(report["draft"], indent=1), flush=True)
+    if "prediction" in only:
+        prompt = chat_text(smol, EDIT_TASK)
+        report["prediction"] = {
+            "ember": run_spec_bench(smol, 450, args.threads, args.repetitions, "prediction",
+                                    None, 16, task=EDIT_TASK, prediction=CODE),
+            "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(smol), "-n", "450",
+                                     prompt]),
+            "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
+                                      "-n", "450", "--temp", "0", "--spec-draft-n-max", "16",
+                                      "-p", prompt]),
+        }
+        print(json.dumps(report["prediction"], indent=1), flush=True)
+    if "load" in only:
+        report["load"] = [load_test(smol, args.threads, 128, s) for s in ("none", "ngram")]
+        print(json.dumps(report["load"], indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+// engine/draft_model.cpp: greedy guesses from a draft model over its own paged KV cache.
+#include "engine/draft_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/forward.h"
+
+namespace ember {
+
+void check_same_vocabulary(const Model& target, const Model& draft) {
+  const int64_t n_target = target.config().n_vocab, n_draft = draft.config().n_vocab;
+  if (n_target != n_draft) {
+    throw InvalidArgument(cat("[speculation] the draft model '", draft.file().path(), "' has ", n_draft,
+                              " tokens, the model ", n_target, ": a draft model needs the same vocabulary"));
+  }
+  const auto a = target.file().get_strings("tokenizer.ggml.tokens");
+  const auto b = draft.file().get_strings("tokenizer.ggml.tokens");
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] != b[i]) {
+      throw InvalidArgument(cat("[speculation] the draft model '", draft.file().path(), "' spells token ", i,
+                                " differently from the model: a draft model needs the same vocabulary"));
+    }
+  }
+}
+
+ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelConfig& config)
+    : model_(std::move(draft)), config_(config), kv_([&] {
+        KVCacheConfig c;
+        c.n_blocks = config.n_blocks;
+        c.block_size = config.block_size;
+        c.enable_prefix_caching = false;
+        return c;
+      }()) {
+  if (!model_) throw InvalidArgument("[speculation] no draft model");
+  if (config.max_batch_rows < 1) {
+    throw InvalidArgument(cat("[speculation] max_batch_rows must be >= 1, got ", config.max_batch_rows));
+  }
+  const ModelConfig& c = model_->config();
+  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks, config.block_size);
+  scratch_ = Scratch(model_->backend(), c, config.max_batch_rows);
+}
+
+void ModelDrafter::release(std::span<const RequestId> ids) {
+  for (RequestId id : ids) {
+    kv_.free(id);
+    seqs_.erase(id);
+  }
+}
+
+void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
+                       std::span<const int32_t* const> tokens, std::vector<int32_t>& next) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  tokens_.clear();
+  positions_.clear();
+  output_rows_.clear();
+  seq_rows_.clear();
+  for (const Rows& r : rows) {
+    const int64_t row_begin = static_cast<int64_t>(tokens_.size());
+    for (int64_t p = r.start; p < r.start + r.count; ++p) {
+      tokens_.push_back(tokens[r.query][p]);
+      positions_.push_back(static_cast<int32_t>(p));
+    }
+    seq_rows_.push_back({row_begin, r.count, cache_.layer(0, kv_.block_table(queries[r.query].id).data())});
+    if (r.wants_logits) output_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+  }
+  ForwardBatch fb;
+  fb.tokens = tokens_.data();
+  fb.positions = positions_.data();
+  fb.n_tokens = static_cast<int64_t>(tokens_.size());
+  fb.seqs = seq_rows_.data();
+  fb.n_seqs = static_cast<int64_t>(seq_rows_.size());
+  fb.kv_layer_stride = cache_.layer_bytes();
+  fb.output_rows = output_rows_.data();
+  fb.n_outputs = static_cast<int64_t>(output_rows_.size());
+  validate_batch(*model_, scratch_, fb);
+  logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
+  forward(*model_, scratch_, fb, logits_.data());
+  int64_t k = 0;
+  for (const Rows& r : rows) {
+    if (!r.wants_logits) continue;
+    const float* row = logits_.data() + k++ * n_vocab;
+    next[r.query] = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+  }
+}
+
+void ModelDrafter::propose(std::span<Query> queries) {
+  const size_t n_q = queries.size();
+  std::vector<std::vector<int32_t>> work(n_q);  // each query's tokens, then its guesses so far
+  std::vector<const int32_t*> token_ptrs(n_q);
+  std::vector<int64_t> n_known(n_q), start(n_q);
+  std::vector<bool> active(n_q, false);
+  for (size_t q = 0; q < n_q; ++q) {
+    Query& query = queries[q];
+    query.drafts.clear();
+    const int64_t n = static_cast<int64_t>(query.tokens.size());
+    if (query.n_draft < 1 || n < 1) continue;
+    SequenceDraft& s = seqs_[query.id];
+    // Guesses of the last call that came true kept valid K/V; at least the last token runs again
+    // (its row gives the first guess).
+    int64_t c = std::min(s.n_computed, n);
+    for (int32_t g : s.speculative) {
+      if (c >= n || query.tokens[c] != g) break;
+      ++c;
+    }
+    c = std::min(c, n - 1);
+    // Slots up to the last guess fed back: positions [0, n + n_draft - 1).
+    if (!kv_.allocate_slots({query.id, query.tokens, c}, n + query.n_draft - 1 - c)) continue;
+    work[q].assign(query.tokens.begin(), query.tokens.end());
+    work[q].reserve(static_cast<size_t>(n + query.n_draft));
+    n_known[q] = n;
+    start[q] = c;
+    active[q] = true;
+  }
+  std::vector<int32_t> next(n_q, -1);
+  // Catch-up: every active query's rows from its first invalid position to its last token, in
+  // passes of at most max_batch_rows rows (a long prompt spreads over several).
+  std::vector<Rows> rows;
+  int64_t n_rows = 0;
+  const auto flush = [&] {
+    for (size_t q = 0; q < n_q; ++q) token_ptrs[q] = work[q].data();
+    if (!rows.empty()) run(rows, queries, token_ptrs, next);
+    rows.clear();
+    n_rows = 0;
+  };
+  for (size_t q = 0; q < n_q; ++q) {
+    if (!active[q]) continue;
+    for (int64_t p = start[q]; p < n_known[q];) {
+      const int64_t count = std::min(n_known[q] - p, config_.max_batch_rows - n_rows);
+      rows.push_back({q, p, count, p + count == n_known[q]});
+      n_rows += count;
+      p += count;
+      if (n_rows == config_.max_batch_rows) flush();
+    }
+  }
+  flush();
+  // Then one row per query and guess: each guess is fed back to get the next.
+  for (int64_t round = 0;; ++round) {
+    for (size_t q = 0; q < n_q; ++q) {
+      if (!active[q] || next[q] < 0) continue;
+      work[q].push_back(next[q]);
+      queries[q].drafts.push_back(next[q]);
+      next[q] = -1;
+      if (static_cast<int64_t>(queries[q].drafts.size()) < queries[q].n_draft) {
+        rows.push_back({q, n_known[q] + round, 1, true});
+      }
+    }
+    if (rows.empty()) break;
+    flush();
+  }
+  for (size_t q = 0; q < n_q; ++q) {
+    if (!active[q]) continue;
+    SequenceDraft& s = seqs_[queries[q].id];
+    s.n_computed = n_known[q];
+    s.speculative.assign(queries[q].drafts.begin(), queries[q].drafts.end() - 1);  // those fed back
+  }
+}
+
+}  // namespace ember

@@ -1,0 +1,67 @@
+// engine/draft_model.h: the draft-model source of speculation — a small model with the target's
+// vocabulary guessing requests' next tokens greedily, over a paged KV cache of its own (its own
+// block tables and pool, no prefix caching). Batches every request's catch-up rows and then one
+// row per request per guessed token. Engine thread only; knows nothing of the scheduler.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/speculator.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/paged_kv_cache.h"
+#include "model/model.h"
+#include "model/run_state.h"
+
+namespace ember {
+
+struct DraftModelConfig {
+  int64_t n_blocks = 0;  // KV blocks of the draft's own cache
+  int block_size = 16;
+  int64_t max_batch_rows = 512;  // rows of one draft forward pass at most (catch-up is chunked)
+};
+
+// Throws InvalidArgument when `draft` cannot draft for `target`: another vocabulary size, or
+// token texts that differ (the GGUF's tokenizer.ggml.tokens).
+void check_same_vocabulary(const Model& target, const Model& draft);
+
+class ModelDrafter : public DraftModel {
+ public:
+  ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelConfig& config);
+
+  void propose(std::span<Query> queries) override;
+  void release(std::span<const RequestId> ids) override;
+
+  const Model& model() const { return *model_; }
+
+ private:
+  struct SequenceDraft {
+    int64_t n_computed = 0;            // leading tokens of the request whose draft K/V is valid
+    std::vector<int32_t> speculative;  // guesses whose K/V follows n_computed (valid if they come true)
+  };
+  // Runs rows[i] = (query, first position, count) through the draft, writing their K/V; for each
+  // query whose last row is included, logits of that row give its next guess (argmax) in `next`.
+  struct Rows {
+    size_t query;
+    int64_t start, count;
+    bool wants_logits;
+  };
+  void run(std::span<const Rows> rows, std::span<Query> queries, std::span<const int32_t* const> tokens,
+           std::vector<int32_t>& next);
+
+  std::shared_ptr<const Model> model_;
+  DraftModelConfig config_;
+  KVCacheManager kv_;
+  PagedKVCache cache_;
+  Scratch scratch_;
+  std::unordered_map<RequestId, SequenceDraft> seqs_;
+  // Reused every call.
+  std::vector<int32_t> tokens_, positions_, output_rows_;
+  std::vector<SequenceRows> seq_rows_;
+  std::vector<float> logits_;
+};
+
+}  // namespace ember

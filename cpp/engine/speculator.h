@@ -1,0 +1,119 @@
+// engine/speculator.h: speculative decoding's policy — before each step it gives decoding
+// requests drafts (from prompt lookup, the request's prediction, or a draft model) for the
+// scheduler to plan and the runner to verify, as many as pay off. Owns the per-request draft
+// state and the draft model; knows nothing of the KV cache or the target model. Engine thread
+// only.
+//
+// How many drafts pay off (the back-off): a step of n rows takes about a + b·n seconds (fitted
+// online to the measured steps), and a request whose drafts are accepted at rate α gains α^j
+// expected tokens from its j-th draft. Drafts are handed out best first while the next one
+// raises the step's expected tokens per second — while α^j · (a + b·n) > b · tokens — so when
+// the batch is already compute-bound (b·n dominates) drafting stops, and a lone memory-bound
+// request drafts deep.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/draft_lookup.h"
+#include "engine/request.h"
+#include "engine/step_plan.h"
+
+namespace ember {
+
+class Scheduler;
+
+enum class DraftSource { none, ngram, prediction, draft_model };
+inline constexpr int kNumDraftSources = 4;
+std::string_view to_string(DraftSource source);
+
+struct SpeculationConfig {
+  DraftSource source = DraftSource::none;  // for every request: none, ngram or draft_model; a
+                                           // request with a prediction drafts from it instead
+  int draft_max = 16;                      // drafts per request and step at most
+  int draft_min = 1;                       // a request given fewer drafts than this gets none
+  int ngram_min = 2;                       // prompt lookup matches suffixes of ngram_min..ngram_max
+  int ngram_max = 4;
+  bool adaptive = true;  // the back-off above; false: always draft_max (tests, benchmarks)
+};
+
+// A small model guessing requests' next tokens greedily, with its own KV cache.
+class DraftModel {
+ public:
+  struct Query {
+    RequestId id = 0;
+    std::span<const int32_t> tokens;  // the request's tokens so far (prompt, then output)
+    int64_t n_draft = 0;              // drafts wanted
+    std::vector<int32_t> drafts;      // filled: at most n_draft tokens
+  };
+  virtual ~DraftModel() = default;
+  // Throws InvalidArgument when the draft model cannot serve this target (another vocabulary).
+  virtual void propose(std::span<Query> queries) = 0;
+  virtual void release(std::span<const RequestId> ids) = 0;
+};
+
+// Drafted and accepted tokens per source, for /metrics.
+struct SpeculationStats {
+  std::array<int64_t, kNumDraftSources> n_drafted{};
+  std::array<int64_t, kNumDraftSources> n_accepted{};
+};
+
+// Step time = fixed_s + per_row_s · rows, least squares over recent steps (exponentially
+// forgotten). Until the rows have varied enough to tell the two apart, a step is assumed to
+// cost as much as kPriorRows extra rows in fixed overhead.
+class StepCostModel {
+ public:
+  void add(int64_t n_rows, double seconds);
+  double fixed_s() const { return fixed_s_; }
+  double per_row_s() const { return per_row_s_; }
+  bool known() const { return n_ > 0; }
+
+ private:
+  static constexpr double kDecay = 0.97, kPriorRows = 8.0;
+  double s0_ = 0, sn_ = 0, st_ = 0, snn_ = 0, snt_ = 0;
+  int64_t n_ = 0;
+  double fixed_s_ = 0, per_row_s_ = 0;
+};
+
+class Speculator {
+ public:
+  // draft_model may be null; config.source == draft_model then throws InvalidArgument.
+  Speculator(const SpeculationConfig& config, std::unique_ptr<DraftModel> draft_model);
+
+  // Before Scheduler::schedule(): drafts for every running request that is decoding.
+  void propose(Scheduler& scheduler);
+  // After the step: its cost, and how each request's drafts fared.
+  void observe(const StepPlan& plan, std::span<const SampledTokens> sampled, double seconds);
+  // Requests that left the engine.
+  void release(std::span<const RequestId> ids);
+
+  const SpeculationConfig& config() const { return config_; }
+  const SpeculationStats& stats() const { return stats_; }
+  const StepCostModel& cost() const { return cost_; }
+
+ private:
+  struct RequestState {
+    DraftSource source = DraftSource::none;
+    PredictionCursor prediction;
+    double accepted = 0,
+           rejected = 0;  // decayed counts: drafts kept, verifications that ended in a rejection
+    double acceptance() const;
+  };
+
+  RequestState& state_of(const Request& request);
+  std::vector<int64_t> depths(std::span<const double> acceptance, std::span<const int64_t> max_depth,
+                              int64_t n_plain_rows, int64_t n_samples, int64_t budget) const;
+
+  SpeculationConfig config_;
+  std::unique_ptr<DraftModel> draft_model_;
+  std::unordered_map<RequestId, RequestState> states_;
+  SpeculationStats stats_;
+  StepCostModel cost_;
+};
+
+}  // namespace ember

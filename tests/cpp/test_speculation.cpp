@@ -1,0 +1,163 @@
+// tests/cpp/test_speculation.cpp: speculative decoding without a model — prompt lookup and the
+// prediction cursor on token lists, the speculator's back-off on a made-up step cost, and the
+// engine loop drafting from predictions with the fake runner (outputs must stay the reference's).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/draft_lookup.h"
+#include "engine/engine.h"
+#include "engine/speculator.h"
+#include "fake_runner.h"
+#include "harness.h"
+
+using namespace ember;
+
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+TEST(ngram_drafts_copy_what_followed_the_latest_match) {
+  // ... 7 8 9 | 1 2 3 4 5 | ... 1 2 3 -> 4 5 (the longest suffix "1 2 3" matched).
+  const Tokens h = {7, 8, 9, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3};
+  CHECK(ngram_drafts(h, 2, 4, 3) == (Tokens{4, 5, 6}));
+  CHECK(ngram_drafts(h, 2, 4, 1) == (Tokens{4}));
+  CHECK(ngram_drafts(h, 2, 4, 0).empty());
+  // The most recent of two occurrences wins; drafts stop at the end of the history.
+  const Tokens twice = {5, 6, 1, 5, 6, 2, 5, 6};
+  CHECK(ngram_drafts(twice, 2, 3, 4) == (Tokens{2, 5, 6}));
+  // Nothing of at least n_min tokens repeats: no drafts.
+  CHECK(ngram_drafts(Tokens{1, 2, 3, 4, 3}, 2, 4, 4).empty());
+  CHECK(ngram_drafts(Tokens{1, 2, 3, 4, 3}, 1, 4, 4) == (Tokens{4, 3}));
+  CHECK(ngram_drafts(Tokens{1}, 1, 4, 4).empty());
+}
+
+TEST(prediction_cursor_follows_and_realigns_after_an_edit) {
+  // The prediction: a b c d e f g h; the output changes d into X, then goes on as predicted.
+  const Tokens p = {10, 11, 12, 13, 14, 15, 16, 17};
+  PredictionCursor cursor(p);
+  Tokens out;
+  CHECK(cursor.drafts(out, 3) == (Tokens{10, 11, 12}));
+  out = {10, 11, 12};
+  CHECK(cursor.drafts(out, 2) == (Tokens{13, 14}));
+  out.push_back(99);                     // departs at 13
+  CHECK(cursor.drafts(out, 2).empty());  // "99" is nowhere in the prediction
+  out.push_back(14);                     // comes back: "14" found after the point of departure
+  CHECK(cursor.drafts(out, 10) == (Tokens{15, 16, 17}));
+  out.insert(out.end(), {15, 16, 17});
+  CHECK(cursor.drafts(out, 10).empty());  // the prediction is used up
+}
+
+// A rig: scheduler + speculator, no runner; decoding requests made by hand.
+struct SpecRig {
+  KVCacheManager kv;
+  Scheduler scheduler;
+  Speculator speculator;
+  SpecRig(const SpeculationConfig& c, int64_t budget)
+      : kv(kv_config(512, 16)), scheduler(sched_config(budget, 64), kv), speculator(c, nullptr) {}
+
+  // n requests predicting their own output (so drafts are always there), each prefilled (one
+  // step with the fake runner).
+  void add_decoding(int n) {
+    FakeRunner runner(512 * 16);
+    for (int i = 0; i < n; ++i) {
+      const Tokens prompt = iota_tokens(30, 1000 * (i + 1));
+      RequestOptions o = opts(200);
+      o.prediction = reference_generate(prompt, o, 4096).tokens;
+      scheduler.add_request(Request(i + 1, prompt, o));
+    }
+    const StepPlan plan = scheduler.schedule();
+    scheduler.update_from_output(plan, runner.execute(build_batch(plan, scheduler)));
+  }
+  int64_t n_drafts() const {
+    int64_t n = 0;
+    for (const Request* r : scheduler.running()) n += static_cast<int64_t>(r->draft_token_ids.size());
+    return n;
+  }
+};
+
+// The back-off: with a step cost that is mostly fixed (memory-bound) a lone request drafts deep;
+// when each row costs as much as the fixed part (compute-bound), 16 requests get no drafts.
+TEST(speculator_backs_off_when_steps_are_compute_bound) {
+  SpeculationConfig c;
+  c.draft_max = 8;
+  {
+    SpecRig rig(c, 512);
+    rig.add_decoding(1);
+    StepPlan fake;
+    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
+      fake.n_tokens = n;
+      rig.speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
+    }
+    CHECK(rig.speculator.cost().per_row_s() < 0.0002);
+    rig.speculator.propose(rig.scheduler);
+    CHECK_EQ(rig.n_drafts(), 8);  // 0.8^8 * 10 ms > 0.1 ms: every draft pays
+  }
+  {
+    SpecRig rig(c, 512);
+    rig.add_decoding(16);
+    StepPlan fake;
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 16}) {
+      fake.n_tokens = n;
+      rig.speculator.observe(fake, {}, 0.001 + 0.001 * static_cast<double>(n));
+    }
+    rig.speculator.propose(rig.scheduler);
+    CHECK_EQ(rig.n_drafts(), 0);  // 0.8 * 17 ms < 1 ms * 16 tokens
+  }
+  c.adaptive = false;  // no back-off: draft_max for everyone
+  SpecRig rig(c, 512);
+  rig.add_decoding(16);
+  rig.speculator.propose(rig.scheduler);
+  CHECK_EQ(rig.n_drafts(), 16 * 8);
+}
+
+std::pair<Tokens, TokenEvent> read_stream(EventQueue& events) {
+  Tokens tokens;
+  while (true) {
+    auto e = events.pop(std::chrono::seconds(30));
+    if (!e) FAIL("an event stream stalled for 30 s");
+    if (e->has_token()) tokens.push_back(e->token);
+    if (e->finished()) return {tokens, *e};
+  }
+}
+
+// Requests with a prediction (their true output with a few tokens changed) among plain ones:
+// every output is the reference's, and most predicted tokens were accepted.
+TEST(engine_drafts_from_predictions_and_outputs_stay_exact) {
+  EngineConfig config;
+  config.kv = kv_config(256, 8);
+  config.scheduler = sched_config(128, 8);
+  config.speculation.adaptive = false;  // the fake runner's step times mean nothing
+  auto runner = std::make_unique<FakeRunner>(256 * 8);
+  FakeRunner* fake = runner.get();
+  Engine engine(config, std::move(runner));
+  std::vector<std::pair<Tokens, Engine::Submission>> subs;
+  for (int i = 0; i < 8; ++i) {
+    const Tokens prompt = iota_tokens(20 + i, 100 * (i + 1));
+    RequestOptions o = opts(40);
+    if (i % 2 == 0) {
+      o.prediction = reference_generate(prompt, o, 4096).tokens;
+      o.prediction[10] = 1;
+      o.prediction.erase(o.prediction.begin() + 25, o.prediction.begin() + 28);
+    }
+    subs.emplace_back(prompt, engine.submit(prompt, o));
+  }
+  int64_t n_accepted = 0;
+  for (auto& [prompt, sub] : subs) {
+    const auto [tokens, last] = read_stream(*sub.events);
+    CHECK(tokens == reference_generate(prompt, opts(40), 4096).tokens);
+    CHECK(last.finish_reason == FinishReason::length);
+    n_accepted += last.n_accepted_tokens;
+  }
+  const EngineStats s = engine.stats();
+  const int prediction = static_cast<int>(DraftSource::prediction);
+  CHECK_EQ(s.speculation.n_accepted[prediction], n_accepted);
+  CHECK_EQ(fake->n_accepted, n_accepted);
+  CHECK(n_accepted >= 4 * 30);  // of 4 x 39 predictable tokens
+  CHECK(s.speculation.n_drafted[prediction] > n_accepted);
+  CHECK(fake->n_steps < 8 * 40 / 2);
+}
+
+}  // namespace
