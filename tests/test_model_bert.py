@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from ember import _core
 from ember.convert import convert
 from ember.llm import LLM
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",

@@ -175,7 +175,6 @@ def test_no_loader_means_the_cpu_and_a_reason(stories_path: Path) -> None:
 def test_an_embedding_model_is_refused_on_vulkan_and_auto_means_the_cpu(tmp_path: Path) -> None:
     """The Vulkan backend has no layer_norm or gelu (bert's ops): a bert on it is refused at load
     with the way out, and "auto" (which would pick the GPU for a generation model) is the CPU."""
-    pytest.importorskip("transformers")
     from test_model_bert import _tiny_bert
 
     folder = _tiny_bert(tmp_path / "hf", "mean_tokens")
