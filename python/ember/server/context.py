@@ -11,10 +11,15 @@ raises ValueError for a request that can never run and EngineBusy past --max-que
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -102,6 +107,17 @@ class Slots:
                 return
 
 
+def _below_the_engine() -> None:
+    """Lowers the calling worker thread's CPU priority (Linux schedules threads one by one;
+    elsewhere the setting would reach the whole process, the engine included, so it is left)."""
+    if sys.platform.startswith("linux"):
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + 10))
+        except OSError:  # a sandbox that forbids it: the thread runs at normal priority
+            pass
+
+
 class AppContext:
     """The server's state. `make_engine` loads the model (called once, in a thread, after the
     server listens); /health answers 503 until it returns."""
@@ -125,6 +141,9 @@ class AppContext:
         self.shutting_down = False
         self.on_load_error: Callable[[], None] | None = None
         self._worker_lock: asyncio.Lock | None = None  # see in_worker
+        # Tokenizing long texts runs here, below the engine's priority (see in_background).
+        self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-request",
+                                           initializer=_below_the_engine)
 
     # --- loading and shutdown ------------------------------------------------------------------
 
@@ -205,6 +224,7 @@ class AppContext:
                 self.engine.cancel(request.id)
 
     def close(self) -> None:
+        self._workers.shutdown(wait=False, cancel_futures=True)
         if self.engine is not None:
             self.engine.close()
 
@@ -286,6 +306,15 @@ class AppContext:
             self._worker_lock = asyncio.Lock()
         async with self._worker_lock:
             return await asyncio.to_thread(work, *args)
+
+    async def in_background(self, work: Callable[..., T], *args: Any) -> T:
+        """work(*args), a C++ call that releases the GIL (tokenizing a long text), in a worker
+        thread at a lower CPU priority than the engine: on a machine whose cores the engine's
+        threads already fill, it takes the time the engine leaves, not a core from every
+        running stream. Never for work that holds the GIL: descheduled behind the engine, such
+        a thread would keep the event loop waiting for the GIL."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._workers, functools.partial(work, *args))
 
     async def read_json(self, request: HTTPRequest) -> dict[str, Any]:
         """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON (or

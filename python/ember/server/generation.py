@@ -349,7 +349,7 @@ async def tokenize_text(ctx: AppContext, text: str, add_special: bool, parse_spe
         _bound(ctx).check(text, param)
     if len(text) <= _INLINE_TOKENIZE_CHARS:
         return engine.tokenize(text, add_special, parse_special)
-    return await asyncio.to_thread(engine.tokenize, text, add_special, parse_special)
+    return await ctx.in_background(engine.tokenize, text, add_special, parse_special)
 
 
 def render_limits(bound: PromptBound) -> RenderLimits:
