@@ -1,8 +1,9 @@
 """The Vulkan backend against the CPU backend, on whatever Vulkan device this machine has (in CI:
 Mesa's lavapipe, a Vulkan 1.3 device that runs on the CPU, so these tests say nothing about GPU
 speed). Every op on fresh random inputs (tests/cpp/test_backend_ops.cpp, tolerances explained
-there); whole models giving the CPU's greedy text; the engine's batching invariance and prefix
-caching; one device submission per engine step; `ember serve --device vulkan`.
+there); whole models giving the CPU's greedy text (stories260K, SmolLM2, and a tiny llama in
+every k-quant and iq4_nl); the engine's batching invariance and prefix caching; one device
+submission per engine step; `ember serve --device vulkan`, and the server contract tests on it.
 
 They need a build with the Vulkan backend (pip install . -C cmake.define.EMBER_VULKAN=ON) and a
 Vulkan device: without them they are skipped, unless EMBER_REQUIRE_VULKAN=1 (CI sets it), where
@@ -303,3 +304,16 @@ def test_serve_on_vulkan_answers_the_contract(stories_path: Path, tmp_path: Path
         metrics = httpx.get(f"{url}/metrics", timeout=60).text
         total = [line for line in metrics.splitlines() if line.startswith("ember_device_memory_total_bytes")]
         assert total and float(total[0].split()[-1]) > 0
+
+
+def test_the_server_contract_tests_pass_on_vulkan() -> None:
+    """tests/test_server_api.py (the openai client against the server on stories260K: chat and
+    completions, streamed and not, n, logprobs, stops, logit_bias, penalties, seeds, prefix-cache
+    usage, models, tokenize, slots, metrics, health), unchanged, with its server on Vulkan: its
+    ServerConfig leaves the device to $EMBER_DEVICE."""
+    env = dict(os.environ, EMBER_DEVICE=DEVICE)
+    suite = Path(__file__).resolve().parent / "test_server_api.py"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
