@@ -22,7 +22,11 @@ inline bool has_weight_shaders(DType t) {
     case DType::q5_0:
     case DType::q5_1:
     case DType::q8_0:
+    case DType::iq4_nl:
+    case DType::q2_k:
+    case DType::q3_k:
     case DType::q4_k:
+    case DType::q5_k:
     case DType::q6_k: return true;
     default: return false;
   }

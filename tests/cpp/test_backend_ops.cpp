@@ -123,13 +123,27 @@ void expect_equal(const Pair& p, const std::string& what) {
   EXPECT(n_bad == 0, cat(what, ": ", n_bad, " of ", p.cpu.size(), " values differ"));
 }
 
+// Random iq4_nl blocks (ember has no iq4_nl quantizer): every codebook index, scales of either
+// sign with |d·value| up to about 1, as quantized random values would have.
+void random_iq4_nl(uint8_t* bytes, int64_t n_blocks) {
+  auto* blocks = reinterpret_cast<BlockIQ4_NL*>(bytes);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f) / 127);
+    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
+  }
+}
+
 // A weight matrix {n_in, n_out} of `type` quantized from random values.
 std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std::vector<float>* values) {
   const TypeTraits& t = type_traits(type);
   std::vector<float> src = randoms(n_in * n_out);
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(type, n_in) * n_out));
-  for (int64_t o = 0; o < n_out; ++o) {
-    t.quantize_row(src.data() + o * n_in, bytes.data() + o * row_bytes(type, n_in), n_in);
+  if (type == DType::iq4_nl) {
+    random_iq4_nl(bytes.data(), n_in * n_out / kQK);
+  } else {
+    for (int64_t o = 0; o < n_out; ++o) {
+      t.quantize_row(src.data() + o * n_in, bytes.data() + o * row_bytes(type, n_in), n_in);
+    }
   }
   values->resize(src.size());
   for (int64_t o = 0; o < n_out; ++o) {
@@ -213,14 +227,18 @@ WEIGHT_CASES(q4_1)
 WEIGHT_CASES(q5_0)
 WEIGHT_CASES(q5_1)
 WEIGHT_CASES(q8_0)
+WEIGHT_CASES(iq4_nl)
+WEIGHT_CASES(q2_k)
+WEIGHT_CASES(q3_k)
 WEIGHT_CASES(q4_k)
+WEIGHT_CASES(q5_k)
 WEIGHT_CASES(q6_k)
 
 // Every row's bits are the same whatever rows come with it (matmul_exact_min_rows() == 1), across
 // the device's decode and prefill kernels; else the same from matmul_exact_min_rows() rows on.
 TEST(matmul_rows_independent) {
   Backend& be = *backends().dev;
-  for (DType type : {DType::f32, DType::q4_0, DType::q6_k}) {
+  for (DType type : {DType::f32, DType::q4_0, DType::q6_k, DType::q3_k}) {
     const int64_t n_in = type_traits(type).block_size * (type == DType::f32 ? 3 : 2), n_out = 70;
     const int64_t min_rows = be.matmul_exact_min_rows(type);
     std::vector<float> w;

@@ -30,14 +30,22 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
     v[l] = k < n_in ? uintBitsToFloat(uint(w.v[row + k]) << 16) : 0.0;
   }
 }
-#elif defined(TYPE_Q4_0)
+#elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
+// BlockQ4_0 / BlockIQ4_NL: d (f16), qs[16]; value j is the low nibble of qs[j], j + 16 the high
+// one; the nibble is a level q - 8 (q4_0) or an index into the iq4_nl codebook.
+#if defined(TYPE_Q4_0)
+int level(uint q) { return int(q) - 8; }
+#else
+const int kIq4nlValues[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+int level(uint q) { return kIq4nlValues[q]; }
+#endif
 uint row_u16(uint n_in) { return n_in / 32u * 9u; }
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   const uint b = row + 9u * g;
   const float d = f16_to_f32(uint(w.v[b]));
   [[unroll]] for (uint j = 0u; j < 16u; ++j) {
     const uint q = byte_at(w, b + 1u, j);
-    precise float lo = d * float(int(q & 15u) - 8), hi = d * float(int(q >> 4) - 8);
+    precise float lo = d * float(level(q & 15u)), hi = d * float(level(q >> 4));
     v[j] = lo;
     v[j + 16u] = hi;
   }
@@ -88,11 +96,58 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
     v[j] = x;
   }
 }
-#elif defined(TYPE_Q4_K)
-// BlockQ4_K: d, dmin (f16), scales[12], qs[128]; 8 sub-blocks of 32.
-uint row_u16(uint n_in) { return n_in / 256u * 72u; }
+#elif defined(TYPE_Q2_K) || defined(TYPE_Q3_K)
+// Both keep 2 low bits of element 128h + 32k + l (h < 2, k < 4) at bits 2k, 2k+1 of qs[32h + l]
+// and scale sub-blocks of 16 (layouts in quant/blocks.h).
+//   BlockQ2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin (f16);
+//   BlockQ3_K: hmask[32], qs[64], scales[12] (16 packed 6-bit scales), d (f16).
+#if defined(TYPE_Q2_K)
+const uint kBlockU16 = 42u, kQs = 8u;
+#else
+const uint kBlockU16 = 55u, kQs = 16u;
+#endif
+uint row_u16(uint n_in) { return n_in / 256u * kBlockU16; }
+// Values 32r .. 32r+31 of a block: bits 2(r % 4).. of qs[32(r / 4) + l].
+uint low_bits(U16 w, uint b, uint r, uint l) {
+  return (byte_at(w, b + kQs, 32u * (r / 4u) + l) >> (2u * (r % 4u))) & 3u;
+}
 void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
-  const uint b = row + 72u * (g / 8u), s = g % 8u;
+  const uint b = row + kBlockU16 * (g / 8u), r = g % 8u;
+  [[unroll]] for (uint j = 0u; j < 2u; ++j) {
+    const uint s = 2u * r + j;  // the sub-block of 16
+#if defined(TYPE_Q2_K)
+    const uint sc = byte_at(w, b, s);
+    precise float dl = f16_to_f32(uint(w.v[b + 40u])) * float(sc & 15u);
+    precise float ml = f16_to_f32(uint(w.v[b + 41u])) * float(sc >> 4);
+#else
+    const uint low = s < 8u ? byte_at(w, b + 48u, s) & 15u : byte_at(w, b + 48u, s - 8u) >> 4;
+    const uint high = (byte_at(w, b + 48u, 8u + s % 4u) >> (2u * (s / 4u))) & 3u;
+    precise float dl = f16_to_f32(uint(w.v[b + 54u])) * float(int(low | (high << 4)) - 32);
+#endif
+    [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+      const uint l = 16u * j + i;
+#if defined(TYPE_Q2_K)
+      precise float x = dl * float(low_bits(w, b, r, l)) - ml;
+#else
+      const uint hbit = (byte_at(w, b, l) >> r) & 1u;  // clear: the quant is 4 lower
+      precise float x = dl * float(int(low_bits(w, b, r, l)) - int(4u - 4u * hbit));
+#endif
+      v[l] = x;
+    }
+  }
+}
+#elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+// BlockQ4_K: d, dmin (f16), scales[12], qs[128]; BlockQ5_K adds qh[32] (bit s of qh[l]: the fifth
+// bit of value l of sub-block s) before qs. 8 sub-blocks of 32: value l of sub-block s is nibble
+// s % 2 of qs[32(s / 2) + l].
+#if defined(TYPE_Q4_K)
+const uint kBlockU16 = 72u, kQs = 8u;
+#else
+const uint kBlockU16 = 88u, kQs = 24u;
+#endif
+uint row_u16(uint n_in) { return n_in / 256u * kBlockU16; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + kBlockU16 * (g / 8u), s = g % 8u;
   const float d = f16_to_f32(uint(w.v[b])), dmin = f16_to_f32(uint(w.v[b + 1u]));
   uint sc, m;
   if (s < 4u) {
@@ -104,7 +159,10 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
   }
   precise float dl = d * float(sc), ml = dmin * float(m);
   [[unroll]] for (uint l = 0u; l < 32u; ++l) {
-    const uint q = (byte_at(w, b + 8u, 32u * (s / 2u) + l) >> (4u * (s % 2u))) & 15u;
+    uint q = (byte_at(w, b + kQs, 32u * (s / 2u) + l) >> (4u * (s % 2u))) & 15u;
+#if defined(TYPE_Q5_K)
+    q |= ((byte_at(w, b + 8u, l) >> s) & 1u) << 4;
+#endif
     precise float x = dl * float(q) - ml;
     v[l] = x;
   }
