@@ -29,6 +29,11 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
       }
     }
   }
+  if (model->config_.is_moe() && !model->backend_->supports(Op::add_rows_scaled, DType::f32)) {
+    throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name,
+                          " (mixture of experts) is not supported on the ", model->backend_->name(),
+                          " backend yet; use --device cpu"));
+  }
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
   model->prepare_weights();
 
@@ -78,9 +83,10 @@ void Model::prepare_weights() {
   for (LayerWeights& l : w.layers) {
     for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
       tensors.push_back(t);
+    for (WeightTensor* t : l.moe.matmul_weights()) tensors.push_back(t);
   }
   for (WeightTensor* t : tensors) {
-    if (!*t) continue;  // absent: an encoder's output head, bert's gate
+    if (!*t) continue;  // absent: an encoder's output head, bert's gate, a MoE layer's dense ones
     Buffer b = backend_->prepare_matmul_weight(t->type, t->data, t->ne0, t->ne1);
     if (b.data() != t->data) {
       // A copy: the file's bytes are read again only where another use shares them (a tied
