@@ -66,21 +66,24 @@ def main() -> None:
         for k in (args.top_k, args.experts):
             folder = checkpoint(work / f"hf-top{k}", args.hidden, args.experts, k, args.layers)
             files[k] = convert(folder, work / f"top{k}.gguf", args.type, progress=False).path
-        print(f"Qwen3-MoE {args.layers} layers, hidden {args.hidden}, {args.experts} experts of width "
-              f"{args.hidden}, {args.type}; tg{args.n_gen}, {args.threads} threads, mean of {args.repetitions}")
+        print(f"Qwen3-MoE {args.layers} layers, hidden {args.hidden}, {args.experts} experts of "
+              f"width {args.hidden}, {args.type}; tg{args.n_gen}, {args.threads} threads, mean of "
+              f"{args.repetitions}")
         speeds = {}
         for k, path in files.items():
             row = [r for r in run_bench(path, 0, args.n_gen, args.threads, args.repetitions, "cpu")][0]
             speeds[k] = row["tokens_per_second"]
-            print(f"  ember top-{k}: {speeds[k]:8.1f} tokens/s  (streams {matmul_weight_bytes(path) / 1e6:.1f} "
-                  f"MB of weights per token, file {path.stat().st_size / 1e6:.1f} MB)")
+            streamed = matmul_weight_bytes(path) / 1e6
+            print(f"  ember top-{k}: {speeds[k]:8.1f} tokens/s  (streams {streamed:.1f} MB of weights "
+                  f"per token, file {path.stat().st_size / 1e6:.1f} MB)")
             if args.llama_bench:
-                out = subprocess.run([str(args.llama_bench), "-m", str(path), "-p", "0", "-n", str(args.n_gen),
-                                      "-t", str(args.threads), "-r", str(args.repetitions), "-o", "json"],
-                                     capture_output=True, text=True, check=True).stdout
+                cmd = [str(args.llama_bench), "-m", str(path), "-p", "0", "-n", str(args.n_gen),
+                       "-t", str(args.threads), "-r", str(args.repetitions), "-o", "json"]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 print(f"  llama.cpp top-{k}: {json.loads(out)[0]['avg_ts']:8.1f} tokens/s")
         bytes_ratio = matmul_weight_bytes(files[args.experts]) / matmul_weight_bytes(files[args.top_k])
-        print(f"  speed-up top-{args.top_k} over all {args.experts}: {speeds[args.top_k] / speeds[args.experts]:.2f}x "
+        speedup = speeds[args.top_k] / speeds[args.experts]
+        print(f"  speed-up top-{args.top_k} over all {args.experts}: {speedup:.2f}x "
               f"(weight bytes per token ratio {bytes_ratio:.2f}x)")
     sys.stdout.flush()
 

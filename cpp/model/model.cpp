@@ -8,7 +8,15 @@
 namespace ember {
 
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
-  return load_with(path, make_backend(options.backend, options.n_threads));
+  std::shared_ptr<Backend> backend = make_backend(options.backend, options.n_threads);
+  // "auto" picks a device that runs the model: a GPU without the mixture-of-experts ops leaves
+  // a MoE model to the CPU (an explicit device that lacks them is refused by load_with).
+  if (options.backend == "auto" && !backend->supports(Op::add_rows_scaled, DType::f32)) {
+    const std::shared_ptr<GGUFFile> file = GGUFFile::open(path);
+    const std::string arch = file->get_string("general.architecture");
+    if (file->get_int(arch + ".expert_count", 0) > 0) backend = make_backend("cpu", options.n_threads);
+  }
+  return load_with(path, std::move(backend));
 }
 
 std::shared_ptr<Model> Model::load_on(const std::string& path, const Model& host) {

@@ -49,8 +49,9 @@ void read_moe_config(const GGUFFile& file, ModelConfig& c) {
   }
   if (!arch) {
     if (file.get_int(p + "expert_count", 0) > 0) {
-      throw Unsupported(cat(where, "'", c.arch->name, "' with experts (", p,
-                            "expert_count > 0) is not supported; mixture-of-experts architectures: qwen2moe, qwen3moe"));
+      throw Unsupported(
+          cat(where, "'", c.arch->name, "' with experts (", p,
+              "expert_count > 0) is not supported; mixture-of-experts architectures: qwen2moe, qwen3moe"));
     }
     return;
   }
@@ -64,7 +65,8 @@ void read_moe_config(const GGUFFile& file, ModelConfig& c) {
   c.n_ff_exp = file.get_int(p + "expert_feed_forward_length", c.n_ff / c.n_expert_used);
   c.n_ff_shexp = arch->shared_expert ? file.get_int(p + "expert_shared_feed_forward_length", c.n_ff) : 0;
   if (c.n_ff_exp <= 0 || c.n_ff_shexp < 0) {
-    throw FormatError(cat(where, "metadata '", p, "expert_feed_forward_length' (", c.n_ff_exp, ") must be > 0"));
+    throw FormatError(
+        cat(where, "metadata '", p, "expert_feed_forward_length' (", c.n_ff_exp, ") must be > 0"));
   }
   c.expert_weights_norm = file.get_bool(p + "expert_weights_norm", arch->weights_norm);
   const int64_t gating = file.get_int(p + "expert_gating_func", kGatingSoftmax);
@@ -174,7 +176,8 @@ void moe_feed_forward(Backend& be, const ModelConfig& c, const MoeLayerWeights& 
     // Padding rows (copies of the first) lift the call to where its rows' bits no longer depend
     // on the call's row count; their outputs are dropped.
     const int64_t n_call = std::max<int64_t>({n_e, be.matmul_exact_min_rows(gate.type),
-                                              be.matmul_exact_min_rows(up.type), be.matmul_exact_min_rows(down.type)});
+                                              be.matmul_exact_min_rows(up.type),
+                                              be.matmul_exact_min_rows(down.type)});
     std::copy(s.rows.begin() + begin, s.rows.begin() + begin + n_e, s.ids.begin());
     std::fill(s.ids.begin() + n_e, s.ids.begin() + n_call, s.rows[begin]);
     be.get_rows(DType::f32, xn, n_embd, s.ids.data(), n_call, s.x.as<float>());

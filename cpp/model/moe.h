@@ -19,13 +19,13 @@ void read_moe_config(const GGUFFile& file, ModelConfig& c);
 
 // The buffers of the routed feed-forward of a micro-batch of up to n_batch rows.
 struct MoeScratch {
-  int64_t n_rows = 0;    // rows of the per-expert buffers: n_batch, or more for padded calls
-  Buffer probs;          // f32 [n_batch, n_expert] router logits, then probabilities
-  Buffer x;              // f32 [n_rows, n_embd] the inputs of one expert's tokens
-  Buffer gate;           // f32 [n_rows, max(n_ff_exp, n_ff_shexp)] gate, then silu(gate) * up
-  Buffer up;             // f32 [n_rows, max(n_ff_exp, n_ff_shexp)]
-  Buffer out;            // f32 [n_rows, n_embd] an expert's outputs
-  Buffer shared_logit;   // f32 [n_batch] the shared expert's gate logit
+  int64_t n_rows = 0;   // rows of the per-expert buffers: n_batch, or more for padded calls
+  Buffer probs;         // f32 [n_batch, n_expert] router logits, then probabilities
+  Buffer x;             // f32 [n_rows, n_embd] the inputs of one expert's tokens
+  Buffer gate;          // f32 [n_rows, max(n_ff_exp, n_ff_shexp)] gate, then silu(gate) * up
+  Buffer up;            // f32 [n_rows, max(n_ff_exp, n_ff_shexp)]
+  Buffer out;           // f32 [n_rows, n_embd] an expert's outputs
+  Buffer shared_logit;  // f32 [n_batch] the shared expert's gate logit
   // Host: the routing, rebuilt every layer (sized here, so a step never allocates).
   std::vector<float> host_probs;      // [n_batch * n_expert]
   std::vector<int32_t> choice;        // [n_batch * n_expert_used] experts each row chose
