@@ -286,3 +286,22 @@ def test_dense_layers_between_expert_layers_are_refused(built, tmp_path: Path) -
                                                                 '"mlp_only_layers": [1]'))
     with pytest.raises(ConvertError, match="mlp_only_layers"):
         convert(tmp_path / "hf", tmp_path / "m.gguf", "f32", progress=False)
+
+
+def _set_uint(path: Path, key: str, value: int) -> None:
+    """Rewrites an integer metadata value of GGUF file `path` in place."""
+    field = gguf.GGUFReader(path, "r+").fields[key]
+    field.parts[field.data[0]][0] = value
+
+
+def test_inconsistent_expert_counts_are_refused(built, tmp_path: Path) -> None:
+    _, folder = built("qwen3moe")
+    path = convert(folder, tmp_path / "m.gguf", "f32", progress=False).path
+    _set_uint(path, "qwen3moe.expert_used_count", 9)
+    with pytest.raises(ValueError, match=r"'qwen3moe.expert_used_count' \(9\) must satisfy 0 < used"):
+        _core.Model(str(path))
+    _set_uint(path, "qwen3moe.expert_used_count", 2)
+    _set_uint(path, "qwen3moe.expert_feed_forward_length", 128)
+    with pytest.raises(ValueError, match=r"tensor 'blk.0.ffn_gate_exps.weight': expected shape "
+                                         r"\[256, 128, 8\], got \[256, 256, 8\]"):
+        _core.Model(str(path))
