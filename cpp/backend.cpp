@@ -6,7 +6,7 @@ namespace ember {
 const char* op_name(Op op) {
   constexpr const char* kNames[] = {"matmul", "get_rows", "rms_norm", "layer_norm", "rope",
                                     "add",    "add_bias", "silu_mul", "gelu_mul",   "gelu",
-                                    "scale",  "softmax",  "store_kv", "attention"};
+                                    "scale",  "softmax",  "store_kv", "attention",  "add_rows_scaled"};
   return kNames[static_cast<int>(op)];
 }
 

@@ -48,7 +48,8 @@ enum class Op {
   scale,
   softmax,
   store_kv,
-  attention
+  attention,
+  add_rows_scaled
 };
 
 const char* op_name(Op op);
@@ -226,6 +227,11 @@ class Backend {
   virtual void scale(float* x, int64_t n, float s) = 0;
   // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].
   virtual void softmax(float* x, int64_t n_rows, int64_t n_cols) = 0;
+  // y[ids[i], :] += scales[i] * x[i, :] for i = 0 .. n_ids - 1 in that order (a row of y named
+  // twice accumulates in order of i); x [n_ids, n_cols], y [*, n_cols]; ids and scales are host
+  // tables. Mixture-of-experts layers scatter each expert's weighted rows back with it.
+  virtual void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids,
+                               int64_t n_cols, float* y) = 0;
   // Writes k, v [n_rows, n_kv_dim] (f32, n_kv_dim = n_head_kv * head_dim) into the cache slots of
   // positions[n_rows], converted to kv.type (q8_0: n_kv_dim a multiple of 32, quantized exactly
   // as quantize_row_q8_0).

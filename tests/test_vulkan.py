@@ -285,6 +285,20 @@ def test_an_embedding_model_is_refused_on_vulkan_and_auto_means_the_cpu(tmp_path
     np.testing.assert_array_equal(auto.embed(["w1 w2 w3"]), expected)
 
 
+def test_a_mixture_of_experts_model_is_refused_on_vulkan(tmp_path: Path) -> None:
+    """Vulkan has no add_rows_scaled (the experts' weighted scatter), and routing reads the
+    router's probabilities back mid-pass: a MoE model on it is refused at load, with the way out."""
+    pytest.importorskip("transformers")
+    from test_convert_models import save_checkpoint
+    from test_model_moe import make_model
+
+    folder = save_checkpoint(make_model("qwen3moe"), tmp_path / "hf")
+    path = convert(folder, tmp_path / "moe.gguf", "q8_0", progress=False).path
+    refusal = r"qwen3moe \(mixture of experts\) is not supported on the vulkan backend yet; use --device cpu"
+    with pytest.raises(UnsupportedError, match=refusal):
+        Engine(path, device=DEVICE, parallel=1, n_ctx=64)
+
+
 def test_serve_on_vulkan_answers_the_contract(stories_path: Path, tmp_path: Path) -> None:
     with serve_process(stories_path, ["--device", DEVICE, "--parallel", "2"], tmp_path) as (url, _):
         body = {"model": "stories260K.gguf", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}

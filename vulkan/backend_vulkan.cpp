@@ -59,7 +59,8 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::store_kv:
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
     case Op::layer_norm:
-    case Op::gelu: return false;  // no shaders yet (the encoders' ops): Model::load refuses those models
+    case Op::gelu:  // no shaders yet (the encoders' ops): Model::load refuses those models
+    case Op::add_rows_scaled: return false;  // nor for mixture-of-experts routing (its host-side top-k)
     default: return dtype == DType::f32;
   }
 }
@@ -96,5 +97,8 @@ void VulkanBackend::layer_norm(const float*, const float*, const float*, int64_t
   unreachable_op("layer_norm");
 }
 void VulkanBackend::gelu(const float*, int64_t, float*) { unreachable_op("gelu"); }
+void VulkanBackend::add_rows_scaled(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
+  unreachable_op("add_rows_scaled");
+}
 
 }  // namespace ember

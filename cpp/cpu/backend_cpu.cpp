@@ -126,6 +126,11 @@ void CpuBackend::gelu(const float* x, int64_t n, float* y) { cpu::gelu(x, n, y, 
 
 void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
 
+void CpuBackend::add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids,
+                                 int64_t n_cols, float* y) {
+  cpu::add_rows_scaled(x, ids, scales, n_ids, n_cols, y, pool_);
+}
+
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softmax(x, n_rows, n_cols, pool_); }
 
 void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,

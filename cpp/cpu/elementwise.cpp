@@ -1,5 +1,5 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, scale, SwiGLU's
-// silu·mul, GeGLU's gelu·mul, BERT's gelu).
+// silu·mul, GeGLU's gelu·mul, BERT's gelu, the experts' scaled scatter-add).
 #include <cmath>
 
 #include "cpu/op_kernels.h"
@@ -23,6 +23,19 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, Threa
     for (int64_t r = begin; r < end; ++r) {
       float* xr = x + r * n_cols;
       for (int64_t i = 0; i < n_cols; ++i) xr[i] += bias[i];
+    }
+  });
+}
+
+void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
+                     float* y, ThreadPool& pool) {
+  // Split by columns: rows of y named twice are then never written by two threads, and each
+  // column accumulates in order of i.
+  parallel_for(pool, n_cols, kMinPerThread / (n_ids + 1) + 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = 0; i < n_ids; ++i) {
+      const float* xi = x + i * n_cols;
+      float* yr = y + int64_t{ids[i]} * n_cols;
+      for (int64_t c = begin; c < end; ++c) yr[c] += scales[i] * xi[c];
     }
   });
 }

@@ -42,6 +42,9 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* y, const Ops
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
 // y[n] = gelu_erf(x[n]).
 void gelu(const float* x, int64_t n, float* y, ThreadPool& pool);
+// y[ids[i], :] += scales[i] * x[i, :] for i in order; x [n_ids, n_cols].
+void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
+                     float* y, ThreadPool& pool);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
 

@@ -18,8 +18,11 @@ int64_t matmul_exact_min_rows(const Model& model) {
   const ModelWeights& w = model.weights();
   int64_t n = be.matmul_exact_min_rows(w.output.type);
   for (const LayerWeights& l : w.layers) {
-    for (const WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      n = std::max(n, be.matmul_exact_min_rows(t->type));
+    std::vector<const WeightTensor*> tensors = {&l.wq,       &l.wk,     &l.wv,      &l.wo,
+                                                &l.ffn_gate, &l.ffn_up, &l.ffn_down};
+    for (const WeightTensor* t : l.moe.matmul_weights()) tensors.push_back(t);
+    for (const WeightTensor* t : tensors) {
+      if (*t) n = std::max(n, be.matmul_exact_min_rows(t->type));  // absent: a MoE layer's dense ones
     }
   }
   return n;

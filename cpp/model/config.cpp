@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/moe.h"
 
 namespace ember {
 
@@ -17,6 +18,8 @@ constexpr ArchInfo kArchs[] = {
     {"phi3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/false},
     {"gemma3", ArchFamily::gemma3, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
     {"bert", ArchFamily::bert, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
+    {"qwen2moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
+    {"qwen3moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
 };
 
 }  // namespace
@@ -112,6 +115,7 @@ ModelConfig read_config(const GGUFFile& file) {
     const int64_t scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(scalar));
   }
+  read_moe_config(file, c);
   if (c.is_encoder()) {
     c.layer_norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_epsilon", 1e-12));
     if (!(c.layer_norm_eps > 0.0f)) throw FormatError(cat(where, "attention.layer_norm_epsilon must be > 0"));

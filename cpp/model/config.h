@@ -62,6 +62,15 @@ struct ModelConfig {
   Pooling pooling = Pooling::none;  // {arch}.pooling_type; mean when an encoder's file does not say
   int64_t n_token_types = 0;        // tokenizer.ggml.token_type_count, else token_types.weight's rows
 
+  // Mixture of experts (qwen2moe, qwen3moe; model/moe.h): with n_expert > 0 every layer's
+  // feed-forward routes each token to n_expert_used of n_expert SwiGLU experts.
+  int64_t n_expert = 0;              // {arch}.expert_count
+  int64_t n_expert_used = 0;         // {arch}.expert_used_count (top-k)
+  int64_t n_ff_exp = 0;              // {arch}.expert_feed_forward_length: hidden width of one expert
+  int64_t n_ff_shexp = 0;            // {arch}.expert_shared_feed_forward_length; 0: no shared expert
+  bool expert_weights_norm = false;  // top-k weights renormalised to sum 1 ({arch}.expert_weights_norm)
+
+  bool is_moe() const { return n_expert > 0; }
   bool is_encoder() const { return arch->family == ArchFamily::bert; }
   bool is_swa(int64_t il) const { return sliding_window > 0 && (il + 1) % swa_pattern != 0; }
 

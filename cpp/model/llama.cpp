@@ -1,7 +1,9 @@
 // model/llama.cpp: the llama-family decoder — pre-norm blocks of grouped-query attention with
-// RoPE and a SwiGLU feed-forward. Reads top to bottom; every op goes through the Backend.
+// RoPE and a SwiGLU feed-forward (or a mixture of SwiGLU experts: model/moe.h). Reads top to
+// bottom; every op goes through the Backend.
 #include "model/llama.h"
 
+#include "model/moe.h"
 #include "model/sequence_ops.h"
 
 namespace ember {
@@ -64,6 +66,10 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
 
     // --- feed-forward: down(silu(gate(h)) * up(h)) ---
     be.rms_norm(x, l.ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
+    if (l.moe) {  // a mixture of experts adds its output to x itself
+      moe_feed_forward(be, c, l.moe, s.moe, xn, n_rows, x);
+      continue;
+    }
     be.matmul(l.ffn_gate.type, l.ffn_gate.data, n_embd, c.n_ff, xn, n_rows, gate);
     be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, xn, n_rows, up);
     be.silu_mul(gate, up, n_rows * c.n_ff, gate);

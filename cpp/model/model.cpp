@@ -8,7 +8,15 @@
 namespace ember {
 
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
-  return load_with(path, make_backend(options.backend, options.n_threads));
+  std::shared_ptr<Backend> backend = make_backend(options.backend, options.n_threads);
+  // "auto" picks a device that runs the model: a GPU without the mixture-of-experts ops leaves
+  // a MoE model to the CPU (an explicit device that lacks them is refused by load_with).
+  if (options.backend == "auto" && !backend->supports(Op::add_rows_scaled, DType::f32)) {
+    const std::shared_ptr<GGUFFile> file = GGUFFile::open(path);
+    const std::string arch = file->get_string("general.architecture");
+    if (file->get_int(arch + ".expert_count", 0) > 0) backend = make_backend("cpu", options.n_threads);
+  }
+  return load_with(path, std::move(backend));
 }
 
 std::shared_ptr<Model> Model::load_on(const std::string& path, const Model& host) {
@@ -28,6 +36,11 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
                               " backend lacks; use --device cpu"));
       }
     }
+  }
+  if (model->config_.is_moe() && !model->backend_->supports(Op::add_rows_scaled, DType::f32)) {
+    throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name,
+                          " (mixture of experts) is not supported on the ", model->backend_->name(),
+                          " backend yet; use --device cpu"));
   }
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
   model->prepare_weights();
@@ -78,9 +91,10 @@ void Model::prepare_weights() {
   for (LayerWeights& l : w.layers) {
     for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
       tensors.push_back(t);
+    for (WeightTensor* t : l.moe.matmul_weights()) tensors.push_back(t);
   }
   for (WeightTensor* t : tensors) {
-    if (!*t) continue;  // absent: an encoder's output head, bert's gate
+    if (!*t) continue;  // absent: an encoder's output head, bert's gate, a MoE layer's dense ones
     Buffer b = backend_->prepare_matmul_weight(t->type, t->data, t->ne0, t->ne1);
     if (b.data() != t->data) {
       // A copy: the file's bytes are read again only where another use shares them (a tied

@@ -18,6 +18,7 @@ Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_b
   ffn_up = floats(c.n_ff);
   // CPU: committed only as far as written. An encoder's output rows are token states.
   logits = floats(c.is_encoder() ? c.n_embd : c.n_vocab);
+  if (c.is_moe()) moe = MoeScratch(backend, c, n_batch);
   if (c.is_encoder()) {
     token_types.assign(n_batch, 0);
     key_bounds.resize(n_batch);

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "model/config.h"
+#include "model/moe.h"
 
 namespace ember {
 
@@ -25,6 +26,7 @@ struct Scratch {
   Buffer ffn_up;    // f32 [n_batch, n_ff]
   Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
                     // (an encoder's: token states [n_batch, n_embd])
+  MoeScratch moe;   // mixture-of-experts layers' buffers; empty for dense models
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
   std::vector<int32_t> token_types;  // [n_batch] all 0: single-sentence input
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to

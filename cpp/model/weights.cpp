@@ -84,6 +84,29 @@ WeightTensor rows_of(const WeightTensor& t, int64_t first, int64_t n) {
   return view;
 }
 
+// A mixture-of-experts feed-forward: the router, each expert's slice of the 3-D expert tensors
+// as a matmul weight of its own, and the shared expert where the architecture has one.
+MoeLayerWeights bind_moe_layer(const Binder& b, const std::string& blk, const ModelConfig& c) {
+  MoeLayerWeights m;
+  const int64_t n_embd = c.n_embd, n_ff = c.n_ff_exp, n_expert = c.n_expert;
+  m.router = b.bind(blk + "ffn_gate_inp.weight", {n_embd, n_expert}, Use::matmul);
+  const WeightTensor gate = b.bind(blk + "ffn_gate_exps.weight", {n_embd, n_ff, n_expert}, Use::matmul);
+  const WeightTensor up = b.bind(blk + "ffn_up_exps.weight", {n_embd, n_ff, n_expert}, Use::matmul);
+  const WeightTensor down = b.bind(blk + "ffn_down_exps.weight", {n_ff, n_embd, n_expert}, Use::matmul);
+  for (int64_t e = 0; e < n_expert; ++e) {  // expert e: output rows [e * n_out, (e + 1) * n_out)
+    m.gate.push_back(rows_of(gate, e * n_ff, n_ff));
+    m.up.push_back(rows_of(up, e * n_ff, n_ff));
+    m.down.push_back(rows_of(down, e * n_embd, n_embd));
+  }
+  if (c.n_ff_shexp > 0) {
+    m.shared_gate_inp = b.bind(blk + "ffn_gate_inp_shexp.weight", {n_embd, 1}, Use::matmul);
+    m.shared_gate = b.bind(blk + "ffn_gate_shexp.weight", {n_embd, c.n_ff_shexp}, Use::matmul);
+    m.shared_up = b.bind(blk + "ffn_up_shexp.weight", {n_embd, c.n_ff_shexp}, Use::matmul);
+    m.shared_down = b.bind(blk + "ffn_down_shexp.weight", {c.n_ff_shexp, n_embd}, Use::matmul);
+  }
+  return m;
+}
+
 // bert: embeddings of tokens, token types and absolute positions summed and LayerNormed, then
 // post-norm blocks whose every projection has a bias; no output head.
 ModelWeights bind_bert_weights(const Binder& b, const GGUFFile& file, ModelConfig& c) {
@@ -121,6 +144,29 @@ ModelWeights bind_bert_weights(const Binder& b, const GGUFFile& file, ModelConfi
 }
 
 }  // namespace
+
+namespace {
+
+// The matmul weights of a MoE layer, as pointers of Weights' constness.
+template <typename Tensor, typename Moe>
+std::vector<Tensor*> moe_matmul_weights(Moe& m) {
+  std::vector<Tensor*> tensors = {&m.router, &m.shared_gate_inp, &m.shared_gate, &m.shared_up,
+                                  &m.shared_down};
+  for (auto* experts : {&m.gate, &m.up, &m.down}) {
+    for (Tensor& t : *experts) tensors.push_back(&t);
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<WeightTensor*> MoeLayerWeights::matmul_weights() {
+  return moe_matmul_weights<WeightTensor>(*this);
+}
+
+std::vector<const WeightTensor*> MoeLayerWeights::matmul_weights() const {
+  return moe_matmul_weights<const WeightTensor>(*this);
+}
 
 ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& backend) {
   const Binder b(file, backend);
@@ -178,6 +224,10 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     }
     l.wo = b.bind(blk + "attn_output.weight", {n_q, n_embd}, Use::matmul);
     l.ffn_norm = b.bind(blk + "ffn_norm.weight", {n_embd}, Use::f32);
+    if (c.is_moe()) {
+      l.moe = bind_moe_layer(b, blk, c);
+      continue;
+    }
     if (file.find_tensor(blk + "ffn_gate.weight")) {
       l.ffn_gate = b.bind(blk + "ffn_gate.weight", {n_embd, c.n_ff}, Use::matmul);
       l.ffn_up = b.bind(blk + "ffn_up.weight", {n_embd, c.n_ff}, Use::matmul);

@@ -26,6 +26,25 @@ struct WeightTensor {
   const float* f32() const { return static_cast<const float*>(data); }
 };
 
+// A mixture-of-experts feed-forward (qwen2moe, qwen3moe). The experts' weights are 3-D tensors
+// {n_in, n_out, n_expert} in the file; each expert's slice is a matmul weight of its own here, so
+// a step reads only the experts its tokens chose.
+struct MoeLayerWeights {
+  WeightTensor router;             // ffn_gate_inp {n_embd, n_expert}, any matmul dtype (f32 as written)
+  std::vector<WeightTensor> gate;  // [n_expert] views of ffn_gate_exps: {n_embd, n_ff_exp} each
+  std::vector<WeightTensor> up;    // [n_expert] views of ffn_up_exps: {n_embd, n_ff_exp}
+  std::vector<WeightTensor> down;  // [n_expert] views of ffn_down_exps: {n_ff_exp, n_embd}
+  WeightTensor shared_gate_inp;    // ffn_gate_inp_shexp {n_embd, 1}: the shared expert's sigmoid gate
+  WeightTensor shared_gate;        // ffn_gate_shexp {n_embd, n_ff_shexp}; absent: no shared expert
+  WeightTensor shared_up;          // ffn_up_shexp {n_embd, n_ff_shexp}
+  WeightTensor shared_down;        // ffn_down_shexp {n_ff_shexp, n_embd}
+
+  explicit operator bool() const { return static_cast<bool>(router); }
+  // Every matmul weight above (absent ones included), for preparing and type checks.
+  std::vector<WeightTensor*> matmul_weights();
+  std::vector<const WeightTensor*> matmul_weights() const;
+};
+
 struct LayerWeights {
   WeightTensor attn_norm;       // [n_embd] f32
   WeightTensor wq;              // {n_embd, n_q_dim}, any matmul dtype
@@ -50,6 +69,7 @@ struct LayerWeights {
   WeightTensor ffn_down;          // {n_ff, n_embd}
   WeightTensor ffn_up_b;          // [n_ff] f32, bert only (its feed-forward is down(gelu(up(h))))
   WeightTensor ffn_down_b;        // [n_embd] f32, bert only
+  MoeLayerWeights moe;            // qwen2moe, qwen3moe: the feed-forward instead of ffn_gate/up/down
 };
 
 struct ModelWeights {

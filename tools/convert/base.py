@@ -86,6 +86,9 @@ class TensorSpec:
     hf_name: str
     shape: tuple[int, ...]   # expected, PyTorch order ([out, in]); numpy order for the writer too
     required: bool = True
+    # Non-empty: the GGUF tensor stacks these checkpoint tensors (one per expert, each of shape
+    # shape[1:]) along a new first axis, and hf_name only names the whole for messages.
+    parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,10 @@ class DecoderFamily:
         specs = self.all_specs()
         present = []
         for s in specs:
+            if s.parts:
+                self._check_parts(s)
+                present.append(s)
+                continue
             entry = ckpt.entries.get(s.hf_name)
             if entry is None:
                 if s.required:
@@ -192,7 +199,7 @@ class DecoderFamily:
                 raise ConvertError(f"{entry.file}: tensor {s.hf_name} has shape "
                                    f"{list(entry.shape)}, config.json implies {list(s.shape)}")
             present.append(s)
-        used = {s.hf_name for s in present}
+        used = {name for s in present for name in (s.parts or (s.hf_name,))}
         extra = sorted(n for n in ckpt.entries
                        if n not in used and not self.ignored(n))
         if extra:
@@ -200,6 +207,22 @@ class DecoderFamily:
                                f"{self.gguf_arch} GGUF file ({len(extra)} such tensors); is "
                                f"config.json's architecture right?")
         return present
+
+    def _check_parts(self, spec: TensorSpec) -> None:
+        for name in spec.parts:
+            entry = self.checkpoint.entries.get(name)
+            if entry is None:
+                raise ConvertError(f"{self.checkpoint.folder}: tensor {name} is missing (part of "
+                                   f"{spec.gguf_name}, {len(spec.parts)} tensors)")
+            if entry.shape != spec.shape[1:]:
+                raise ConvertError(f"{entry.file}: tensor {name} has shape {list(entry.shape)}, "
+                                   f"config.json implies {list(spec.shape[1:])}")
+
+    def load(self, spec: TensorSpec) -> np.ndarray:
+        """The GGUF values of `spec`: its checkpoint tensor (or its parts stacked), transformed."""
+        read = self.checkpoint.read_f32
+        values = np.stack([read(n) for n in spec.parts]) if spec.parts else read(spec.hf_name)
+        return self.transform(spec, values)
 
     def transform(self, spec: TensorSpec, values: np.ndarray) -> np.ndarray:
         """Checkpoint values -> GGUF values (same shape): the Q/K row permutation for llama."""

@@ -56,10 +56,11 @@ def _plan(family: DecoderFamily, out: OutputType) -> list[TensorPlan]:
     hp = family.hp
     specs = family.tensor_specs()
     shape = ModelShape(n_layer=hp.n_layer, n_gqa=hp.n_head // hp.n_head_kv,
-                       has_output=any(s.gguf_name == "output.weight" for s in specs))
+                       has_output=any(s.gguf_name == "output.weight" for s in specs),
+                       n_expert=getattr(family, "n_expert", 0))
 
     def loader(spec: TensorSpec):
-        return lambda: family.transform(spec, family.checkpoint.read_f32(spec.hf_name))
+        return lambda: family.load(spec)
 
     plans = [TensorPlan(s.gguf_name, s.shape, tensor_type(out, s.gguf_name, s.shape, shape),
                         loader(s)) for s in specs]

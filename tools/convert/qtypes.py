@@ -100,6 +100,7 @@ class ModelShape:
     n_layer: int
     n_gqa: int          # query heads per kv head
     has_output: bool    # a separate output.weight exists (else token_embd is the output too)
+    n_expert: int = 0   # experts per layer (mixture of experts), 0 for dense models
 
 
 def _use_more_bits(i_layer: int, n_layer: int) -> bool:
@@ -109,7 +110,7 @@ def _use_more_bits(i_layer: int, n_layer: int) -> bool:
 
 def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
                          ) -> GGMLQuantizationType:
-    """llama_tensor_get_type for the file types offered here (no imatrix, no experts)."""
+    """llama_tensor_get_type for the file types offered here (no imatrix)."""
     ft, t = out.file_type, out.base
     match = _LAYER.match(name)
     i_layer = int(match.group(1)) if match else 0
@@ -121,6 +122,8 @@ def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
             t = Q.Q6_K
     elif name == "token_embd.weight":
         pass
+    elif model.n_expert == 8 and ("attn_v.weight" in name or "attn_k.weight" in name):
+        t = Q.Q8_0  # llama.cpp: "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
     elif "attn_v.weight" in name:
         if ft == LlamaFileType.MOSTLY_Q2_K:
             t = Q.Q4_K if model.n_gqa >= 4 else Q.Q3_K
@@ -137,6 +140,9 @@ def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
         elif (ft in (LlamaFileType.MOSTLY_Q4_K_M, LlamaFileType.MOSTLY_Q5_K_M)
               and _use_more_bits(i_layer, n_layer)):
             t = Q.Q6_K
+    elif "attn_output.weight" in name and model.n_expert == 8:
+        if ft in (LlamaFileType.MOSTLY_Q2_K, LlamaFileType.MOSTLY_Q3_K_M, LlamaFileType.MOSTLY_Q4_K_M):
+            t = Q.Q5_K
     elif "attn_output.weight" in name:
         if ft == LlamaFileType.MOSTLY_Q2_K:
             t = Q.Q3_K
@@ -149,8 +155,10 @@ def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
     return t
 
 
-# Tables llama.cpp always keeps in f32 (its converter and quantizer), whatever the output type.
+# Tables llama.cpp always keeps in f32 (its converter and quantizer), whatever the output type:
+# these, and every layer's expert routers.
 ALWAYS_F32 = ("position_embd.weight", "token_types.weight")
+ALWAYS_F32_IN_LAYERS = (".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight")
 
 
 def tensor_type(out: OutputType, name: str, shape: tuple[int, ...], model: ModelShape
@@ -158,7 +166,7 @@ def tensor_type(out: OutputType, name: str, shape: tuple[int, ...], model: Model
     """The type tensor `name` of `shape` (numpy order, rows last) is written as under `out`."""
     if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
         return Q.F32
-    if name in ALWAYS_F32:
+    if name in ALWAYS_F32 or name.endswith(ALWAYS_F32_IN_LAYERS):
         return Q.F32
     if out.base in FLOAT_TYPES:
         return out.base

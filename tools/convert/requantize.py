@@ -77,7 +77,8 @@ def quantize_gguf(src: str | Path, out: str | Path, out_type: str, *, force: boo
     n_head = _int_value(metadata, f"{arch}.attention.head_count", 1)
     n_head_kv = _int_value(metadata, f"{arch}.attention.head_count_kv", n_head) or n_head
     shape_info = ModelShape(n_layer=max(n_layer, 1), n_gqa=max(n_head // max(n_head_kv, 1), 1),
-                            has_output="output.weight" in names)
+                            has_output="output.weight" in names,
+                            n_expert=_int_value(metadata, f"{arch}.expert_count", 0))
     plans = []
     for t in f.tensors:
         if t.type not in _FLOATS:

@@ -15,14 +15,22 @@ from ember.commands.info import human_bytes, human_count
 
 def matmul_weight_bytes(path: Path) -> int:
     """Bytes one generated token streams: every 2-D weight but the embedding table (read one
-    row per token), plus the output matrix even when it is tied to the embedding table."""
+    row per token), plus the output matrix even when it is tied to the embedding table, plus
+    the slices of the 3-D expert tensors its expert_used_count experts own (a mixture of
+    experts reads no other expert's weights)."""
     from ember import GGUFFile
 
-    tensors = {t.name: t for t in GGUFFile(str(path)).tensors}
+    f = GGUFFile(str(path))
+    tensors = {t.name: t for t in f.tensors}
     total = sum(t.n_bytes for name, t in tensors.items()
                 if len(t.shape) == 2 and name != "token_embd.weight")
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
         total += tensors["token_embd.weight"].n_bytes
+    arch = f.metadata.get("general.architecture", "")
+    n_expert = int(f.metadata.get(f"{arch}.expert_count", 0) or 0)
+    if n_expert > 0:
+        n_used = int(f.metadata.get(f"{arch}.expert_used_count", n_expert))
+        total += sum(t.n_bytes * n_used // n_expert for t in tensors.values() if len(t.shape) == 3)
     return total
 
 
