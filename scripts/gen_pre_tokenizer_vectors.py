@@ -19,6 +19,7 @@ Usage: python scripts/gen_pre_tokenizer_vectors.py [--llama-cpp ~/.cache/ember-p
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import lzma
 import re
@@ -174,6 +175,11 @@ def main() -> None:
     args = ap.parse_args()
     commit = subprocess.run(["git", "-C", args.llama_cpp, "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    if not commit:  # a copied checkout: name the sources instead
+        commit = "unknown; sha256 " + ", ".join(
+            f"{f}={hashlib.sha256((args.llama_cpp / f).read_bytes()).hexdigest()[:16]}"
+            for f in ("src/llama-vocab.cpp", "src/unicode.cpp")
+        )
     base = base_vocab()
     regexes = llama_cpp_regexes(args.llama_cpp)
     ids: dict[str, list[str]] = {}
@@ -206,7 +212,7 @@ def main() -> None:
 
     out = {
         "made_by": "scripts/gen_pre_tokenizer_vectors.py",
-        "llama_cpp_commit": commit or "unknown",
+        "llama_cpp_commit": commit,
         "base_vocab": "ggml-vocab-qwen2.gguf",
         "unknown_to_llama_cpp": unknown,
         "llama_cpp_names": {name: flags for name, (_, flags) in llama_cpp_names(args.llama_cpp).items()},

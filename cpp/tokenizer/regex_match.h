@@ -48,14 +48,20 @@ inline size_t optional_space_then_run(const CodepointText& t, size_t pos, size_t
   return run(t, pos, end, cls);
 }
 
+// "\s?X+": the optional leading character is any whitespace.
+inline size_t optional_whitespace_then_run(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
+  if (t.flags[pos].is_whitespace() && in_class(t, pos + 1, end, cls)) return 1 + run(t, pos + 1, end, cls);
+  return run(t, pos, end, cls);
+}
+
 // A character class written as inclusive code point ranges ("[一-龥぀-ゟ]"), sorted by `first`.
 struct Range {
   uint32_t first, last;
 };
 
 inline bool in_ranges(std::span<const Range> ranges, uint32_t c) {
-  const auto it =
-      std::upper_bound(ranges.begin(), ranges.end(), c, [](uint32_t x, const Range& r) { return x < r.first; });
+  const auto it = std::upper_bound(ranges.begin(), ranges.end(), c,
+                                   [](uint32_t x, const Range& r) { return x < r.first; });
   return it != ranges.begin() && c <= std::prev(it)->last;
 }
 

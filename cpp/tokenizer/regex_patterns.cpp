@@ -227,15 +227,11 @@ size_t newline_runs(const CodepointText& t, size_t pos, size_t end) {
 }
 
 size_t space_letters(const CodepointText& t, size_t pos, size_t end) {
-  if (t.flags[pos].is_whitespace() && in_class(t, pos + 1, end, is_letter))
-    return 1 + run(t, pos + 1, end, is_letter);
-  return run(t, pos, end, is_letter);
+  return optional_whitespace_then_run(t, pos, end, is_letter);
 }
 
 size_t space_punctuation(const CodepointText& t, size_t pos, size_t end) {
-  if (t.flags[pos].is_whitespace() && in_class(t, pos + 1, end, is_punct))
-    return 1 + run(t, pos + 1, end, is_punct);
-  return run(t, pos, end, is_punct);
+  return optional_whitespace_then_run(t, pos, end, is_punct);
 }
 
 size_t trailing_whitespace(const CodepointText& t, size_t pos, size_t end) {

@@ -48,10 +48,11 @@ constexpr std::array<Range, 6> k_deepseek_punctuation{{
 // [一-龥぀-ゟ゠-ヿ]: CJK ideographs to U+9FA5, hiragana, katakana
 constexpr std::array<Range, 3> k_cjk_kana{{{0x3040, 0x309F}, {0x30A0, 0x30FF}, {0x4E00, 0x9FA5}}};
 
-// AFMoE's [一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]: CJK, kana, halfwidth kana,
-// Kangxi radicals, Thai (from U+0E40), Lao, Khmer, Myanmar (and its extensions), Hangul syllables and jamo.
-// The compatibility ideographs start at U+F900; llama.cpp's copy of the class has the
-// NFC-normalised U+8C48 there instead, which stretches the range over U+A000..U+F8FF.
+// AFMoE's class of CJK and Southeast Asian scripts: CJK ideographs and extension A,
+// compatibility ideographs, kana and halfwidth kana, Kangxi radicals, Thai (from U+0E40), Lao,
+// Khmer, Myanmar and its extensions, Hangul syllables and jamo. The compatibility ideographs
+// start at U+F900; llama.cpp's copy of the class has the NFC-normalised U+8C48 there instead,
+// which stretches the range over U+A000..U+F8FF.
 constexpr std::array<Range, 15> k_afmoe_scripts{{
     {0x0E40, 0x0E7F},
     {0x0E80, 0x0EFF},
@@ -70,7 +71,8 @@ constexpr std::array<Range, 15> k_afmoe_scripts{{
     {0xFF65, 0xFF9F},
 }};
 
-// Youtu's first regex, four classes: [가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+
+// Youtu's first regex, four classes:
+// [가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+
 constexpr std::array<Range, 2> k_youtu_hangul{{{0x3131, 0x318E}, {0xAC00, 0xD7A3}}};
 constexpr std::array<Range, 10> k_youtu_punctuation{{
     {0x2014, 0x2014},
@@ -87,7 +89,8 @@ constexpr std::array<Range, 10> k_youtu_punctuation{{
 constexpr std::array<Range, 1> k_youtu_bopomofo{{{0x3105, 0x312F}}};
 
 // \s?[...]+ for a class of ranges: the optional leading character is any whitespace.
-size_t optional_whitespace_then_ranges(const CodepointText& t, size_t pos, size_t end, std::span<const Range> r) {
+size_t optional_whitespace_then_ranges(const CodepointText& t, size_t pos, size_t end,
+                                       std::span<const Range> r) {
   if (t.flags[pos].is_whitespace() && pos + 1 < end && in_ranges(r, t.cps[pos + 1])) {
     return 1 + range_run(t, pos + 1, end, r);
   }
@@ -108,7 +111,8 @@ size_t deepseek3_like(const CodepointText& t, size_t pos, size_t end, bool spark
     return 1 + run(t, pos + 1, end, is_ascii_letter);
   }
   const bool may_lead = c != '\r' && c != '\n' && !f.is_letter() && !f.is_punctuation() && !f.is_symbol();
-  if (may_lead && in_class(t, pos + 1, end, is_letter_or_mark)) return 1 + run(t, pos + 1, end, is_letter_or_mark);
+  if (may_lead && in_class(t, pos + 1, end, is_letter_or_mark))
+    return 1 + run(t, pos + 1, end, is_letter_or_mark);
   if (f.is_letter() || f.is_mark()) return run(t, pos, end, is_letter_or_mark);
   if (size_t n = symbols_then_tail(t, pos, end, is_punct_or_symbol, spark ? Tail::none : Tail::line_breaks)) {
     return n;
@@ -131,9 +135,13 @@ size_t deepseek_llm_punctuation(const CodepointText& t, size_t pos, size_t end) 
   return optional_whitespace_then_ranges(t, pos, end, k_deepseek_punctuation);
 }
 
-size_t cjk_kana_run(const CodepointText& t, size_t pos, size_t end) { return range_run(t, pos, end, k_cjk_kana); }
+size_t cjk_kana_run(const CodepointText& t, size_t pos, size_t end) {
+  return range_run(t, pos, end, k_cjk_kana);
+}
 
-size_t deepseek3(const CodepointText& t, size_t pos, size_t end) { return deepseek3_like(t, pos, end, false); }
+size_t deepseek3(const CodepointText& t, size_t pos, size_t end) {
+  return deepseek3_like(t, pos, end, false);
+}
 
 size_t spark2_5(const CodepointText& t, size_t pos, size_t end) { return deepseek3_like(t, pos, end, true); }
 
@@ -142,8 +150,9 @@ size_t afmoe_scripts(const CodepointText& t, size_t pos, size_t end) {
 }
 
 size_t youtu_scripts(const CodepointText& t, size_t pos, size_t end) {
-  for (std::span<const Range> cls : {std::span<const Range>(k_youtu_hangul), std::span<const Range>(k_youtu_punctuation),
-                                     std::span<const Range>(k_youtu_bopomofo), std::span<const Range>(k_cjk_kana)}) {
+  for (std::span<const Range> cls :
+       {std::span<const Range>(k_youtu_hangul), std::span<const Range>(k_youtu_punctuation),
+        std::span<const Range>(k_youtu_bopomofo), std::span<const Range>(k_cjk_kana)}) {
     if (in_ranges(cls, t.cps[pos])) return range_run(t, pos, end, cls);
   }
   return 0;
