@@ -2,10 +2,11 @@
 """Generates cpp/tokenizer/unicode_tables.cpp from Python's unicodedata.
 
 The tokenizers need, per code point: its general category group (the regex classes \\p{L},
-\\p{N}, \\p{P}, \\p{S}, \\p{M}, \\p{Z}, \\p{C}), the White_Space property (\\s), whether it is a
-nonspacing mark (BERT accent stripping), a simple lower-case mapping and its canonical
-decomposition with nonspacing marks removed. All of that comes from the Unicode database that
-ships with this Python; the output names the Unicode version it was built from.
+\\p{N}, \\p{P}, \\p{S}, \\p{M}, \\p{Z}, \\p{C}), the White_Space property (\\s), its letter
+case (\\p{Lu}/\\p{Lt} against \\p{Ll}, for the case-aware regexes), whether it is a decimal
+digit (\\d) or a nonspacing mark (BERT accent stripping), a simple lower-case mapping and its
+canonical decomposition with nonspacing marks removed. All of that comes from the Unicode
+database that ships with this Python; the output names the Unicode version it was built from.
 
 Usage: python scripts/gen_unicode_tables.py [-o cpp/tokenizer/unicode_tables.cpp]
 """
@@ -31,6 +32,9 @@ CONTROL = 1 << 6  # Cc, Cf, Cs, Co and unassigned (Cn)
 WHITESPACE = 1 << 7
 NONSPACING_MARK = 1 << 8
 UNASSIGNED = 1 << 9
+UPPER = 1 << 10  # Lu, Lt: the cased letters that are not lower case
+LOWER = 1 << 11  # Ll
+DECIMAL = 1 << 12  # Nd: what \\d matches
 
 GROUP_FLAG = {
     "L": LETTER,
@@ -54,6 +58,12 @@ def flags_of(cp: int) -> int:
         flags |= UNASSIGNED
     if cat == "Mn":
         flags |= NONSPACING_MARK
+    if cat in ("Lu", "Lt"):
+        flags |= UPPER
+    if cat == "Ll":
+        flags |= LOWER
+    if cat == "Nd":
+        flags |= DECIMAL
     if cp in ASCII_WHITESPACE or cat in ("Zs", "Zl", "Zp"):
         flags |= WHITESPACE
     return flags

@@ -103,3 +103,16 @@ def small_model(**overrides) -> Built:
     ]
     tensors = [Tensor("a.weight", [16, 4], 0, a.tobytes()), Tensor("b.weight", [32], 0, b.tobytes())]
     return build(overrides.pop("kv", kv), overrides.pop("tensors", tensors), **overrides)
+
+
+def replace_string(data: bytes, key: str, value: str) -> bytes:
+    """`data` (a GGUF with no tensors, such as a vocabulary-only file) with the string under
+    `key` set to `value`. Without tensors nothing after the metadata moves, so splicing is safe."""
+    magic, _version, n_tensors = struct.unpack_from("<4sIQ", data, 0)
+    assert magic == b"GGUF" and n_tensors == 0, "only tensor-free GGUFs can be spliced"
+    needle = _string(key) + struct.pack("<I", STRING)
+    at = data.find(needle)
+    assert at >= 0 and data.find(needle, at + 1) < 0, f"{key} must appear exactly once as a string"
+    start = at + len(needle)
+    (n,) = struct.unpack_from("<Q", data, start)
+    return data[:start] + _string(value) + data[start + 8 + n :]

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "core/error.h"
+
 namespace ember {
 
 namespace {
@@ -14,40 +16,95 @@ namespace p = patterns;
 struct NamedSpec {
   std::initializer_list<std::string_view> names;
   std::initializer_list<MatchFn> passes;
-  bool ignore_merges;
-  bool adds_bos;
+  bool ignore_merges = false;
+  bool adds_bos = false;
+  bool adds_sep = false;
 };
 
-// Names sharing a row use the same regexes. The comments give llama.cpp's group names.
+// Every tokenizer.ggml.pre value llama.cpp's llama-vocab.cpp knows for byte-level BPE, with its
+// regexes and defaults. Names sharing a row use the same regexes; the comments give llama.cpp's
+// group names (a group whose regexes equal another's shares that row).
 const NamedSpec k_specs[] = {
     // LLAMA3: Llama 3 and its descendants keep whole-word tokens and open with BOS.
-    {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral"}, {p::llama3}, true, true},
-    // DBRX, SMAUG: the Llama 3 regex alone.
-    {{"dbrx", "smaug-bpe"}, {p::llama3}, false, false},
-    // QWEN2, STABLELM2: the Llama 3 regex with single digits.
-    {{"qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez"}, {p::qwen2}, false, false},
-    // GPT2 and friends: the GPT-2 regex.
-    {{"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
-      "mpt", "olmo", "jais", "trillion"},
-     {p::gpt2},
-     false,
-     false},
+    {.names = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+               "jina-v5-nano"},
+     .passes = {p::llama3},
+     .ignore_merges = true,
+     .adds_bos = true},
+    // DBRX, SMAUG, CHATGLM4 (chatglm-bpe): the Llama 3 regex alone.
+    {.names = {"dbrx", "smaug-bpe", "chatglm-bpe"}, .passes = {p::llama3}},
+    // CHATGLM4 (glm4, glm5): the Llama 3 regex, whole-word tokens kept.
+    {.names = {"glm4", "glm5"}, .passes = {p::llama3}, .ignore_merges = true},
+    // JAIS2: the Llama 3 regex with whitespace runs cut at powers of two.
+    {.names = {"jais-2"}, .passes = {p::jais2}},
+    // MINICPM5: numbers in threes, then the Llama 3 regex with \p{N}+.
+    {.names = {"minicpm5"}, .passes = {p::numbers_up_to_3, p::minicpm5}, .ignore_merges = true},
+    // QWEN2, STABLELM2, HUNYUAN, SOLAR_OPEN, GROK_2, BAILINGMOE: the Llama 3 regex with single
+    // digits (BailingMoE's possessive quantifiers and \s*[\r\n] end every match at the same place).
+    {.names = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "stablelm2", "hunyuan", "megrez",
+               "solar-open", "grok-2", "bailingmoe", "bailingmoe2", "llada-moe"},
+     .passes = {p::qwen2}},
+    // QWEN35
+    {.names = {"qwen35"}, .passes = {p::qwen35}},
+    // UFAKZEKA
+    {.names = {"ufakzeka"}, .passes = {p::ufakzeka}},
+    // SEED_CODER
+    {.names = {"seed-coder"}, .passes = {p::seed_coder}},
+    // LAGUNA: lines first, then the Qwen2 regex.
+    {.names = {"laguna"}, .passes = {p::newline_runs, p::qwen2}},
+    // EXAONE_MOE
+    {.names = {"exaone-moe"}, .passes = {p::exaone_moe}},
+    // GPT2, MPT, OLMO, JAIS, TRILLION, GRANITE_DOCLING: the GPT-2 regex.
+    {.names = {"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+               "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion", "exaone4",
+               "granite-docling"},
+     .passes = {p::gpt2}},
+    // GPT2 for the BERT-like encoders: [SEP] closes the text.
+    {.names = {"jina-v1-en", "jina-v2-code", "roberta-bpe"}, .passes = {p::gpt2}, .adds_sep = true},
     // STARCODER and friends: digits one by one, then the GPT-2 regex.
-    {{"starcoder", "refact", "jina-v2-code", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-     {p::one_number, p::gpt2},
-     false,
-     false},
+    {.names = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"},
+     .passes = {p::one_number, p::gpt2}},
+    // DEEPSEEK_LLM
+    {.names = {"deepseek-llm"},
+     .passes = {p::newline, p::deepseek_llm_letters, p::deepseek_llm_punctuation, p::trailing_whitespace,
+                p::cjk_run, p::numbers}},
     // DEEPSEEK_CODER
-    {{"deepseek-coder"},
-     {p::newline, p::space_letters, p::space_punctuation, p::cjk_run, p::one_number},
-     false,
-     false},
+    {.names = {"deepseek-coder"},
+     .passes = {p::newline, p::space_letters, p::space_punctuation, p::cjk_run, p::one_number}},
+    // DEEPSEEK3_LLM, HUNYUAN_DENSE, JOYAI_LLM, HY_V4
+    {.names = {"deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"},
+     .passes = {p::numbers_up_to_3, p::cjk_kana_run, p::deepseek3}},
+    // SPARK2_5
+    {.names = {"spark2_5"}, .passes = {p::numbers_up_to_3, p::cjk_kana_run, p::spark2_5, p::one_number}},
+    // AFMOE
+    {.names = {"afmoe"}, .passes = {p::digit_groups, p::afmoe_scripts, p::deepseek3}},
+    // YOUTU
+    {.names = {"youtu"}, .passes = {p::youtu_scripts, p::youtu}, .ignore_merges = true},
+    // GPT4O, MINIMAX_M2: o200k.
+    {.names = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, .passes = {p::gpt4o}},
+    // GRANITE_EMB_MULTI: o200k (llama.cpp adds back the \p{M} its GPT4O copy lacks).
+    {.names = {"granite-embed-multi-97m"}, .passes = {p::gpt4o}, .ignore_merges = true},
+    // TINY_AYA: numbers in threes from the right, then o200k.
+    {.names = {"tiny_aya", "cohere2moe"}, .passes = {p::decimal_groups_to_boundary, p::gpt4o}},
+    // TEKKEN
+    {.names = {"tekken"}, .passes = {p::tekken}, .ignore_merges = true, .adds_bos = true},
+    // KIMI_K2
+    {.names = {"kimi-k2"}, .passes = {p::kimi_k2}},
+    // SUPERBPE: numbers, then cut before every three digits that end a run.
+    {.names = {"superbpe"}, .passes = {p::numbers, p::split_before_decimal_triples}},
+    // CHAMELEON: its image and sentinel tokens, whitespace, digits and punctuation, then GPT-2.
+    {.names = {"chameleon"},
+     .passes = {p::chameleon_sentinel, p::chameleon_image, p::chameleon_whitespace, p::one_number,
+                p::one_punctuation_or_ascii_symbol, p::gpt2},
+     .adds_bos = true},
     // FALCON
-    {{"falcon"}, {p::punctuation_run_falcon, p::gpt2, p::three_ascii_digits}, false, false},
+    {.names = {"falcon"}, .passes = {p::punctuation_run_falcon, p::gpt2, p::three_ascii_digits}},
     // BLOOM, PORO, GPT3-FINNISH
-    {{"bloom", "poro-chat", "gpt3-finnish"}, {p::bloom}, false, false},
+    {.names = {"bloom", "poro-chat", "gpt3-finnish"}, .passes = {p::bloom}},
+    // VIKING: BLOOM's, then digits one by one.
+    {.names = {"viking"}, .passes = {p::bloom, p::one_number}},
     // DEFAULT: what llama.cpp uses when a BPE file names no pre-tokenizer.
-    {{"default"}, {p::punctuation_run, p::gpt2, p::numbers, p::three_ascii_digits}, false, false},
+    {.names = {"default"}, .passes = {p::punctuation_run, p::gpt2, p::numbers, p::three_ascii_digits}},
 };
 
 }  // namespace
@@ -55,21 +112,40 @@ const NamedSpec k_specs[] = {
 std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view name) {
   for (const NamedSpec& s : k_specs) {
     if (std::find(s.names.begin(), s.names.end(), name) != s.names.end()) {
-      return PreTokenizerSpec{std::vector<MatchFn>(s.passes), s.ignore_merges, s.adds_bos};
+      return PreTokenizerSpec{std::vector<MatchFn>(s.passes), s.ignore_merges, s.adds_bos, s.adds_sep};
     }
   }
   return std::nullopt;
 }
 
+std::vector<std::string_view> pre_tokenizer_names() {
+  std::vector<std::string_view> out;
+  for (const NamedSpec& s : k_specs) out.insert(out.end(), s.names.begin(), s.names.end());
+  return out;
+}
+
 std::string known_pre_tokenizers() {
   std::string out;
-  for (const NamedSpec& s : k_specs) {
-    for (std::string_view name : s.names) {
-      if (!out.empty()) out += ", ";
-      out += name;
-    }
+  for (std::string_view name : pre_tokenizer_names()) {
+    if (!out.empty()) out += ", ";
+    out += name;
   }
   return out;
+}
+
+std::vector<std::string> pre_tokenize(std::string_view name, std::string_view text) {
+  std::optional<PreTokenizerSpec> spec = find_pre_tokenizer(name);
+  if (!spec) {
+    throw Unsupported(
+        cat("[tokenizer] pre-tokenizer '", name, "' is not supported; known: ", known_pre_tokenizers()));
+  }
+  PreTokenizer::Scratch scratch;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  PreTokenizer(std::move(spec->passes)).split(text, ranges, scratch);
+  std::vector<std::string> words;
+  words.reserve(ranges.size());
+  for (const auto& [begin, end] : ranges) words.emplace_back(text.substr(begin, end - begin));
+  return words;
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::pair<size_t, size_t>>& words,

@@ -18,13 +18,20 @@ struct PreTokenizerSpec {
   std::vector<MatchFn> passes;  // regexes, applied in order
   bool ignore_merges = false;   // a word that is itself a token is not merged (Llama 3)
   bool adds_bos = false;        // BOS is added by default when the file does not say
+  bool adds_sep = false;        // ... and so is SEP after the text (BERT-like encoders)
 };
 
 // The spec for a tokenizer.ggml.pre value; nullopt when unknown.
 std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view name);
 
-// The tokenizer.ggml.pre values find_pre_tokenizer knows, comma-separated (for messages).
+// The tokenizer.ggml.pre values find_pre_tokenizer knows, in table order.
+std::vector<std::string_view> pre_tokenizer_names();
+// The same, comma-separated (for messages).
 std::string known_pre_tokenizers();
+
+// The words the pre-tokenizer `name` splits `text` into (what BPE then encodes one by one).
+// Throws Unsupported, naming the known ones, when `name` is unknown.
+std::vector<std::string> pre_tokenize(std::string_view name, std::string_view text);
 
 class PreTokenizer {
  public:

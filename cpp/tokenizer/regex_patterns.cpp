@@ -1,12 +1,15 @@
-// tokenizer/regex_patterns.cpp: hand-written equivalents of the pre-tokenizer regexes.
+// tokenizer/regex_patterns.cpp: hand-written equivalents of the GPT-2 and Llama 3 family of
+// pre-tokenizer regexes and of the short single-purpose ones (digits, punctuation, newlines).
 // Each follows the regex's ordered alternation (the first alternative that matches wins, as in
 // PCRE, ECMAScript and the `regex` crate), with greedy quantifiers backtracking only where the
 // regex would: "\s+(?!\S)" gives back the last whitespace before a non-space, and
 // "\s*[\r\n]+" ends at the last line break of a whitespace run.
 #include "tokenizer/regex_patterns.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "tokenizer/regex_match.h"
 #include "tokenizer/utf8.h"
 
 namespace ember {
@@ -30,51 +33,14 @@ void CodepointText::assign(std::string_view text) {
 
 namespace patterns {
 
+namespace match {
+
 namespace {
-
-// Character classes of the regexes, as predicates on (code point, flags).
-bool is_letter(uint32_t, unicode::CodepointFlags f) { return f.is_letter(); }
-bool is_number(uint32_t, unicode::CodepointFlags f) { return f.is_number(); }
-bool is_punct(uint32_t, unicode::CodepointFlags f) { return f.is_punctuation(); }
-bool is_space(uint32_t, unicode::CodepointFlags f) { return f.is_whitespace(); }
-// [^\s\p{L}\p{N}]
-bool is_other(uint32_t, unicode::CodepointFlags f) {
-  return !(f.is_whitespace() || f.is_letter() || f.is_number());
-}
-bool is_line_break(uint32_t c, unicode::CodepointFlags) { return c == '\r' || c == '\n'; }
-
-using ClassFn = bool (*)(uint32_t, unicode::CodepointFlags);
-
-bool in_class(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
-  return pos < end && cls(t.cps[pos], t.flags[pos]);
-}
-
-// Length of the run of `cls` starting at pos, at most `limit` (a bounded quantifier must not
-// scan the whole run each time, or a long digit string costs O(n^2)).
-size_t run(const CodepointText& t, size_t pos, size_t end, ClassFn cls, size_t limit = SIZE_MAX) {
-  size_t n = 0;
-  while (n < limit && pos + n < end && cls(t.cps[pos + n], t.flags[pos + n])) ++n;
-  return n;
-}
-
-// " ?X+": an optional leading space (U+0020 only) and one or more of X.
-size_t optional_space_then_run(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
-  if (t.cps[pos] == ' ' && in_class(t, pos + 1, end, cls)) return 1 + run(t, pos + 1, end, cls);
-  return run(t, pos, end, cls);
-}
-
-// "\s?X+": the optional leading character is any whitespace.
-size_t optional_whitespace_then_run(const CodepointText& t, size_t pos, size_t end, ClassFn cls) {
-  if (t.flags[pos].is_whitespace() && in_class(t, pos + 1, end, cls)) return 1 + run(t, pos + 1, end, cls);
-  return run(t, pos, end, cls);
-}
-
 uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+}  // namespace
 
-// 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive (ASCII letters only: no other code
-// point folds to one of these).
 size_t contraction(const CodepointText& t, size_t pos, size_t end, bool ignore_case) {
-  if (t.cps[pos] != '\'' || pos + 1 >= end) return 0;
+  if (pos >= end || t.cps[pos] != '\'' || pos + 1 >= end) return 0;
   auto at = [&](size_t k) { return ignore_case ? ascii_lower(t.cps[pos + k]) : t.cps[pos + k]; };
   const uint32_t c1 = at(1);
   if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
@@ -84,38 +50,141 @@ size_t contraction(const CodepointText& t, size_t pos, size_t end, bool ignore_c
   return 0;
 }
 
-// \s+(?!\S)|\s+ over a whitespace run of n code points starting at pos: a run followed by
-// a non-space gives that last whitespace to the next match, unless it is the only one.
 size_t whitespace_run(const CodepointText& t, size_t pos, size_t end) {
   const size_t n = run(t, pos, end, is_space);
   if (n > 1 && pos + n < end) return n - 1;
   return n;
 }
 
-// The Llama 3 family, with at most max_digits numbers per match.
-size_t llama3_like(const CodepointText& t, size_t pos, size_t end, size_t max_digits) {
-  if (size_t n = contraction(t, pos, end, /*ignore_case=*/true)) return n;
-  const uint32_t c = t.cps[pos];
-  const unicode::CodepointFlags f = t.flags[pos];
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (f.is_letter()) return run(t, pos, end, is_letter);
-  if (c != '\r' && c != '\n' && !f.is_number() && in_class(t, pos + 1, end, is_letter)) {
-    return 1 + run(t, pos + 1, end, is_letter);
-  }
-  // \p{N}{1,max_digits}
-  if (f.is_number()) return run(t, pos, end, is_number, max_digits);
-  // ?[^\s\p{L}\p{N}]+[\r\n]*
-  if (is_other(c, f) || (c == ' ' && in_class(t, pos + 1, end, is_other))) {
-    const size_t n = optional_space_then_run(t, pos, end, is_other);
-    return n + run(t, pos + n, end, is_line_break);
-  }
-  // \s*[\r\n]+: up to the last line break of the whitespace run
+size_t line_breaks_or_whitespace(const CodepointText& t, size_t pos, size_t end) {
   const size_t n_space = run(t, pos, end, is_space);
   for (size_t k = n_space; k > 0; --k) {
     if (is_line_break(t.cps[pos + k - 1], t.flags[pos + k - 1])) return k;
   }
   return whitespace_run(t, pos, end);
 }
+
+size_t symbols_then_tail(const CodepointText& t, size_t pos, size_t end, ClassFn cls, Tail tail) {
+  if (!in_class(t, pos, end, cls) && !(t.cps[pos] == ' ' && in_class(t, pos + 1, end, cls))) return 0;
+  const size_t n = optional_space_then_run(t, pos, end, cls);
+  switch (tail) {
+    case Tail::none: return n;
+    case Tail::line_breaks: return n + run(t, pos + n, end, is_line_break);
+    case Tail::line_breaks_or_slashes:
+      return n + run(t, pos + n, end,
+                     [](uint32_t c, unicode::CodepointFlags) { return c == '\r' || c == '\n' || c == '/'; });
+    case Tail::one_line_break_or_slash: {
+      const bool one = pos + n < end &&
+                       (t.cps[pos + n] == '\r' || t.cps[pos + n] == '\n' || t.cps[pos + n] == '/');
+      return n + (one ? 1 : 0);
+    }
+  }
+  return n;
+}
+
+}  // namespace match
+
+namespace {
+
+using namespace match;
+
+// The variations of the Llama 3 regex:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?WORD|\p{N}{1,max_digits}| ?OTHER+TAIL|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+struct Llama3Options {
+  bool contractions = true;
+  // WORD: \p{L}+, or [\p{L}\p{M}]+ with OTHER = [^\s\p{L}\p{M}\p{N}] (Qwen3.5), or
+  // (?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+, letters and marks with single spaces inside (EXAONE MoE).
+  enum class Word { letters, letters_and_marks, spaced_letters } word = Word::letters;
+  size_t max_digits = 3;
+  Tail tail = Tail::line_breaks;
+  // JAIS 2 spells \s+(?!\S) as \s{512}(?!\S)|\s{256}(?!\S)|...|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}.
+  bool power_of_two_whitespace = false;
+};
+
+// \s{k}(?!\S) for k = 512, 256, ..., 4, then \s{1,2}(?!\S), then \s{1}, over a whitespace run
+// of n code points starting at pos (no line breaks in it: those were matched before).
+size_t power_of_two_whitespace(const CodepointText& t, size_t pos, size_t end) {
+  const size_t n = run(t, pos, end, is_space);
+  const bool run_ends_text = pos + n == end;
+  // \s{k}(?!\S) matches when more whitespace follows the k, or the run ends the text.
+  auto fits = [&](size_t k) { return n > k || (n == k && run_ends_text); };
+  for (size_t k = 512; k >= 4; k /= 2) {
+    if (fits(k)) return k;
+  }
+  if (fits(2)) return 2;
+  return 1;  // \s{1,2}(?!\S) with one, or \s{1}
+}
+
+// (?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+ from pos, which holds a letter.
+size_t spaced_letters(const CodepointText& t, size_t pos, size_t end) {
+  auto is_mark = [](uint32_t, unicode::CodepointFlags f) { return f.is_mark(); };
+  size_t k = pos;
+  while (true) {
+    if (in_class(t, k, end, is_letter)) {
+      k += 1 + run(t, k + 1, end, is_mark);
+    } else if (k < end && t.cps[k] == ' ' && in_class(t, k + 1, end, is_letter) && k > pos) {
+      k += 2 + run(t, k + 2, end, is_mark);
+    } else {
+      return k - pos;
+    }
+  }
+}
+
+size_t llama3_family(const CodepointText& t, size_t pos, size_t end, const Llama3Options& o) {
+  if (o.contractions) {
+    if (size_t n = contraction(t, pos, end, /*ignore_case=*/true)) return n;
+  }
+  const uint32_t c = t.cps[pos];
+  const unicode::CodepointFlags f = t.flags[pos];
+  // [^\r\n\p{L}\p{N}]?WORD: the optional character is tried first, then the word alone.
+  const bool may_lead = c != '\r' && c != '\n' && !f.is_letter() && !f.is_number();
+  switch (o.word) {
+    case Llama3Options::Word::letters:
+      if (f.is_letter()) return run(t, pos, end, is_letter);
+      if (may_lead && in_class(t, pos + 1, end, is_letter)) return 1 + run(t, pos + 1, end, is_letter);
+      break;
+    case Llama3Options::Word::letters_and_marks:
+      if (may_lead && in_class(t, pos + 1, end, is_letter_or_mark)) {
+        return 1 + run(t, pos + 1, end, is_letter_or_mark);
+      }
+      if (f.is_letter() || f.is_mark()) return run(t, pos, end, is_letter_or_mark);
+      break;
+    case Llama3Options::Word::spaced_letters:
+      if (may_lead && in_class(t, pos + 1, end, is_letter)) return 1 + spaced_letters(t, pos + 1, end);
+      if (f.is_letter()) return spaced_letters(t, pos, end);
+      break;
+  }
+  // \p{N}{1,max_digits}
+  if (f.is_number()) return run(t, pos, end, is_number, o.max_digits);
+  // ?OTHER+TAIL
+  const ClassFn other =
+      o.word == Llama3Options::Word::letters_and_marks
+          ? [](uint32_t,
+               unicode::CodepointFlags
+                   g) { return !(g.is_whitespace() || g.is_letter() || g.is_mark() || g.is_number()); }
+          : is_other;
+  if (size_t n = symbols_then_tail(t, pos, end, other, o.tail)) return n;
+  // \s*[\r\n]+, then the whitespace alternatives
+  if (o.power_of_two_whitespace) {
+    const size_t n_space = run(t, pos, end, is_space);
+    for (size_t k = n_space; k > 0; --k) {
+      if (is_line_break(t.cps[pos + k - 1], t.flags[pos + k - 1])) return k;
+    }
+    return n_space > 0 ? power_of_two_whitespace(t, pos, end) : 0;
+  }
+  return line_breaks_or_whitespace(t, pos, end);
+}
+
+constexpr Llama3Options k_llama3{};
+constexpr Llama3Options k_qwen2{.max_digits = 1};
+constexpr Llama3Options k_qwen35{.word = Llama3Options::Word::letters_and_marks, .max_digits = 1};
+constexpr Llama3Options k_ufakzeka{.contractions = false, .max_digits = 1};
+constexpr Llama3Options k_seed_coder{.max_digits = 1, .tail = Tail::none};
+constexpr Llama3Options k_minicpm5{.max_digits = SIZE_MAX};
+constexpr Llama3Options k_jais2{.power_of_two_whitespace = true};
+constexpr Llama3Options k_exaone_moe{
+    .word = Llama3Options::Word::spaced_letters, .max_digits = 1, .tail = Tail::one_line_break_or_slash};
 
 }  // namespace
 
@@ -129,12 +198,32 @@ size_t gpt2(const CodepointText& t, size_t pos, size_t end) {
   return whitespace_run(t, pos, end);
 }
 
-size_t llama3(const CodepointText& t, size_t pos, size_t end) { return llama3_like(t, pos, end, 3); }
-
-size_t qwen2(const CodepointText& t, size_t pos, size_t end) { return llama3_like(t, pos, end, 1); }
+size_t llama3(const CodepointText& t, size_t pos, size_t end) { return llama3_family(t, pos, end, k_llama3); }
+size_t qwen2(const CodepointText& t, size_t pos, size_t end) { return llama3_family(t, pos, end, k_qwen2); }
+size_t qwen35(const CodepointText& t, size_t pos, size_t end) { return llama3_family(t, pos, end, k_qwen35); }
+size_t ufakzeka(const CodepointText& t, size_t pos, size_t end) {
+  return llama3_family(t, pos, end, k_ufakzeka);
+}
+size_t seed_coder(const CodepointText& t, size_t pos, size_t end) {
+  return llama3_family(t, pos, end, k_seed_coder);
+}
+size_t minicpm5(const CodepointText& t, size_t pos, size_t end) {
+  return llama3_family(t, pos, end, k_minicpm5);
+}
+size_t jais2(const CodepointText& t, size_t pos, size_t end) { return llama3_family(t, pos, end, k_jais2); }
+size_t exaone_moe(const CodepointText& t, size_t pos, size_t end) {
+  return llama3_family(t, pos, end, k_exaone_moe);
+}
 
 size_t newline(const CodepointText& t, size_t pos, size_t end) {
   return is_line_break(t.cps[pos], t.flags[pos]) ? 1 : 0;
+}
+
+size_t newline_runs(const CodepointText& t, size_t pos, size_t end) {
+  const bool newline = t.cps[pos] == '\n';
+  size_t n = 1;
+  while (pos + n < end && (t.cps[pos + n] == '\n') == newline) ++n;
+  return n;
 }
 
 size_t space_letters(const CodepointText& t, size_t pos, size_t end) {
@@ -143,6 +232,15 @@ size_t space_letters(const CodepointText& t, size_t pos, size_t end) {
 
 size_t space_punctuation(const CodepointText& t, size_t pos, size_t end) {
   return optional_whitespace_then_run(t, pos, end, is_punct);
+}
+
+size_t trailing_whitespace(const CodepointText& t, size_t pos, size_t end) {
+  // A run that does not reach the end fails at every one of its positions; when the code point
+  // before pos is whitespace, the search already failed there (or pos starts a segment whose
+  // whole-segment match would change nothing), so answer at once instead of rescanning: O(n).
+  if (!t.flags[pos].is_whitespace() || (pos > 0 && t.flags[pos - 1].is_whitespace())) return 0;
+  const size_t n = run(t, pos, end, is_space);
+  return pos + n == end ? n : 0;
 }
 
 size_t cjk_run(const CodepointText& t, size_t pos, size_t end) {
@@ -156,6 +254,41 @@ size_t cjk_run(const CodepointText& t, size_t pos, size_t end) {
 size_t one_number(const CodepointText& t, size_t pos, size_t end) { return t.flags[pos].is_number() ? 1 : 0; }
 
 size_t numbers(const CodepointText& t, size_t pos, size_t end) { return run(t, pos, end, is_number); }
+
+size_t numbers_up_to_3(const CodepointText& t, size_t pos, size_t end) {
+  return run(t, pos, end, is_number, 3);
+}
+
+size_t digit_groups(const CodepointText& t, size_t pos, size_t end) {
+  const size_t n = run(t, pos, end, is_number);
+  return n % 3 == 0 ? std::min<size_t>(n, 3) : n % 3;
+}
+
+size_t decimal_groups_to_boundary(const CodepointText& t, size_t pos, size_t end) {
+  const size_t n = run(t, pos, end, is_decimal);
+  if (n == 0) return 0;
+  // \b after the run: the text ends or a character outside \w ([\p{L}\p{M}\p{N}_]) follows;
+  // inside the run there is no boundary, so without one nothing in the run matches.
+  if (pos + n < end) {
+    const unicode::CodepointFlags f = t.flags[pos + n];
+    if (f.is_letter() || f.is_mark() || f.is_number() || t.cps[pos + n] == '_') return 0;
+  }
+  return n % 3 == 0 ? 3 : n % 3;
+}
+
+size_t split_before_decimal_triples(const CodepointText& t, size_t pos, size_t end) {
+  // (?=(\d{3})+(?!\d)) matches where a run of decimal digits of a multiple of three starts:
+  // the text splits there and only there. Seen as a matcher, a piece runs from one such place
+  // to the next. Each digit run is scanned at most three times, so this stays linear.
+  auto splits_here = [&](size_t p) {
+    const size_t n = run(t, p, end, is_decimal);
+    return n > 0 && n % 3 == 0;
+  };
+  if (!splits_here(pos)) return 0;
+  size_t next = pos + 1;
+  while (next < end && !splits_here(next)) ++next;
+  return next - pos;
+}
 
 size_t three_ascii_digits(const CodepointText& t, size_t pos, size_t end) {
   if (pos + 3 > end) return 0;
@@ -200,6 +333,46 @@ size_t bloom(const CodepointText& t, size_t pos, size_t end) {
     }
   };
   return optional_space_then_run(t, pos, end, allowed);
+}
+
+size_t chameleon_sentinel(const CodepointText& t, size_t pos, size_t end) {
+  constexpr std::string_view prefix = "<sentinel:";
+  if (pos + prefix.size() > end) return 0;
+  for (size_t k = 0; k < prefix.size(); ++k) {
+    if (t.cps[pos + k] != static_cast<uint8_t>(prefix[k])) return 0;
+  }
+  const size_t digits = run(t, pos + prefix.size(), end,
+                            [](uint32_t c, unicode::CodepointFlags) { return c >= '0' && c <= '9'; });
+  const size_t close = pos + prefix.size() + digits;
+  return digits > 0 && close < end && t.cps[close] == '>' ? close + 1 - pos : 0;
+}
+
+size_t chameleon_image(const CodepointText& t, size_t pos, size_t end) {
+  constexpr std::string_view prefix = "IMGIMG";
+  if (pos + prefix.size() > end) return 0;
+  for (size_t k = 0; k < prefix.size(); ++k) {
+    if (t.cps[pos + k] != static_cast<uint8_t>(prefix[k])) return 0;
+  }
+  // (A|...|I){1,4} can give letters back, but a given-back letter is never the Z.
+  const size_t letters = run(
+      t, pos + prefix.size(), end, [](uint32_t c, unicode::CodepointFlags) { return c >= 'A' && c <= 'I'; },
+      4);
+  const size_t z = pos + prefix.size() + letters;
+  return letters > 0 && z < end && t.cps[z] == 'Z' ? z + 1 - pos : 0;
+}
+
+size_t chameleon_whitespace(const CodepointText& t, size_t pos, size_t end) {
+  if (t.cps[pos] == '\t' || t.cps[pos] == '\n') return 1;
+  const size_t spaces = run(
+      t, pos, end, [](uint32_t c, unicode::CodepointFlags) { return c == ' '; }, 4);
+  return spaces == 4 ? 4 : spaces >= 2 ? 2 : 0;
+}
+
+size_t one_punctuation_or_ascii_symbol(const CodepointText& t, size_t pos, size_t end) {
+  const uint32_t c = t.cps[pos];
+  const bool ascii = (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') ||
+                     (c >= '{' && c <= '~');
+  return ascii || t.flags[pos].is_punctuation() ? 1 : 0;
 }
 
 }  // namespace patterns

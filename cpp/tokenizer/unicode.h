@@ -1,6 +1,6 @@
 // tokenizer/unicode.h: per-code-point properties the pre-tokenizers and WordPiece need —
-// general category groups (the regex classes \p{L}, \p{N}, ...), White_Space (\s), simple
-// lower-casing and accent stripping. Backed by generated tables (unicode_tables.cpp).
+// general category groups (the regex classes \p{L}, \p{N}, ...), White_Space (\s), letter case,
+// simple lower-casing and accent stripping. Backed by generated tables (unicode_tables.cpp).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,9 @@ enum : uint16_t {
   k_whitespace = 1 << 7,       // the White_Space property, what \s matches
   k_nonspacing_mark = 1 << 8,  // Mn
   k_unassigned = 1 << 9,       // Cn
+  k_upper = 1 << 10,           // Lu, Lt (cased letters that are not lower case)
+  k_lower = 1 << 11,           // Ll
+  k_decimal = 1 << 12,         // Nd: \d
 };
 
 struct CodepointFlags {
@@ -34,6 +37,9 @@ struct CodepointFlags {
   bool is_control() const { return bits & k_control; }
   bool is_whitespace() const { return bits & k_whitespace; }
   bool is_nonspacing_mark() const { return bits & k_nonspacing_mark; }
+  bool is_upper() const { return bits & k_upper; }
+  bool is_lower() const { return bits & k_lower; }
+  bool is_decimal() const { return bits & k_decimal; }
 };
 
 // Flags of cp; code points past U+10FFFF get those of an unassigned one.

@@ -65,14 +65,15 @@ std::unique_ptr<const Vocab> Vocab::from_gguf(const GGUFFile& file) {
   v->read_special_ids(file);
 
   const bool spm = v->kind_ == VocabKind::spm, wpm = v->kind_ == VocabKind::wpm;
-  bool bos_default = spm || wpm;
+  bool bos_default = spm || wpm, sep_default = wpm;
   if (v->kind_ == VocabKind::bpe) {
     const auto spec = find_pre_tokenizer(v->pre_);
     bos_default = spec && spec->adds_bos;
+    sep_default = spec && spec->adds_sep;
   }
   v->add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", bos_default);
   v->add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token", false);
-  v->add_sep_ = file.get_bool("tokenizer.ggml.add_sep_token", wpm);
+  v->add_sep_ = file.get_bool("tokenizer.ggml.add_sep_token", sep_default);
   v->add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", spm);
 
   v->find_end_of_generation();

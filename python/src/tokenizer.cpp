@@ -6,6 +6,7 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -91,4 +92,20 @@ void init_tokenizer(nb::module_& m) {
           nb::arg("id"), "Adds one token; returns the text that became complete (maybe '').")
       .def("flush", &StreamDecoder::flush,
            "Returns held-back bytes (U+FFFD for incomplete ones) and resets.");
+
+  m.def(
+      "pre_tokenize",
+      [](const std::string& name, const std::string& text) {
+        nb::gil_scoped_release release;
+        return ember::pre_tokenize(name, text);
+      },
+      nb::arg("name"), nb::arg("text"),
+      "The words byte-level BPE encodes one by one when tokenizer.ggml.pre is `name`.");
+  m.def(
+      "pre_tokenizer_names",
+      [] {
+        const std::vector<std::string_view> names = ember::pre_tokenizer_names();
+        return std::vector<std::string>(names.begin(), names.end());
+      },
+      "Every tokenizer.ggml.pre value ember knows.");
 }
