@@ -50,8 +50,9 @@ double Speculator::RequestState::keep_chance(int64_t run) const {
   const bool by_run = source == DraftSource::prediction;
   const int bin = by_run ? run_bin(run, kRunBins) : 0;
   // Before any evidence: even odds; a prediction is the caller's own guess of the output, so
-  // there the longer the output has followed it, the likelier its next token (1/2 .. 6/7).
-  const double prior_kept = by_run ? 1.0 + bin : 1.0, prior_rejected = 1.0;
+  // there the longer the output has followed it, the likelier its next token (runs of 0 and 1
+  // token: 1/2, 2-3: 2/3, ... 16 and more: 5/6).
+  const double prior_kept = by_run ? std::max(1, bin) : 1.0, prior_rejected = 1.0;
   const double p = (kept[bin] + prior_kept) / (kept[bin] + rejected[bin] + prior_kept + prior_rejected);
   return std::clamp(p, 0.02, 0.98);
 }
@@ -207,14 +208,18 @@ void Speculator::observe(const StepPlan& plan, std::span<const SampledTokens> sa
     const auto it = states_.find(p.id);
     if (it == states_.end()) continue;
     RequestState& s = it->second;
-    constexpr double kForget = 0.9;  // per verification: the recent ones weigh most
-    for (int b = 0; b < kRunBins; ++b) {
-      s.kept[b] *= kForget;
-      s.rejected[b] *= kForget;
-    }
+    // Each bin a verification's drafts fall in forgets a little first (the recent verifications
+    // weigh most); bins it does not reach keep their evidence.
+    constexpr double kForget = 0.9;
     const bool by_run = s.source == DraftSource::prediction;
+    int last_bin = -1;
     for (int64_t j = 0; j <= std::min(got.n_accepted(), p.n_drafts() - 1); ++j) {
       const int bin = by_run ? run_bin(s.run_at_draft + j, kRunBins) : 0;
+      if (bin != last_bin) {
+        s.kept[bin] *= kForget;
+        s.rejected[bin] *= kForget;
+        last_bin = bin;
+      }
       (j < got.n_accepted() ? s.kept : s.rejected)[bin] += 1.0;
     }
     const int source = static_cast<int>(s.source);
