@@ -3,21 +3,33 @@ run: prompt lookup on a copy-heavy request (SmolLM2 Q4_1; llama.cpp's llama-look
 model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-speculative),
 Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
 its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
-with and without speculation (ember only). Baselines without speculation: ember's own engine,
+with and without speculation (ember only), on the engine and through HTTP (`ember serve
+--parallel 16` and 16 streaming clients). Baselines without speculation: ember's own engine,
 llama.cpp's llama-simple.
 
+The prediction rows alternate requests with and without the prediction on one engine (so a
+machine whose load changes moves both alike) and report the median of each, the target steps
+each took (deterministic but for the back-off's timing) and the drafts kept and rejected.
+
     python benchmarks/compare_speculation.py --threads 2 [--peer-bin DIR] [--n-gen 256]
+        [--only lookup,draft,prediction,load,http]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
+import socket
+import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 from ember.commands.bench import COPY_TASK, run_spec_bench
 from ember.engine import Engine
@@ -108,13 +120,84 @@ def load_test(model: Path, threads: int, n_gen: int, spec: str) -> dict:
             "step_per_row_s": stats.step_per_row_s}
 
 
+def prediction_bench(model: Path, threads: int, task: str, prediction: str, n_gen: int,
+                     repetitions: int) -> dict:
+    """One engine; requests without and with `prediction` alternate, `repetitions` of each."""
+    runs: dict[str, list[dict]] = {"none": [], "prediction": []}
+    with Engine(model, n_threads=threads, parallel=1, prefix_caching=False) as engine:
+        prompt = engine.chat_template.encode(engine.tokenizer, [{"role": "user", "content": task}])
+        engine.submit(prompt, SamplingParams(temperature=0, max_tokens=8)).result()  # warm-up
+        for _ in range(repetitions):
+            for mode in ("none", "prediction"):
+                steps = engine.stats().steps
+                r = engine.submit(prompt, SamplingParams(
+                    temperature=0, max_tokens=n_gen,
+                    prediction=prediction if mode == "prediction" else None)).result()
+                runs[mode].append({"tokens": len(r.tokens), "text": r.text,
+                                   "tokens_per_second": len(r.tokens) / (r.timings.generation_ms / 1e3),
+                                   "steps": engine.stats().steps - steps,
+                                   "accepted": r.usage.accepted_prediction_tokens or 0,
+                                   "rejected": r.usage.rejected_prediction_tokens or 0})
+    assert runs["none"][0]["text"] == runs["prediction"][0]["text"], "speculation changed the output"
+    out: dict = {"prompt_tokens": len(prompt), "output_tokens": runs["none"][0]["tokens"]}
+    for mode, rows in runs.items():
+        out[mode] = {"tokens_per_second": statistics.median(r["tokens_per_second"] for r in rows),
+                     "all_tokens_per_second": [round(r["tokens_per_second"], 2) for r in rows],
+                     "steps": statistics.median(r["steps"] for r in rows),
+                     "accepted": sum(r["accepted"] for r in rows) // len(rows),
+                     "rejected": sum(r["rejected"] for r in rows) // len(rows)}
+    out["speedup"] = out["prediction"]["tokens_per_second"] / out["none"]["tokens_per_second"]
+    out["answer"] = runs["none"][0]["text"]
+    return out
+
+
+def http_load(model: Path, threads: int, n_gen: int, spec: str) -> dict:
+    """`ember serve --parallel 16 --spec SPEC` and 16 streaming clients (serve_bench's), each
+    sending one copy-task request (different passages' order)."""
+    import serve_bench
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-c", "from ember.cli import main; main()", "serve", str(model),
+           "--parallel", "16", "--threads", str(threads), "--port", str(port), "--host",
+           "127.0.0.1", "--spec", spec]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        args = argparse.Namespace(url=url + "/v1", model="", api_key="", requests=16,
+                                  max_tokens=n_gen, temperature=0.0, ignore_eos_ids=[],
+                                  timeout=1800.0)
+        prompts = [f"({i}) " + COPY_TASK for i in range(16)]
+        level = asyncio.run(serve_bench.run_level(args, 16, prompts))
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    def total(name: str) -> int:
+        return sum(int(float(v)) for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", metrics, re.M))
+
+    return {"spec": spec, "requests": level.n_requests, "errors": level.n_errors,
+            "tokens_per_second": level.output_tokens_per_s,
+            "tpot_ms_p50": level.tpot_ms["p50"], "drafted": total("ember_spec_draft_tokens_total"),
+            "accepted": total("ember_spec_accepted_tokens_total")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-gen", type=int, default=256)
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument("--peer-bin", type=Path, default=PEER_BIN)
-    parser.add_argument("--only", default="lookup,draft,prediction,load")
+    parser.add_argument("--only", default="lookup,draft,prediction,load,http")
     args = parser.parse_args()
     only = set(args.only.split(","))
     smol = demo_model_path(quiet=True)
@@ -154,9 +237,16 @@ def main() -> None:
         print(json.dumps(report["draft"], indent=1), flush=True)
     if "prediction" in only:
         prompt = chat_text(smol, EDIT_TASK)
+        original = prediction_bench(smol, args.threads, EDIT_TASK, CODE, 450, args.repetitions)
+        # The same request when the prediction is right but for one line: the model's own answer
+        # with its restock line changed back to the original's.
+        answer = original.pop("answer")
+        edited = answer.replace("    return items[name][0]", "    return items[name][0] + 0", 1)
         report["prediction"] = {
-            "ember": run_spec_bench(smol, 450, args.threads, args.repetitions, "prediction",
-                                    None, 16, task=EDIT_TASK, prediction=CODE),
+            "ember, prediction = the original file": original,
+            "ember, prediction = the answer with one line changed": {
+                k: v for k, v in prediction_bench(smol, args.threads, EDIT_TASK, edited, 450,
+                                                  args.repetitions).items() if k != "answer"},
             "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(smol), "-n", "450",
                                      prompt]),
             "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
@@ -167,6 +257,9 @@ def main() -> None:
     if "load" in only:
         report["load"] = [load_test(smol, args.threads, 128, s) for s in ("none", "ngram")]
         print(json.dumps(report["load"], indent=1), flush=True)
+    if "http" in only:
+        report["http"] = [http_load(smol, args.threads, 96, s) for s in ("none", "ngram")]
+        print(json.dumps(report["http"], indent=1), flush=True)
 
 
 if __name__ == "__main__":

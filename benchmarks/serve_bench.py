@@ -118,13 +118,16 @@ async def one_request(http: httpx.AsyncClient, args: argparse.Namespace,
     return RequestResult(first - start, end - start, n_tokens, tpot)
 
 
-async def run_level(args: argparse.Namespace, concurrency: int) -> LevelReport:
+async def run_level(args: argparse.Namespace, concurrency: int,
+                    prompts: list[str] | None = None) -> LevelReport:
+    """prompts: what the clients send in turn (default: PROMPTS)."""
+    prompts = prompts or PROMPTS
     n_requests = args.requests or max(4, 2 * concurrency)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=args.url.rstrip("/"), headers=headers, limits=limits,
                                  timeout=httpx.Timeout(args.timeout)) as http:
-        warm = await one_request(http, args, PROMPTS[0])
+        warm = await one_request(http, args, prompts[0])
         if warm.error:
             raise SystemExit(f"warm-up request failed: {warm.error}")
         results: list[RequestResult] = []
@@ -132,7 +135,7 @@ async def run_level(args: argparse.Namespace, concurrency: int) -> LevelReport:
 
         async def client() -> None:
             for i in counter:
-                results.append(await one_request(http, args, PROMPTS[i % len(PROMPTS)]))
+                results.append(await one_request(http, args, prompts[i % len(prompts)]))
 
         start = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(concurrency)))

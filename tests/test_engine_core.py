@@ -49,6 +49,7 @@ PROGRAMS = {
         "ngram_drafts_copy_what_followed_the_latest_match",
         "prediction_cursor_follows_and_realigns_after_an_edit",
         "speculator_backs_off_when_steps_are_compute_bound",
+        "speculator_counts_the_draft_models_cost",
         "engine_drafts_from_predictions_and_outputs_stay_exact",
     ],
     "test_engine": [

@@ -41,6 +41,7 @@ void PredictionCursor::realign(std::span<const int32_t> output) {
     if (s < 0 && n >= 2) s = find_forward(prediction_, suffix, 0);
     if (s >= 0) {
       pos_ = s + n;
+      n_matched_ = n;
       return;
     }
   }
@@ -52,9 +53,11 @@ std::vector<int32_t> PredictionCursor::drafts(std::span<const int32_t> output, i
     if (pos_ < 0) continue;
     if (pos_ < size && prediction_[pos_] == output[n_seen_]) {
       ++pos_;
+      ++n_matched_;
     } else {
       lost_at_ = pos_;
       pos_ = -1;
+      n_matched_ = 0;
     }
   }
   if (pos_ < 0) realign(output);

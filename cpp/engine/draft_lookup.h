@@ -26,6 +26,11 @@ class PredictionCursor {
   // The next (at most n_draft) tokens of the prediction for an output that is now `output`
   // (the previous call's output plus what was appended since).
   std::vector<int32_t> drafts(std::span<const int32_t> output, int64_t n_draft);
+  // How many of the output's last tokens agree with the prediction where the cursor stands (as
+  // of the last drafts() call): the suffix a realignment matched, plus every token followed
+  // since; 0 while lost. A long run means the next drafts are likely right, a fresh short match
+  // (one common token) that they are often wrong.
+  int64_t n_matched() const { return n_matched_; }
 
  private:
   void realign(std::span<const int32_t> output);
@@ -34,6 +39,7 @@ class PredictionCursor {
   int64_t n_seen_ = 0;   // output tokens the cursor has followed
   int64_t pos_ = 0;      // prediction index of the token expected next; -1 while lost
   int64_t lost_at_ = 0;  // prediction index where the output last departed from it
+  int64_t n_matched_ = 0;
 };
 
 }  // namespace ember

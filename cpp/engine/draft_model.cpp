@@ -2,6 +2,7 @@
 #include "engine/draft_model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "model/forward.h"
@@ -64,18 +65,11 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     seq_rows_.push_back({row_begin, r.count, cache_.layer(0, kv_.block_table(queries[r.query].id).data())});
     if (r.wants_logits) output_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
   }
-  ForwardBatch fb;
-  fb.tokens = tokens_.data();
-  fb.positions = positions_.data();
-  fb.n_tokens = static_cast<int64_t>(tokens_.size());
-  fb.seqs = seq_rows_.data();
-  fb.n_seqs = static_cast<int64_t>(seq_rows_.size());
-  fb.kv_layer_stride = cache_.layer_bytes();
-  fb.output_rows = output_rows_.data();
-  fb.n_outputs = static_cast<int64_t>(output_rows_.size());
-  validate_batch(*model_, scratch_, fb);
-  logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
-  forward(*model_, scratch_, fb, logits_.data());
+  const auto begin = std::chrono::steady_clock::now();
+  forward_rows(*model_, scratch_, tokens_, positions_, seq_rows_, cache_.layer_bytes(), output_rows_,
+               logits_);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
+  cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
   for (const Rows& r : rows) {
     if (!r.wants_logits) continue;

@@ -34,6 +34,7 @@ class ModelDrafter : public DraftModel {
 
   void propose(std::span<Query> queries) override;
   void release(std::span<const RequestId> ids) override;
+  const StepCostModel& cost() const override { return cost_; }
 
   const Model& model() const { return *model_; }
 
@@ -58,6 +59,7 @@ class ModelDrafter : public DraftModel {
   PagedKVCache cache_;
   Scratch scratch_;
   std::unordered_map<RequestId, SequenceDraft> seqs_;
+  StepCostModel cost_;  // of run(): seconds by rows
   // Reused every call.
   std::vector<int32_t> tokens_, positions_, output_rows_;
   std::vector<SequenceRows> seq_rows_;

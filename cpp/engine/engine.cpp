@@ -83,6 +83,10 @@ void Engine::publish_stats() {
   s.speculation = speculator_.stats();
   s.step_fixed_s = speculator_.cost().fixed_s();
   s.step_per_row_s = speculator_.cost().per_row_s();
+  if (const DraftModel* d = speculator_.draft_model()) {
+    s.draft_fixed_s = d->cost().fixed_s();
+    s.draft_per_row_s = d->cost().per_row_s();
+  }
   std::lock_guard lock(mutex_);
   stats_ = s;
 }

@@ -56,6 +56,8 @@ struct EngineStats {
   SpeculationStats speculation;  // drafted / accepted tokens per source
   double step_fixed_s = 0.0;     // the speculator's fitted step cost: fixed + per_row * rows
   double step_per_row_s = 0.0;
+  double draft_fixed_s = 0.0;  // likewise for one pass of the draft model (0 without one)
+  double draft_per_row_s = 0.0;
 };
 
 class Engine {

@@ -137,18 +137,7 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   }
   if (n_pad > 0) add_rows(n_rows, n_pad, pad_table_.data());
 
-  ForwardBatch fb;
-  fb.tokens = tokens_.data();
-  fb.positions = positions_.data();
-  fb.n_tokens = static_cast<int64_t>(tokens_.size());
-  fb.seqs = rows_.data();
-  fb.n_seqs = static_cast<int64_t>(rows_.size());
-  fb.kv_layer_stride = cache_.layer_bytes();
-  fb.output_rows = output_rows_.data();
-  fb.n_outputs = static_cast<int64_t>(output_rows_.size());
-  validate_batch(*model_, scratch_, fb);
-  logits_.resize(static_cast<size_t>(fb.n_outputs * n_vocab));
-  forward(*model_, scratch_, fb, logits_.data());
+  forward_rows(*model_, scratch_, tokens_, positions_, rows_, cache_.layer_bytes(), output_rows_, logits_);
 
   std::vector<SampledTokens> sampled;
   for (const BatchSequence& s : batch.seqs) {

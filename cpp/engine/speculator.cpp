@@ -35,11 +35,26 @@ void StepCostModel::add(int64_t n_rows, double seconds) {
   fixed_s_ = std::max(0.0, mean_t - b * mean_n);
 }
 
-double Speculator::RequestState::acceptance() const {
-  // A prediction is the caller's own guess of the output: start out trusting it more.
-  const double prior_accepted = source == DraftSource::prediction ? 4.0 : 1.0, prior_rejected = 1.0;
-  const double alpha = (accepted + prior_accepted) / (accepted + rejected + prior_accepted + prior_rejected);
-  return std::clamp(alpha, 0.02, 0.98);
+namespace {
+
+// The bin of an agreement run of m tokens: 0, 1, 2-3, 4-7, 8-15, 16 and more.
+int run_bin(int64_t m, int n_bins) {
+  int bin = 0;
+  for (; m > 0 && bin < n_bins - 1; m >>= 1) ++bin;
+  return bin;
+}
+
+}  // namespace
+
+double Speculator::RequestState::keep_chance(int64_t run) const {
+  const bool by_run = source == DraftSource::prediction;
+  const int bin = by_run ? run_bin(run, kRunBins) : 0;
+  // Before any evidence: even odds; a prediction is the caller's own guess of the output, so
+  // there the longer the output has followed it, the likelier its next token (runs of 0 and 1
+  // token: 1/2, 2-3: 2/3, ... 16 and more: 5/6).
+  const double prior_kept = by_run ? std::max(1, bin) : 1.0, prior_rejected = 1.0;
+  const double p = (kept[bin] + prior_kept) / (kept[bin] + rejected[bin] + prior_kept + prior_rejected);
+  return std::clamp(p, 0.02, 0.98);
 }
 
 Speculator::Speculator(const SpeculationConfig& config, std::unique_ptr<DraftModel> draft_model)
@@ -77,40 +92,52 @@ Speculator::RequestState& Speculator::state_of(const Request& r) {
 
 // Depth per candidate, best drafts first while each raises expected tokens per second (see the
 // top of speculator.h).
-std::vector<int64_t> Speculator::depths(std::span<const double> acceptance,
-                                        std::span<const int64_t> max_depth, int64_t n_plain_rows,
+std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, int64_t n_plain_rows,
                                         int64_t n_samples, int64_t budget) const {
-  std::vector<int64_t> depth(max_depth.size(), 0);
+  std::vector<int64_t> depth(candidates.size(), 0);
   if (!config_.adaptive || !cost_.known()) {
     int64_t rows = n_plain_rows;
     for (size_t i = 0; i < depth.size(); ++i) {
-      depth[i] = std::clamp<int64_t>(budget - rows, 0, max_depth[i]);
+      depth[i] = std::clamp<int64_t>(budget - rows, 0, static_cast<int64_t>(candidates[i].value.size()));
       rows += depth[i];
     }
     return depth;
   }
   struct Offer {
-    double value;  // expected tokens the draft adds: acceptance^(j + 1)
-    size_t request;
+    double value;  // v_j
+    size_t candidate;
     int64_t j;
   };
   std::vector<Offer> offers;
-  for (size_t i = 0; i < max_depth.size(); ++i) {
-    double value = 1.0;
-    for (int64_t j = 0; j < max_depth[i]; ++j) offers.push_back({value *= acceptance[i], i, j});
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::vector<double>& v = candidates[i].value;
+    for (size_t j = 0; j < v.size(); ++j) offers.push_back({v[j], i, static_cast<int64_t>(j)});
   }
   // Within a request values fall with j, so taking offers in this order hands out prefixes.
   std::ranges::sort(offers, [](const Offer& x, const Offer& y) {
     return x.value != y.value ? x.value > y.value : x.j < y.j;
   });
   const double b = cost_.per_row_s();
+  const bool drafter_known = draft_model_ && draft_model_->cost().known();
+  const double draft_fixed_s = drafter_known ? draft_model_->cost().fixed_s() : 0.0;
+  const double draft_row_s = drafter_known ? draft_model_->cost().per_row_s() : 0.0;
   double time = cost_.fixed_s() + b * static_cast<double>(n_plain_rows);
   double tokens = static_cast<double>(std::max<int64_t>(1, n_samples));
-  int64_t rows = n_plain_rows;
+  int64_t rows = n_plain_rows, draft_passes = 0;
+  std::vector<bool> closed(candidates.size(), false);  // an offer of it was refused: so are the rest
   for (const Offer& o : offers) {
-    if (rows + 1 > budget || o.value * time <= b * tokens) break;
-    ++depth[o.request];
-    time += b;
+    if (rows + 1 > budget) break;
+    if (closed[o.candidate]) continue;
+    double cost = b;
+    const bool from_draft_model = candidates[o.candidate].state->source == DraftSource::draft_model;
+    if (from_draft_model) cost += draft_row_s + (o.j >= draft_passes ? draft_fixed_s : 0.0);
+    if (o.value * time <= cost * tokens) {
+      closed[o.candidate] = true;
+      continue;
+    }
+    ++depth[o.candidate];
+    if (from_draft_model) draft_passes = std::max(draft_passes, o.j + 1);
+    time += cost;
     tokens += o.value;
     ++rows;
   }
@@ -119,11 +146,9 @@ std::vector<int64_t> Speculator::depths(std::span<const double> acceptance,
 
 void Speculator::propose(Scheduler& scheduler) {
   const int64_t budget = scheduler.config().max_num_batched_tokens;
+  const int64_t min_drafts = std::max(1, config_.draft_min);
   int64_t n_plain_rows = 0, n_samples = 0;
-  std::vector<const Request*> candidates;
-  std::vector<std::vector<int32_t>> drafts;
-  std::vector<double> acceptance;
-  std::vector<int64_t> max_depth;
+  std::vector<Candidate> candidates;
   for (const Request* r : scheduler.running()) {
     const int64_t n_remaining = r->n_tokens() - r->num_computed_tokens;
     n_plain_rows += n_remaining;
@@ -133,42 +158,43 @@ void Speculator::propose(Scheduler& scheduler) {
     if (s.source == DraftSource::none) continue;
     const int64_t n_max = std::min<int64_t>(config_.draft_max, scheduler.max_drafts(*r));
     if (n_max < 1) continue;
-    std::vector<int32_t> d;
+    Candidate c{r, &s, {}, {}};
+    int64_t run = 0;
     if (s.source == DraftSource::ngram) {
-      d = ngram_drafts(r->token_ids, config_.ngram_min, config_.ngram_max, n_max);
+      c.drafts = ngram_drafts(r->token_ids, config_.ngram_min, config_.ngram_max, n_max);
     } else if (s.source == DraftSource::prediction) {
-      d = s.prediction.drafts(r->output_token_ids(), n_max);
+      c.drafts = s.prediction.drafts(r->output_token_ids(), n_max);
+      run = s.prediction.n_matched();
     }
-    const int64_t n_avail = s.source == DraftSource::draft_model ? n_max : static_cast<int64_t>(d.size());
-    if (n_avail < std::max(1, config_.draft_min)) continue;
-    candidates.push_back(r);
-    drafts.push_back(std::move(d));
-    acceptance.push_back(s.acceptance());
-    max_depth.push_back(n_avail);
+    const int64_t n_avail = s.source == DraftSource::draft_model ? n_max
+                                                                 : static_cast<int64_t>(c.drafts.size());
+    if (n_avail < min_drafts) continue;
+    s.run_at_draft = run;
+    double value = 1.0;  // draft j is kept only if every draft before it is, each extending the run
+    for (int64_t j = 0; j < n_avail; ++j) c.value.push_back(value *= s.keep_chance(run + j));
+    candidates.push_back(std::move(c));
   }
   if (candidates.empty()) return;
   n_plain_rows = std::min(n_plain_rows, budget);
-  const std::vector<int64_t> depth = depths(acceptance, max_depth, n_plain_rows, n_samples, budget);
+  const std::vector<int64_t> depth = depths(candidates, n_plain_rows, n_samples, budget);
 
   std::vector<DraftModel::Query> queries;
   std::vector<size_t> query_of;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (depth[i] < std::max(1, config_.draft_min)) continue;
-    if (states_.at(candidates[i]->id).source == DraftSource::draft_model) {
-      queries.push_back({candidates[i]->id, candidates[i]->token_ids, depth[i], {}});
-      query_of.push_back(i);
-    }
+    if (depth[i] < min_drafts || candidates[i].state->source != DraftSource::draft_model) continue;
+    queries.push_back({candidates[i].request->id, candidates[i].request->token_ids, depth[i], {}});
+    query_of.push_back(i);
   }
   if (!queries.empty()) {
     draft_model_->propose(queries);
-    for (size_t q = 0; q < queries.size(); ++q) drafts[query_of[q]] = std::move(queries[q].drafts);
+    for (size_t q = 0; q < queries.size(); ++q) candidates[query_of[q]].drafts = std::move(queries[q].drafts);
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (depth[i] < std::max(1, config_.draft_min)) continue;
-    std::vector<int32_t>& d = drafts[i];
+    if (depth[i] < min_drafts) continue;
+    std::vector<int32_t>& d = candidates[i].drafts;
     d.resize(std::min<size_t>(d.size(), static_cast<size_t>(depth[i])));
-    if (static_cast<int64_t>(d.size()) >= std::max(1, config_.draft_min))
-      scheduler.set_drafts(candidates[i]->id, std::move(d));
+    if (static_cast<int64_t>(d.size()) >= min_drafts)
+      scheduler.set_drafts(candidates[i].request->id, std::move(d));
   }
 }
 
@@ -182,9 +208,20 @@ void Speculator::observe(const StepPlan& plan, std::span<const SampledTokens> sa
     const auto it = states_.find(p.id);
     if (it == states_.end()) continue;
     RequestState& s = it->second;
-    constexpr double kForget = 0.9;  // recent verifications weigh most
-    s.accepted = s.accepted * kForget + static_cast<double>(got.n_accepted());
-    s.rejected = s.rejected * kForget + (got.n_accepted() < p.n_drafts() ? 1.0 : 0.0);
+    // Each bin a verification's drafts fall in forgets a little first (the recent verifications
+    // weigh most); bins it does not reach keep their evidence.
+    constexpr double kForget = 0.9;
+    const bool by_run = s.source == DraftSource::prediction;
+    int last_bin = -1;
+    for (int64_t j = 0; j <= std::min(got.n_accepted(), p.n_drafts() - 1); ++j) {
+      const int bin = by_run ? run_bin(s.run_at_draft + j, kRunBins) : 0;
+      if (bin != last_bin) {
+        s.kept[bin] *= kForget;
+        s.rejected[bin] *= kForget;
+        last_bin = bin;
+      }
+      (j < got.n_accepted() ? s.kept : s.rejected)[bin] += 1.0;
+    }
     const int source = static_cast<int>(s.source);
     stats_.n_drafted[source] += p.n_drafts();
     stats_.n_accepted[source] += got.n_accepted();

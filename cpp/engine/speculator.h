@@ -4,12 +4,22 @@
 // state and the draft model; knows nothing of the KV cache or the target model. Engine thread
 // only.
 //
-// How many drafts pay off (the back-off): a step of n rows takes about a + b·n seconds (fitted
-// online to the measured steps), and a request whose drafts are accepted at rate α gains α^j
-// expected tokens from its j-th draft. Drafts are handed out best first while the next one
-// raises the step's expected tokens per second — while α^j · (a + b·n) > b · tokens — so when
-// the batch is already compute-bound (b·n dominates) drafting stops, and a lone memory-bound
-// request drafts deep.
+// How many drafts pay off (the back-off): a step of n rows takes about a + b·n seconds, and a
+// draft model's pass over m rows about a_d + b_d·m (both fitted online to measured passes). A
+// request's j-th draft adds v_j expected tokens — the chance that it and every draft before it
+// are kept — and costs one target row, b, plus for a draft model one draft row, b_d, and a_d
+// more when it needs a draft pass no other request's drafts already pay for. Drafts are handed
+// out best first while the next one raises the step's expected tokens per second — while
+// v_j · time > cost_j · tokens, time and tokens being the step's so far — so when the batch is
+// already compute-bound (b·n dominates) or the draft model is slow, drafting stops, and a lone
+// memory-bound request drafts deep.
+//
+// v_j comes from each request's recent verifications: decayed counts of drafts kept and
+// rejected give p, the chance a draft is kept, and v_j = p^(j+1). A prediction's drafts are
+// counted apart by how far the output has followed the prediction where they were drafted
+// (PredictionCursor::n_matched), so drafts right after a realignment on a short match, which
+// often miss, are priced apart from those of a long agreeing run, which rarely do:
+// v_j = p(m) · p(m + 1) ··· p(m + j) for a run of m tokens so far.
 #pragma once
 
 #include <array>
@@ -42,27 +52,6 @@ struct SpeculationConfig {
   bool adaptive = true;  // the back-off above; false: always draft_max (tests, benchmarks)
 };
 
-// A small model guessing requests' next tokens greedily, with its own KV cache.
-class DraftModel {
- public:
-  struct Query {
-    RequestId id = 0;
-    std::span<const int32_t> tokens;  // the request's tokens so far (prompt, then output)
-    int64_t n_draft = 0;              // drafts wanted
-    std::vector<int32_t> drafts;      // filled: at most n_draft tokens
-  };
-  virtual ~DraftModel() = default;
-  // Throws InvalidArgument when the draft model cannot serve this target (another vocabulary).
-  virtual void propose(std::span<Query> queries) = 0;
-  virtual void release(std::span<const RequestId> ids) = 0;
-};
-
-// Drafted and accepted tokens per source, for /metrics.
-struct SpeculationStats {
-  std::array<int64_t, kNumDraftSources> n_drafted{};
-  std::array<int64_t, kNumDraftSources> n_accepted{};
-};
-
 // Step time = fixed_s + per_row_s · rows, least squares over recent steps (exponentially
 // forgotten). Until the rows have varied enough to tell the two apart, a step is assumed to
 // cost as much as kPriorRows extra rows in fixed overhead.
@@ -80,6 +69,30 @@ class StepCostModel {
   double fixed_s_ = 0, per_row_s_ = 0;
 };
 
+// A small model guessing requests' next tokens greedily, with its own KV cache.
+class DraftModel {
+ public:
+  struct Query {
+    RequestId id = 0;
+    std::span<const int32_t> tokens;  // the request's tokens so far (prompt, then output)
+    int64_t n_draft = 0;              // drafts wanted
+    std::vector<int32_t> drafts;      // filled: at most n_draft tokens
+  };
+  virtual ~DraftModel() = default;
+  // Throws InvalidArgument when the draft model cannot serve this target (another vocabulary).
+  virtual void propose(std::span<Query> queries) = 0;
+  virtual void release(std::span<const RequestId> ids) = 0;
+  // The cost of one of its forward passes by rows (propose() runs one per guess, every query's
+  // rows together), fitted to the passes it ran.
+  virtual const StepCostModel& cost() const = 0;
+};
+
+// Drafted and accepted tokens per source, for /metrics.
+struct SpeculationStats {
+  std::array<int64_t, kNumDraftSources> n_drafted{};
+  std::array<int64_t, kNumDraftSources> n_accepted{};
+};
+
 class Speculator {
  public:
   // draft_model may be null; config.source == draft_model then throws InvalidArgument.
@@ -95,19 +108,30 @@ class Speculator {
   const SpeculationConfig& config() const { return config_; }
   const SpeculationStats& stats() const { return stats_; }
   const StepCostModel& cost() const { return cost_; }
+  const DraftModel* draft_model() const { return draft_model_.get(); }
 
  private:
+  // Bins of agreement-run length m: 0, 1, 2-3, 4-7, 8-15, 16 and more.
+  static constexpr int kRunBins = 6;
   struct RequestState {
     DraftSource source = DraftSource::none;
     PredictionCursor prediction;
-    double accepted = 0,
-           rejected = 0;  // decayed counts: drafts kept, verifications that ended in a rejection
-    double acceptance() const;
+    // Decayed counts per bin: drafts kept, and drafts rejected (a verification rejects at most
+    // one). Sources other than predictions count everything in bin 0.
+    std::array<double, kRunBins> kept{}, rejected{};
+    int64_t run_at_draft = 0;               // the run length m when the drafts now being verified were made
+    double keep_chance(int64_t run) const;  // p(m)
+  };
+  struct Candidate {
+    const Request* request;
+    RequestState* state;
+    std::vector<int32_t> drafts;  // for lookup sources; a draft model's come after depths()
+    std::vector<double> value;    // [max depth] v_j
   };
 
   RequestState& state_of(const Request& request);
-  std::vector<int64_t> depths(std::span<const double> acceptance, std::span<const int64_t> max_depth,
-                              int64_t n_plain_rows, int64_t n_samples, int64_t budget) const;
+  std::vector<int64_t> depths(std::span<const Candidate> candidates, int64_t n_plain_rows, int64_t n_samples,
+                              int64_t budget) const;
 
   SpeculationConfig config_;
   std::unique_ptr<DraftModel> draft_model_;

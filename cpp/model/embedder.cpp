@@ -88,18 +88,8 @@ void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs, size_
     }
     n_rows += n;
   }
-  ForwardBatch batch;
-  batch.tokens = tokens_.data();
-  batch.positions = positions_.data();
-  batch.n_tokens = n_rows;
-  batch.seqs = seq_rows_.data();
-  batch.n_seqs = static_cast<int64_t>(seq_rows_.size());
-  batch.kv_layer_stride = n_batch() * kv_row_bytes_;
-  batch.output_rows = output_rows_.data();
-  batch.n_outputs = n_outputs;
-  validate_batch(*model_, scratch_, batch);
-  forward(*model_, scratch_, batch, states_.data());
-  model_->backend().synchronize();
+  forward_rows(*model_, scratch_, std::span(tokens_).first(n_rows), std::span(positions_).first(n_rows),
+               seq_rows_, n_batch() * kv_row_bytes_, std::span(output_rows_).first(n_outputs), states_);
 
   // Pooling in f32 over the output rows: each sequence's rows (mean), or its one row.
   int64_t state_row = 0;

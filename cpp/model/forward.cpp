@@ -71,4 +71,26 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
   model.backend().synchronize();
 }
 
+void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
+                  std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
+                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out) {
+  if (positions.size() != tokens.size()) {
+    throw InvalidArgument(
+        cat("[model] a batch has ", tokens.size(), " tokens and ", positions.size(), " positions"));
+  }
+  ForwardBatch batch;
+  batch.tokens = tokens.data();
+  batch.positions = positions.data();
+  batch.n_tokens = static_cast<int64_t>(tokens.size());
+  batch.seqs = seqs.data();
+  batch.n_seqs = static_cast<int64_t>(seqs.size());
+  batch.kv_layer_stride = kv_layer_stride;
+  batch.output_rows = output_rows.data();
+  batch.n_outputs = static_cast<int64_t>(output_rows.size());
+  validate_batch(model, scratch, batch);
+  const ModelConfig& c = model.config();
+  out.resize(static_cast<size_t>(batch.n_outputs * (c.is_encoder() ? c.n_embd : c.n_vocab)));
+  forward(model, scratch, batch, out.data());
+}
+
 }  // namespace ember

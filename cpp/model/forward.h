@@ -2,6 +2,10 @@
 // runner calls): input validation at the edge, then the architecture family's forward pass.
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 #include "model/model.h"
 #include "model/run_state.h"
 
@@ -20,5 +24,13 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 // logits. The caches must already hold positions 0 .. first position - 1 of each sequence. On a
 // device backend the pass is one submission of recorded ops and one wait.
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits);
+
+// What every caller of a batched pass does: lays its rows out as a ForwardBatch — tokens and
+// positions [n_rows], seqs covering the rows in order with K/V layers kv_layer_stride bytes
+// apart, ascending output_rows [n_outputs] — validates it (validate_batch), sizes `out` to
+// [n_outputs, n_vocab] (an encoder: [n_outputs, n_embd]) and runs forward() into it.
+void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
+                  std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
+                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out);
 
 }  // namespace ember

@@ -56,6 +56,8 @@ class EngineStats:
     accepted_tokens: dict[str, int] = field(default_factory=dict)
     step_fixed_s: float = 0.0     # the engine's fitted step cost: fixed + per_row * rows seconds
     step_per_row_s: float = 0.0
+    draft_fixed_s: float = 0.0    # likewise for one pass of the draft model (0 without one)
+    draft_per_row_s: float = 0.0
 
 
 class Request:

@@ -149,6 +149,8 @@ nb::dict stats_dict(const EngineStats& s) {
   d["accepted_tokens"] = accepted;
   d["step_fixed_s"] = s.step_fixed_s;
   d["step_per_row_s"] = s.step_per_row_s;
+  d["draft_fixed_s"] = s.draft_fixed_s;
+  d["draft_per_row_s"] = s.draft_per_row_s;
   return d;
 }
 

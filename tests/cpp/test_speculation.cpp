@@ -44,10 +44,17 @@ TEST(prediction_cursor_follows_and_realigns_after_an_edit) {
   CHECK(cursor.drafts(out, 2) == (Tokens{13, 14}));
   out.push_back(99);                     // departs at 13
   CHECK(cursor.drafts(out, 2).empty());  // "99" is nowhere in the prediction
-  out.push_back(14);                     // comes back: "14" found after the point of departure
+  CHECK_EQ(cursor.n_matched(), 0);
+  out.push_back(14);  // comes back: "14" found after the point of departure
   CHECK(cursor.drafts(out, 10) == (Tokens{15, 16, 17}));
+  CHECK_EQ(cursor.n_matched(), 1);  // a realignment on one token: a short run
   out.insert(out.end(), {15, 16, 17});
   CHECK(cursor.drafts(out, 10).empty());  // the prediction is used up
+  CHECK_EQ(cursor.n_matched(), 4);
+  // A run counts from the start while the output follows the prediction.
+  PredictionCursor follow(p);
+  CHECK(follow.drafts(Tokens{10, 11, 12, 13, 14}, 2) == (Tokens{15, 16}));
+  CHECK_EQ(follow.n_matched(), 5);
 }
 
 // A rig: scheduler + speculator, no runner; decoding requests made by hand.
@@ -111,6 +118,47 @@ TEST(speculator_backs_off_when_steps_are_compute_bound) {
   rig.add_decoding(16);
   rig.speculator.propose(rig.scheduler);
   CHECK_EQ(rig.n_drafts(), 16 * 8);
+}
+
+// A draft model that guesses token 1 and reports a fixed pass cost.
+struct FixedCostDrafter : DraftModel {
+  explicit FixedCostDrafter(double pass_s) {
+    for (int64_t n : {1, 2, 4, 1, 3}) cost_.add(n, pass_s);
+  }
+  void propose(std::span<Query> queries) override {
+    for (Query& q : queries) q.drafts.assign(static_cast<size_t>(q.n_draft), 1);
+  }
+  void release(std::span<const RequestId>) override {}
+  const StepCostModel& cost() const override { return cost_; }
+  StepCostModel cost_;
+};
+
+// The draft model's own passes count in the back-off: with target steps of 10 ms + 0.1 ms a row,
+// a draft model whose pass takes 0.1 ms drafts deep for a lone request, one whose pass takes
+// 50 ms (more than the step it would shorten) not at all.
+TEST(speculator_counts_the_draft_models_cost) {
+  SpeculationConfig c;
+  c.source = DraftSource::draft_model;
+  c.draft_max = 8;
+  for (const double pass_s : {0.0001, 0.050}) {
+    KVCacheManager kv(kv_config(512, 16));
+    Scheduler scheduler(sched_config(512, 64), kv);
+    Speculator speculator(c, std::make_unique<FixedCostDrafter>(pass_s));
+    scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
+    FakeRunner runner(512 * 16);
+    const StepPlan prefill = scheduler.schedule();
+    scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
+    StepPlan fake;
+    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
+      fake.n_tokens = n;
+      speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
+    }
+    speculator.propose(scheduler);
+    const int64_t n_drafts = static_cast<int64_t>(scheduler.running().front()->draft_token_ids.size());
+    // Even odds per draft: the j-th draft adds 2^-(j+1) tokens for 0.1 ms + 0.2 ms of drafting.
+    if (pass_s < 0.001) CHECK(n_drafts >= 4);
+    else CHECK_EQ(n_drafts, 0);  // 0.5 * 10.1 ms < 50.1 ms
+  }
 }
 
 std::pair<Tokens, TokenEvent> read_stream(EventQueue& events) {
