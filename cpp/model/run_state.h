@@ -26,7 +26,7 @@ struct Scratch {
   Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
                     // (an encoder's: token states [n_batch, n_embd])
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
-  std::vector<int32_t> token_types;  // [n_batch] all 0: single-sentence input
+  std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to
 
   Scratch() = default;
