@@ -363,7 +363,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                 "Gemma3ForCausalLM", "Phi3ForCausalLM",
-                                                "BertModel"])
+                                                "BertModel", "BertForSequenceClassification"])
 
 
 def test_shape_mismatch_and_missing_tensor(tmp_path: Path, stories_hf_path: Path) -> None:

@@ -127,6 +127,14 @@ def test_llama_server_native_embedding(server: RunningServer, expected: np.ndarr
     assert mixed.status_code == 400 and mixed.json()["error"]["param"] == "content"
 
 
+def test_an_embedding_model_does_not_rerank(server: RunningServer, minilm: Path) -> None:
+    from ember.embeddings import Embedder
+
+    assert not Embedder(minilm, n_threads=1).is_reranker  # no classification head
+    r = httpx.post(server.url + "/v1/rerank", json={"query": "a", "documents": ["b"]})
+    assert r.status_code == 501 and "ember serve --rerank" in r.json()["error"]["message"]
+
+
 def test_generation_routes_refuse(server: RunningServer) -> None:
     r = httpx.post(server.url + "/v1/chat/completions",
                    json={"messages": [{"role": "user", "content": "hi"}]})

@@ -39,7 +39,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import anthropic_api, embeddings, generation, llama_api, responses_api, webui
+from ember.server import (
+    anthropic_api,
+    embeddings,
+    generation,
+    llama_api,
+    rerank,
+    responses_api,
+    webui,
+)
 from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -222,7 +230,7 @@ def _routes(config: ServerConfig) -> list[Route]:
         _route("/v1/embeddings", embeddings.embeddings, ["POST"]),
         _route("/embedding", embeddings.native_embedding, ["POST"]),
         _route("/embeddings", embeddings.native_embedding, ["POST"]),
-        *(_route(path, llama_api.no_rerank, ["POST"]) for path in RERANK_PATHS),
+        *(_route(path, rerank.rerank, ["POST"]) for path in RERANK_PATHS),
     ]
     # llama-server also answers these without the /v1 prefix; so do we.
     for prefix in ("/v1", ""):

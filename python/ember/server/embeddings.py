@@ -101,7 +101,7 @@ async def _embed(embedder: Embedder, inputs: list[str | list[int]], param: str,
                           code="invalid_value") from None
 
 
-async def _json(ctx: AppContext, out: Any, n_vectors: int) -> Response:
+async def vectors_json(ctx: AppContext, out: Any, n_vectors: int) -> Response:
     # Serializing many vectors holds the GIL for milliseconds: off the loop past a few.
     payload = dumps(out) if n_vectors <= 16 else await ctx.in_worker(dumps, out)
     return Response(payload, media_type="application/json")
@@ -119,7 +119,7 @@ async def embeddings(request: Request, ctx: AppContext) -> Response:
                     for i, v in enumerate(vectors)],
            "model": name,
            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
-    return await _json(ctx, out, len(vectors))
+    return await vectors_json(ctx, out, len(vectors))
 
 
 def normalized(vectors: np.ndarray, embd_normalize: int) -> np.ndarray:
@@ -154,4 +154,4 @@ async def native_embedding(request: Request, ctx: AppContext) -> Response:
         _, raw = await _embed(embedder, inputs, param, normalize=False)
         vectors = normalized(raw, norm)
     out = [{"index": i, "embedding": [v.tolist()]} for i, v in enumerate(vectors)]
-    return await _json(ctx, out, len(vectors))
+    return await vectors_json(ctx, out, len(vectors))

@@ -1,8 +1,8 @@
 """llama-server's native API, so its clients (its web UI, SillyTavern, llama.vim/llama.vscode,
 scripts) work unchanged: POST /completion (and /completions, its alias there; OpenAI's stays at
-/v1/completions), /infill, /apply-template, GET /props (/embedding is server/embeddings.py);
-/rerank answers 501 until ember runs reranking models. Shapes follow llama-server's tools/server
-README and source (server-task.cpp): the response's `content`, `tokens`, `stop`, `stop_type`, `stopping_word`,
+/v1/completions), /infill, /apply-template, GET /props (/embedding is server/embeddings.py,
+/rerank server/rerank.py). Shapes follow llama-server's tools/server README and source
+(server-task.cpp): the response's `content`, `tokens`, `stop`, `stop_type`, `stopping_word`,
 `tokens_cached`, `tokens_evaluated`, `generation_settings` and `timings`; streams send
 `data: {json}` events, the last with `stop: true` and the whole summary, and no `[DONE]`.
 
@@ -335,11 +335,3 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "build_info": f"ember {_version}",
         "is_sleeping": False,
     })
-
-
-async def no_rerank(request: HTTPRequest, ctx: AppContext) -> Response:
-    raise APIError(501, f"{request.url.path}: ember cannot rerank yet: it needs a reranking "
-                   "model (a BERT cross-encoder with a classification head, llama-server's "
-                   "--reranking), which ember does not run; embeddings answer at "
-                   "/v1/embeddings and /embedding on `ember serve --embedding`",
-                   code="not_supported", error_type="not_supported_error")
