@@ -6,7 +6,7 @@ SmolLM2 (a template without tools: the standard tool prompt) behind a real serve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,18 @@ def qwen_reply(prompt: str) -> str:
     return "Let me check.\n" + QWEN_CALL if "check" in prompt else QWEN_CALL
 
 
-@pytest.fixture(scope="module")
-def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
+def start_qwen(reply: Callable[[str], str]) -> tuple[RunningServer, ScriptedEngine]:
+    """A server whose scripted engine has Qwen2.5's template and answers with `reply`."""
     make, engine = scripted()
     engine.n_ctx = 8192
     engine.chat_template = ChatTemplate((TEMPLATES / "qwen2.5.jinja").read_text())
-    engine.reply = qwen_reply
-    running = start_server(fake_config(aliases=["m"]), make)
+    engine.reply = reply
+    return start_server(fake_config(aliases=["m"]), make), engine
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
+    running, engine = start_qwen(qwen_reply)
     yield running, engine
     running.stop()
 

@@ -14,10 +14,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from test_server_support import RunningServer, ScriptedEngine, fake_config, scripted, start_server
-from test_server_tools import ANSWER, QWEN_CALL, TEMPLATES, WEATHER, qwen_reply
-
-from ember.chat import ChatTemplate
+from test_server_support import RunningServer, ScriptedEngine
+from test_server_tools import ANSWER, QWEN_CALL, WEATHER, qwen_reply, start_qwen
 
 FORCED_BODY = '{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
 # Responses' flat function tool; Anthropic's tool, with its input_schema.
@@ -35,11 +33,7 @@ def reply(prompt: str) -> str:
 
 @pytest.fixture(scope="module")
 def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
-    make, engine = scripted()
-    engine.n_ctx = 8192
-    engine.chat_template = ChatTemplate((TEMPLATES / "qwen2.5.jinja").read_text())
-    engine.reply = reply
-    running = start_server(fake_config(aliases=["m"]), make)
+    running, engine = start_qwen(reply)
     yield running, engine
     running.stop()
 

@@ -23,20 +23,17 @@ import json
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.openai_format import call_id
-from ember.results import Delta, GenerationResult
 from ember.server import generation
+from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.generation import ChatPrompt
-from ember.server.protocol import Fields, show
-from ember.tool_calls import CallDelta, ToolCallStream
+from ember.server.protocol import Fields, required_string, show
 
 _ROLES = {"user", "assistant"}
 
@@ -70,14 +67,6 @@ def _text(value: Any, where: str) -> str:
                       code="invalid_type")
 
 
-def _block_string(block: Mapping[str, Any], key: str, where: str) -> str:
-    value = block.get(key)
-    if not isinstance(value, str):
-        raise bad_request(f"'{where}.{key}' must be a string, got {show(value)}",
-                          param=f"{where}.{key}", code="invalid_type")
-    return value
-
-
 def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
     """One Messages message as chat messages, blocks in order: text blocks (joined with
     "\n"); an assistant's tool_use blocks as its tool_calls; a user's tool_result blocks as
@@ -100,8 +89,8 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
             if not isinstance(arguments, Mapping):
                 raise bad_request(f"'{at}.input' must be an object", param=f"{at}.input",
                                   code="invalid_type")
-            call = {"id": _block_string(block, "id", at), "type": "function",
-                    "function": {"name": _block_string(block, "name", at),
+            call = {"id": required_string(block, "id", at), "type": "function",
+                    "function": {"name": required_string(block, "name", at),
                                  "arguments": json.dumps(arguments, ensure_ascii=False)}}
             if texts:
                 out.append({"role": role, "content": _text_blocks(texts, where),
@@ -114,7 +103,7 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
         elif kind == "tool_result" and role == "user":
             flush()
             result = block.get("content")
-            out.append({"role": "tool", "tool_call_id": _block_string(block, "tool_use_id", at),
+            out.append({"role": "tool", "tool_call_id": required_string(block, "tool_use_id", at),
                         "content": "" if result is None else _text(result, f"{at}.content")})
         else:
             texts.append(block)
@@ -203,56 +192,41 @@ def chat_body(body: Fields) -> dict[str, Any]:
     return chat
 
 
-@dataclass
-class _Block:
-    """A content block of the answer: text, or a tool_use (name, and its input's JSON text)."""
-
-    kind: str  # "text" or "tool_use"
-    text: str = ""  # the text; a tool_use's input as JSON text
-    id: str = ""
-    name: str = ""
-    done: bool = False
-
-    def json(self) -> dict[str, Any]:
-        if self.kind == "text":
-            return {"type": "text", "text": self.text}
-        try:
-            arguments = json.loads(self.text)
-        except ValueError:  # cut short (max_tokens)
-            arguments = None
-        return {"type": "tool_use", "id": self.id, "name": self.name,
-                "input": arguments if isinstance(arguments, dict) else {}}
+def _block(part: Part) -> dict[str, Any]:
+    """A content block: text (a text part) or tool_use (a call part, its input parsed)."""
+    if part.kind == "text":
+        return {"type": "text", "text": part.text}
+    try:
+        arguments = json.loads(part.text)
+    except ValueError:  # cut short (max_tokens)
+        arguments = None
+    return {"type": "tool_use", "id": part.id, "name": part.name,
+            "input": arguments if isinstance(arguments, dict) else {}}
 
 
-class MessagesShape:
-    """The Message object and its stream events. The answer is read as it arrives (for tool
-    calls when the request offered tools), so a stream and a whole response hold the same
-    blocks: text, and a tool_use block per call, in the order written."""
+class MessagesShape(PartsShape):
+    """The Message object and its stream events; its content blocks are the answer's parts
+    (answer_parts.py): text, and a tool_use block per call."""
 
     def __init__(self, model: str, prompt: ChatPrompt) -> None:
+        super().__init__(prompt)
         self.id = f"msg_{uuid.uuid4().hex}"
         self._model = model
-        self._tools = ToolCallStream(prompt.tool_format, prompt.answer_prefix) \
-            if prompt.tool_format is not None else None
-        self._call_id_format = prompt.tool_format
-        self._blocks: list[_Block] = []
-        self._calls: list[_Block] = []  # the tool_use blocks, by call index
-        self._result: GenerationResult | None = None
         self._pinged = False
         self.n_prompt_tokens = len(prompt.tokens)
 
     def _stop(self) -> tuple[str | None, str | None]:
-        result = self._result
+        result = self.result
         if result is None:
             return None, None
         if result.finish_reason == "length":
             return "max_tokens", None
         if result.stop_string is not None:
             return "stop_sequence", result.stop_string
-        return ("tool_use" if self._calls else "end_turn"), None
+        return ("tool_use" if self.calls else "end_turn"), None
 
     def _usage(self) -> dict[str, Any]:
-        u = self._result.usage if self._result is not None else None
+        u = self.result.usage if self.result is not None else None
         return {"input_tokens": u.prompt_tokens - u.cached_tokens if u else self.n_prompt_tokens,
                 "cache_read_input_tokens": u.cached_tokens if u else 0,
                 "cache_creation_input_tokens": 0,
@@ -264,94 +238,51 @@ class MessagesShape:
                 "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                 "usage": self._usage()}
 
-    # --- blocks, as the answer grows ---------------------------------------------------------
+    # --- PartsShape ------------------------------------------------------------------------
 
-    def _open(self, block: _Block) -> list[bytes]:
-        out = self._close()
-        self._blocks.append(block)
-        start = {"type": "text", "text": ""} if block.kind == "text" else {
-            "type": "tool_use", "id": block.id, "name": block.name, "input": {}}
-        out.append(generation.sse({"type": "content_block_start",
-                                   "index": len(self._blocks) - 1, "content_block": start},
-                                  "content_block_start"))
+    def new_text(self) -> Part:
+        return Part("text", "")
+
+    def new_call(self, name: str) -> Part:
+        # Mistral's templates need their 9-character ids given back; others get toolu_ ids.
+        return Part("call", self.fresh_call_id().replace("call_", "toolu_", 1), name=name)
+
+    def opened(self, part: Part) -> list[bytes]:
+        start = {"type": "text", "text": ""} if part.kind == "text" else {
+            "type": "tool_use", "id": part.id, "name": part.name, "input": {}}
+        out = [generation.sse({"type": "content_block_start", "index": self.index(part),
+                               "content_block": start}, "content_block_start")]
         if not self._pinged:  # where Anthropic's streams send it
             self._pinged = True
             out.append(generation.sse({"type": "ping"}, "ping"))
         return out
 
-    def _close(self) -> list[bytes]:
-        if not self._blocks or self._blocks[-1].done:
-            return []
-        self._blocks[-1].done = True
-        return [generation.sse({"type": "content_block_stop", "index": len(self._blocks) - 1},
+    def grew(self, part: Part, text: str) -> list[bytes]:
+        delta = {"type": "text_delta", "text": text} if part.kind == "text" else {
+            "type": "input_json_delta", "partial_json": text}
+        return [generation.sse({"type": "content_block_delta", "index": self.index(part),
+                                "delta": delta}, "content_block_delta")]
+
+    def closed(self, part: Part) -> list[bytes]:
+        return [generation.sse({"type": "content_block_stop", "index": self.index(part)},
                                "content_block_stop")]
 
-    def _delta(self, block: _Block, delta: dict[str, Any]) -> bytes:
-        return generation.sse({"type": "content_block_delta",
-                               "index": self._blocks.index(block), "delta": delta},
-                              "content_block_delta")
+    def ended(self) -> list[bytes]:
+        stop_reason, stop_sequence = self._stop()
+        return [generation.sse({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": {"output_tokens": self._usage()["output_tokens"]}}, "message_delta"),
+            generation.sse({"type": "message_stop"}, "message_stop")]
 
-    def _content(self, text: str) -> list[bytes]:
-        out = []
-        if not self._blocks or self._blocks[-1].kind != "text":
-            out += self._open(_Block("text"))
-        block = self._blocks[-1]
-        block.text += text
-        return [*out, self._delta(block, {"type": "text_delta", "text": text})]
-
-    def _call(self, delta: CallDelta) -> list[bytes]:
-        out = []
-        if delta.name is not None:
-            assert self._call_id_format is not None
-            # Mistral's templates need their 9-character ids given back; others get toolu_ ids.
-            cid = call_id(self._call_id_format)
-            self._calls.append(_Block("tool_use", id=cid.replace("call_", "toolu_", 1),
-                                      name=delta.name))
-            out += self._open(self._calls[-1])
-        block = self._calls[delta.index]
-        if delta.arguments:
-            block.text += delta.arguments
-            out.append(self._delta(block, {"type": "input_json_delta",
-                                           "partial_json": delta.arguments}))
-        return out
-
-    def _feed(self, delta: Delta) -> list[bytes]:
-        final = delta.result is not None
-        content, calls = self._tools.push(delta.text, final) if self._tools is not None \
-            else (delta.text, [])
-        out = self._content(content) if content else []
-        for call in calls:
-            out += self._call(call)
-        if final:
-            self._result = delta.result
-            if not self._blocks:  # an empty answer is an empty text block
-                out += self._open(_Block("text"))
-            out += self._close()
-            stop_reason, stop_sequence = self._stop()
-            out += [generation.sse({
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                "usage": {"output_tokens": self._usage()["output_tokens"]}}, "message_delta"),
-                generation.sse({"type": "message_stop"}, "message_stop")]
-        return out
-
-    # --- Shape -------------------------------------------------------------------------------
-
-    def add(self, index: int, delta: Delta) -> None:
-        self._feed(delta)
+    # --- generation.Shape ------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
-        return self._message([block.json() for block in self._blocks])
+        return self._message([_block(part) for part in self.parts])
 
     def stream_start(self) -> list[bytes]:
         return [generation.sse({"type": "message_start", "message": self._message([])},
                                "message_start")]
-
-    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        return self._feed(delta)
-
-    def stream_end(self) -> list[bytes]:
-        return []
 
     def stream_error(self, error: APIError) -> list[bytes]:
         return [generation.sse(anthropic_error(error), "error")]

@@ -19,20 +19,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.openai_format import call_id
-from ember.results import Delta, GenerationResult
 from ember.server import generation
+from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.generation import ChatPrompt
-from ember.server.protocol import Fields, show
-from ember.tool_calls import CallDelta, ToolCallStream
+from ember.server.protocol import Fields, required_string, show
 
 _ROLES = {"user", "system", "developer", "assistant"}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
@@ -56,14 +53,6 @@ def _parts_text(value: Any, where: str) -> str:
                       code="invalid_type")
 
 
-def _item_string(item: Mapping[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str):
-        raise bad_request(f"'{where}.{key}' must be a string, got {show(value)}",
-                          param=f"{where}.{key}", code="invalid_type")
-    return value
-
-
 def input_messages(value: Any) -> list[dict[str, Any]]:
     """`input` as chat messages: a string is one user message; items are messages
     ({"role", "content"}, with or without "type": "message"), `function_call`s (calls the
@@ -81,15 +70,15 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             raise bad_request(f"'{where}' must be an object", param=where, code="invalid_type")
         kind = item.get("type", "message")
         if kind == "function_call":
-            call = {"id": _item_string(item, "call_id", where), "type": "function",
-                    "function": {"name": _item_string(item, "name", where),
-                                 "arguments": _item_string(item, "arguments", where)}}
+            call = {"id": required_string(item, "call_id", where), "type": "function",
+                    "function": {"name": required_string(item, "name", where),
+                                 "arguments": required_string(item, "arguments", where)}}
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": _item_string(item, "call_id", where),
+            out.append({"role": "tool", "tool_call_id": required_string(item, "call_id", where),
                         "content": _parts_text(item.get("output"), f"{where}.output")})
         elif kind == "message":
             role = item.get("role")
@@ -145,53 +134,37 @@ def _tool_choice(value: Any) -> Any:
                       code="invalid_value")
 
 
-@dataclass
-class _Item:
-    """An output item: a message (text) or a function call (name, arguments)."""
-
-    kind: str  # "message" or "function_call"
-    id: str
-    text: str = ""  # a message's text; a call's arguments
-    name: str = ""
-    call_id: str = ""
-    done: bool = False
-
-    def json(self, status: str) -> dict[str, Any]:
-        if self.kind == "function_call":
-            return {"type": "function_call", "id": self.id, "call_id": self.call_id,
-                    "name": self.name, "arguments": self.text, "status": status}
-        content = [] if status == "in_progress" else [
-            {"type": "output_text", "text": self.text, "annotations": []}]
-        return {"type": "message", "id": self.id, "status": status, "role": "assistant",
-                "content": content}
+def _item(part: Part, status: str) -> dict[str, Any]:
+    """An output item: a message (a text part) or a function_call (a call part)."""
+    if part.kind == "call":
+        return {"type": "function_call", "id": part.id, "call_id": part.call_id,
+                "name": part.name, "arguments": part.text, "status": status}
+    content = [] if status == "in_progress" else [
+        {"type": "output_text", "text": part.text, "annotations": []}]
+    return {"type": "message", "id": part.id, "status": status, "role": "assistant",
+            "content": content}
 
 
-class ResponsesShape:
-    """The Response object and its stream events. The answer is read as it arrives (for tool
-    calls when the request offered tools), so a stream and a whole response hold the same
-    items: a message for text, a function_call per call, in the order written."""
+class ResponsesShape(PartsShape):
+    """The Response object and its stream events; its output items are the answer's parts
+    (answer_parts.py): a message for text, a function_call per call."""
 
     def __init__(self, model: str, prompt: ChatPrompt, echo: dict[str, Any]) -> None:
+        super().__init__(prompt)
         self.id = f"resp_{uuid.uuid4().hex}"
         self._model = model
         self._created = int(time.time())
         self._echo = echo  # the request's fields a Response repeats
-        self._tools = ToolCallStream(prompt.tool_format, prompt.answer_prefix) \
-            if prompt.tool_format is not None else None
-        self._call_id_format = prompt.tool_format
-        self._items: list[_Item] = []
-        self._calls: list[_Item] = []  # the function_call items, by call index
-        self._result: GenerationResult | None = None
         self._seq = 0
 
     def _status(self) -> str:
-        result = self._result
+        result = self.result
         if result is None:
             return "in_progress"
         return "incomplete" if result.finish_reason == "length" else "completed"
 
     def _response(self, status: str | None = None) -> dict[str, Any]:
-        result = self._result
+        result = self.result
         status = status or self._status()
         out = {
             "id": self.id, "object": "response", "created_at": self._created, "status": status,
@@ -199,7 +172,7 @@ class ResponsesShape:
             "incomplete_details": {"reason": "max_output_tokens"}
             if status == "incomplete" else None,
             "output": [] if status == "in_progress" else [
-                item.json("completed") for item in self._items],
+                _item(part, "completed") for part in self.parts],
             "text": {"format": {"type": "text"}}, "truncation": "disabled",
             "usage": None, **self._echo,
         }
@@ -218,88 +191,50 @@ class ResponsesShape:
         self._seq += 1
         return generation.sse({"type": kind, "sequence_number": self._seq - 1, **fields}, kind)
 
-    @property
-    def finished(self) -> bool:
-        return self._result is not None
+    # --- PartsShape ------------------------------------------------------------------------
 
-    # --- items, as the answer grows ----------------------------------------------------------
+    def new_text(self) -> Part:
+        return Part("text", f"msg_{uuid.uuid4().hex}")
 
-    def _open(self, item: _Item) -> list[bytes]:
-        out = self._close()
-        self._items.append(item)
-        index = len(self._items) - 1
-        out.append(self._event("response.output_item.added", output_index=index,
-                               item=item.json("in_progress")))
-        if item.kind == "message":
-            out.append(self._event("response.content_part.added", item_id=item.id,
+    def new_call(self, name: str) -> Part:
+        return Part("call", f"fc_{uuid.uuid4().hex}", name=name, call_id=self.fresh_call_id())
+
+    def opened(self, part: Part) -> list[bytes]:
+        index = self.index(part)
+        out = [self._event("response.output_item.added", output_index=index,
+                           item=_item(part, "in_progress"))]
+        if part.kind == "text":
+            out.append(self._event("response.content_part.added", item_id=part.id,
                                    output_index=index, content_index=0,
                                    part={"type": "output_text", "text": "", "annotations": []}))
         return out
 
-    def _close(self) -> list[bytes]:
-        """Ends the last item (a new one starts, or the answer ended)."""
-        if not self._items or self._items[-1].done:
-            return []
-        item, index = self._items[-1], len(self._items) - 1
-        item.done = True
-        where = {"item_id": item.id, "output_index": index}
-        if item.kind == "message":
-            part = {"type": "output_text", "text": item.text, "annotations": []}
+    def grew(self, part: Part, text: str) -> list[bytes]:
+        where = {"item_id": part.id, "output_index": self.index(part)}
+        if part.kind == "call":
+            return [self._event("response.function_call_arguments.delta", **where, delta=text)]
+        return [self._event("response.output_text.delta", **where, content_index=0,
+                            delta=text, logprobs=[])]
+
+    def closed(self, part: Part) -> list[bytes]:
+        index = self.index(part)
+        where = {"item_id": part.id, "output_index": index}
+        if part.kind == "text":
             out = [self._event("response.output_text.done", **where, content_index=0,
-                               text=item.text, logprobs=[]),
+                               text=part.text, logprobs=[]),
                    self._event("response.content_part.done", **where, content_index=0,
-                               part=part)]
+                               part={"type": "output_text", "text": part.text,
+                                     "annotations": []})]
         else:
             out = [self._event("response.function_call_arguments.done", **where,
-                               name=item.name, arguments=item.text)]
+                               name=part.name, arguments=part.text)]
         return out + [self._event("response.output_item.done", output_index=index,
-                                  item=item.json("completed"))]
+                                  item=_item(part, "completed"))]
 
-    def _content(self, text: str) -> list[bytes]:
-        out = []
-        if not self._items or self._items[-1].kind != "message":
-            out += self._open(_Item("message", f"msg_{uuid.uuid4().hex}"))
-        item = self._items[-1]
-        item.text += text
-        out.append(self._event("response.output_text.delta", item_id=item.id,
-                               output_index=len(self._items) - 1, content_index=0, delta=text,
-                               logprobs=[]))
-        return out
+    def ended(self) -> list[bytes]:
+        return [self._event(f"response.{self._status()}", response=self._response())]
 
-    def _call(self, delta: CallDelta) -> list[bytes]:
-        out = []
-        if delta.name is not None:
-            assert self._call_id_format is not None
-            self._calls.append(_Item("function_call", f"fc_{uuid.uuid4().hex}",
-                                     name=delta.name, call_id=call_id(self._call_id_format)))
-            out += self._open(self._calls[-1])
-        item = self._calls[delta.index]
-        if delta.arguments:
-            item.text += delta.arguments
-            out.append(self._event("response.function_call_arguments.delta", item_id=item.id,
-                                   output_index=self._items.index(item),
-                                   delta=delta.arguments))
-        return out
-
-    def _feed(self, delta: Delta) -> list[bytes]:
-        final = delta.result is not None
-        content, calls = self._tools.push(delta.text, final) if self._tools is not None \
-            else (delta.text, [])
-        out = self._content(content) if content else []
-        for call in calls:
-            out += self._call(call)
-        if final:
-            self._result = delta.result
-            if not self._items:  # an empty answer is an empty message
-                out += self._open(_Item("message", f"msg_{uuid.uuid4().hex}"))
-            out += self._close()
-            out.append(self._event(f"response.{self._status()}", response=self._response()))
-        return out
-
-    # --- Shape -------------------------------------------------------------------------------
-
-    def add(self, index: int, delta: Delta) -> None:
-        self._feed(delta)
+    # --- generation.Shape ------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
         return self._response()
@@ -307,12 +242,6 @@ class ResponsesShape:
     def stream_start(self) -> list[bytes]:
         return [self._event("response.created", response=self._response("in_progress")),
                 self._event("response.in_progress", response=self._response("in_progress"))]
-
-    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        return self._feed(delta)
-
-    def stream_end(self) -> list[bytes]:
-        return []
 
     def stream_error(self, error: APIError) -> list[bytes]:
         return [self._event("error", code=error.code, message=error.message, param=error.param)]
