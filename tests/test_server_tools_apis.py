@@ -276,8 +276,10 @@ def test_messages_tool_choice_and_count_tokens(claude: anthropic.Anthropic,
      "'messages[1].content[0].input' must be an object"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},
      "'messages[0].content[0].tool_use_id' must be a string"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f",
-                                                 "input": {}}]}]}, "only text blocks"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi"}, {"type": "tool_use", "id": "t", "name": "f",
+                                         "input": {}}]}]},
+     "'messages[0].content[1]': only text blocks"),
 ])
 def test_messages_bad_tool_requests_are_400s(qwen: tuple[RunningServer, ScriptedEngine],
                                              body: dict[str, Any], text: str) -> None:

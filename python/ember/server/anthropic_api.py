@@ -46,16 +46,17 @@ def anthropic_error(error: APIError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
+def _block_text(block: Any, at: str, param: str) -> str:
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if kind != "text" or not isinstance(block.get("text"), str):
+        raise bad_request(f"'{at}': only text blocks ({{\"type\": \"text\", \"text\": ...}}) "
+                          f"are supported here, got {show(kind)}", param=param,
+                          code="unsupported_content")
+    return block["text"]
+
+
 def _text_blocks(blocks: list[Any], where: str) -> str:
-    texts = []
-    for j, block in enumerate(blocks):
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind != "text" or not isinstance(block.get("text"), str):
-            raise bad_request(f"'{where}[{j}]': only text blocks ({{\"type\": \"text\", "
-                              f"\"text\": ...}}) are supported here, got {show(kind)}",
-                              param=where, code="unsupported_content")
-        texts.append(block["text"])
-    return "\n".join(texts)
+    return "\n".join(_block_text(b, f"{where}[{j}]", where) for j, b in enumerate(blocks))
 
 
 def _text(value: Any, where: str) -> str:
@@ -74,11 +75,11 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return [{"role": role, "content": _text(content, where)}]
     out: list[dict[str, Any]] = []
-    texts: list[dict[str, Any]] = []  # the text blocks of the chat message being built
+    texts: list[str] = []  # the text blocks of the chat message being built
 
     def flush() -> None:
         if texts:
-            out.append({"role": role, "content": _text_blocks(texts, where)})
+            out.append({"role": role, "content": "\n".join(texts)})
             texts.clear()
 
     for j, block in enumerate(content):
@@ -93,8 +94,7 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
                     "function": {"name": required_string(block, "name", at),
                                  "arguments": json.dumps(arguments, ensure_ascii=False)}}
             if texts:
-                out.append({"role": role, "content": _text_blocks(texts, where),
-                            "tool_calls": [call]})
+                out.append({"role": role, "content": "\n".join(texts), "tool_calls": [call]})
                 texts.clear()
             elif out and out[-1].get("tool_calls"):
                 out[-1]["tool_calls"].append(call)
@@ -106,7 +106,7 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": required_string(block, "tool_use_id", at),
                         "content": "" if result is None else _text(result, f"{at}.content")})
         else:
-            texts.append(block)
+            texts.append(_block_text(block, at, where))
     flush()
     return out
 
