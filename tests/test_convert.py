@@ -363,8 +363,8 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                 "Gemma3ForCausalLM", "Phi3ForCausalLM",
-                                                "BertModel", "Qwen2MoeForCausalLM",
-                                                "Qwen3MoeForCausalLM"])
+                                                "BertModel", "BertForSequenceClassification",
+                                                "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
 
 
 def test_shape_mismatch_and_missing_tensor(tmp_path: Path, stories_hf_path: Path) -> None:

@@ -95,6 +95,46 @@ def test_bad_requests_are_400s_naming_the_field(server: RunningServer, body: dic
     assert err["param"] == param and message in err["message"], err
 
 
+def test_llama_server_native_embedding(server: RunningServer, expected: np.ndarray,
+                                       minilm: Path) -> None:
+    """/embedding (and /embeddings, its alias in llama-server): [{"index", "embedding": [vec]}],
+    normalized as embd_normalize says (llama.cpp's common_embd_normalize, recomputed here in
+    float64 from the unnormalized vectors)."""
+    raw = LLM(minilm, n_threads=2).embed(TEXTS, normalize=False).astype(np.float64)
+    for path, body in [("/embedding", {"content": TEXTS}), ("/embeddings", {"input": TEXTS}),
+                       ("/embedding", {"content": TEXTS, "embd_normalize": 2})]:
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert [d["index"] for d in out] == [0, 1, 2]
+        assert all(len(d["embedding"]) == 1 for d in out)  # one pooled vector each
+        np.testing.assert_array_equal(np.array([d["embedding"][0] for d in out], np.float32),
+                                      expected)
+    one = httpx.post(server.url + "/embedding", json={"content": TEXTS[1]}, timeout=60).json()
+    np.testing.assert_allclose(one[0]["embedding"][0], expected[1], atol=1e-4, rtol=0)
+    scales = {-1: np.ones(len(TEXTS)), 0: np.abs(raw).max(axis=1) / 32760.0,
+              1: np.abs(raw).sum(axis=1), 3: (np.abs(raw) ** 3).sum(axis=1) ** (1 / 3)}
+    for norm, scale in scales.items():
+        r = httpx.post(server.url + "/embedding", json={"content": TEXTS, "embd_normalize": norm},
+                       timeout=60)
+        got = np.array([d["embedding"][0] for d in r.json()], np.float64)
+        # float32 vectors: relative error of a few float32 ulps
+        np.testing.assert_allclose(got, raw / scale[:, None], rtol=1e-5,
+                                   atol=1e-6 * np.abs(raw / scale[:, None]).max())
+    bad_norm = httpx.post(server.url + "/embedding", json={"content": "x", "embd_normalize": 1.5})
+    assert bad_norm.status_code == 400 and bad_norm.json()["error"]["param"] == "embd_normalize"
+    mixed = httpx.post(server.url + "/embedding", json={"content": ["a", 5]})
+    assert mixed.status_code == 400 and mixed.json()["error"]["param"] == "content"
+
+
+def test_an_embedding_model_does_not_rerank(server: RunningServer, minilm: Path) -> None:
+    from ember.embeddings import Embedder
+
+    assert not Embedder(minilm, n_threads=1).is_reranker  # no classification head
+    r = httpx.post(server.url + "/v1/rerank", json={"query": "a", "documents": ["b"]})
+    assert r.status_code == 501 and "ember serve --rerank" in r.json()["error"]["message"]
+
+
 def test_generation_routes_refuse(server: RunningServer) -> None:
     r = httpx.post(server.url + "/v1/chat/completions",
                    json={"messages": [{"role": "user", "content": "hi"}]})

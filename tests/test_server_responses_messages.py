@@ -1,6 +1,7 @@
 """OpenAI's Responses API with the official `openai` client and Anthropic's Messages API with the
 official `anthropic` client, on stories260K: the same greedy answer as chat completions, the
-streams' event sequences, stored responses, and 400s naming what ember lacks (tools)."""
+streams' event sequences, stored responses, and 400s naming what ember lacks (hosted and server
+tools; function tools are test_server_tools_apis.py's)."""
 
 from __future__ import annotations
 
@@ -109,10 +110,9 @@ def test_responses_structured_output_and_tools_refused(oai: openai.OpenAI) -> No
     with pytest.raises(openai.BadRequestError) as raised:
         oai.responses.create(model="x", input=USER, text={"format": {"type": "yaml"}})
     assert "text.format" in raised.value.message
-    with pytest.raises(openai.BadRequestError) as raised:
-        oai.responses.create(model="x", input=USER, tools=[{
-            "type": "function", "name": "f", "parameters": {"type": "object"}}])
-    assert "tool calling" in raised.value.message
+    with pytest.raises(openai.BadRequestError) as raised:  # function tools work (tools tests)
+        oai.responses.create(model="x", input=USER, tools=[{"type": "web_search"}])
+    assert "hosted tools" in raised.value.message
 
 
 # --- Anthropic Messages ------------------------------------------------------------------------
@@ -169,8 +169,8 @@ def test_messages_errors_auth_and_count_tokens(server: RunningServer,
                                                claude: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as raised:
         claude.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": USER}],
-                               tools=[{"name": "f", "input_schema": {"type": "object"}}])
-    assert "tool use" in raised.value.message
+                               tools=[{"type": "bash_20250124", "name": "bash"}])
+    assert "server tools" in raised.value.message
     body = raised.value.body
     assert isinstance(body, dict) and body["type"] == "error"
     no_max = httpx.post(server.url + "/v1/messages", headers={"x-api-key": KEY},

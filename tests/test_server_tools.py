@@ -6,7 +6,7 @@ SmolLM2 (a template without tools: the standard tool prompt) behind a real serve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,18 @@ def qwen_reply(prompt: str) -> str:
     return "Let me check.\n" + QWEN_CALL if "check" in prompt else QWEN_CALL
 
 
-@pytest.fixture(scope="module")
-def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
+def start_qwen(reply: Callable[[str], str]) -> tuple[RunningServer, ScriptedEngine]:
+    """A server whose scripted engine has Qwen2.5's template and answers with `reply`."""
     make, engine = scripted()
     engine.n_ctx = 8192
     engine.chat_template = ChatTemplate((TEMPLATES / "qwen2.5.jinja").read_text())
-    engine.reply = qwen_reply
-    running = start_server(fake_config(aliases=["m"]), make)
+    engine.reply = reply
+    return start_server(fake_config(aliases=["m"]), make), engine
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
+    running, engine = start_qwen(qwen_reply)
     yield running, engine
     running.stop()
 
@@ -349,3 +354,36 @@ def test_a_forced_call_is_a_valid_call_streamed_or_not(request: pytest.FixtureRe
     assert finish == "tool_calls" and content == (out.message.content or "")
     assert [(c["name"], c["arguments"]) for c in calls] == [
         (call.function.name, call.function.arguments)]
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_a_forced_call_on_the_other_apis(smollm2_qwen_server: RunningServer, api: str) -> None:
+    """The same forced call through Responses and Messages (answer_parts.py): constrained as
+    chat's, read back as a function_call item / a tool_use block."""
+    import anthropic
+    import jsonschema
+
+    if api == "responses":
+        client = openai.OpenAI(base_url=smollm2_qwen_server.base_url, api_key="unused",
+                               max_retries=0)
+        out = client.responses.create(
+            model="m", input="What is the weather in Paris?", temperature=0,
+            max_output_tokens=64, tool_choice={"type": "function", "name": "get_time"},
+            tools=[{"type": "function", **t["function"]} for t in (WEATHER, TIME)])  # type: ignore[misc]
+        [item] = out.output
+        assert item.type == "function_call" and item.name == "get_time"
+        arguments = json.loads(item.arguments)
+    else:
+        claude = anthropic.Anthropic(base_url=smollm2_qwen_server.url, api_key="unused",
+                                     max_retries=0)
+        message = claude.messages.create(
+            model="m", max_tokens=64, extra_body={"temperature": 0}, tool_choice={"type": "any"},
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[{"name": t["function"]["name"], "description": t["function"]["description"],
+                    "input_schema": t["function"]["parameters"]} for t in (WEATHER, TIME)])  # type: ignore[misc]
+        assert message.stop_reason == "tool_use"
+        [block] = message.content
+        assert block.type == "tool_use"
+        arguments = block.input
+        item = block
+    jsonschema.validate(arguments, SCHEMAS[item.name])

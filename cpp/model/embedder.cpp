@@ -29,8 +29,14 @@ Embedder::Embedder(std::shared_ptr<const Model> model, const EmbedderOptions& op
   states_.resize(static_cast<size_t>(n_batch * c.n_embd));
 }
 
-void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out) {
+void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out,
+                     const std::vector<std::span<const int32_t>>& token_types) {
   const int64_t n_vocab = model_->config().n_vocab;
+  const int64_t n_types = std::max<int64_t>(model_->config().n_token_types, 1);
+  if (!token_types.empty() && token_types.size() != seqs.size()) {
+    throw InvalidArgument(
+        cat("[embed] ", token_types.size(), " token type lists for ", seqs.size(), " inputs"));
+  }
   for (size_t i = 0; i < seqs.size(); ++i) {
     const int64_t n = static_cast<int64_t>(seqs[i].size());
     if (n == 0 || n > max_tokens()) {
@@ -41,6 +47,17 @@ void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool nor
       if (seqs[i][t] < 0 || seqs[i][t] >= n_vocab) {
         throw InvalidArgument(cat("[embed] input ", i, " token ", t, " has id ", seqs[i][t],
                                   ", outside the vocabulary [0, ", n_vocab, ")"));
+      }
+    }
+    if (token_types.empty()) continue;
+    if (token_types[i].size() != seqs[i].size()) {
+      throw InvalidArgument(
+          cat("[embed] input ", i, " has ", n, " tokens but ", token_types[i].size(), " token types"));
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      if (token_types[i][t] < 0 || token_types[i][t] >= n_types) {
+        throw InvalidArgument(cat("[embed] input ", i, " token ", t, " has token type ", token_types[i][t],
+                                  "; the model has ", n_types));
       }
     }
   }
@@ -54,12 +71,13 @@ void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool nor
       rows += static_cast<int64_t>(seqs[first + count].size());
       ++count;
     }
-    run_pass(seqs, first, count, normalize, out);
+    run_pass(seqs, token_types, first, count, normalize, out);
     first += count;
   }
 }
 
-void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs, size_t first, size_t count,
+void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs,
+                        const std::vector<std::span<const int32_t>>& token_types, size_t first, size_t count,
                         bool normalize, float* out) {
   const ModelConfig& c = model_->config();
   const int64_t n_embd = c.n_embd;
@@ -79,6 +97,7 @@ void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs, size_
     for (int64_t t = 0; t < n; ++t) {
       tokens_[n_rows + t] = seqs[i][t];
       positions_[n_rows + t] = static_cast<int32_t>(t);
+      scratch_.token_types[n_rows + t] = token_types.empty() ? 0 : token_types[i][t];
     }
     switch (c.pooling) {  // the rows pooling reads
       case Pooling::cls: output_rows_[n_outputs++] = static_cast<int32_t>(n_rows); break;

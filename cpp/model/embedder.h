@@ -31,15 +31,18 @@ class Embedder {
   int64_t max_tokens() const { return model_->config().n_ctx_train; }
 
   // out[seqs.size(), n_embd] = the pooled final token states of each sequence, divided by their
-  // Euclidean norm when `normalize`. Throws InvalidArgument naming the sequence (and changes
-  // nothing) when one is empty, longer than max_tokens(), or holds a token id outside the
-  // vocabulary.
-  void embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out);
+  // Euclidean norm when `normalize`. token_types: each sequence's token type ids (segment A 0,
+  // segment B 1: a query-document pair), or empty for all 0 (one text). Throws InvalidArgument
+  // naming the sequence (and changes nothing) when one is empty, longer than max_tokens(), holds
+  // a token id outside the vocabulary, or its token types do not match it or the model's.
+  void embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out,
+             const std::vector<std::span<const int32_t>>& token_types = {});
 
  private:
   // Runs sequences [first, first + count) (their rows fit one pass) into out rows from first.
-  void run_pass(const std::vector<std::span<const int32_t>>& seqs, size_t first, size_t count, bool normalize,
-                float* out);
+  void run_pass(const std::vector<std::span<const int32_t>>& seqs,
+                const std::vector<std::span<const int32_t>>& token_types, size_t first, size_t count,
+                bool normalize, float* out);
 
   std::shared_ptr<const Model> model_;
   Scratch scratch_;

@@ -28,7 +28,7 @@ struct Scratch {
                     // (an encoder's: token states [n_batch, n_embd])
   MoeScratch moe;   // mixture-of-experts layers' buffers; empty for dense models
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
-  std::vector<int32_t> token_types;  // [n_batch] all 0: single-sentence input
+  std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to
 
   Scratch() = default;

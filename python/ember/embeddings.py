@@ -10,6 +10,17 @@ steps, a prefix's cached keys are not reusable, and there is nothing to sample. 
 instead packs whole sequences into forward passes of up to n_batch rows (one pass over the
 weights serves all of them), then pools each as the model's file says (mean, CLS or last token).
 Concurrent calls take turns.
+
+A cross-encoder reranker (BertForSequenceClassification, converted with its head: cls.* tensors,
+see ember.convert's bert module) also scores query-document pairs:
+
+    scores = embedder.rerank("what is a panda?", ["a bear", "a car"])   # float32 [2], raw logits
+
+Each pair is one sequence, [CLS] query [SEP] document [SEP], with token type 0 for the query's
+part and 1 for the document's (as Hugging Face's tokenizers pair them); its [CLS] state goes
+through the head: tanh(cls · h + b), then cls.output (label 0's logit is the score, as
+llama-server's). The head is a few small matrices, applied here in numpy (float64) on the states
+the C++ Embedder returns.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -34,6 +45,36 @@ def is_embedding_model(path: str | os.PathLike[str]) -> bool:
     return _core.GGUFFile(str(path)).get("general.architecture") in ENCODER_ARCHITECTURES
 
 
+class ClassificationHead:
+    """A sequence classifier's head from its GGUF file: the pooler (cls.weight / cls.bias, with
+    tanh), when there is one, then the classifier (cls.output.weight / cls.output.bias)."""
+
+    def __init__(self, file: Any) -> None:
+        names = {t.name for t in file.tensors}
+
+        def load(name: str) -> np.ndarray | None:
+            return np.asarray(file.dequantize(name), np.float64) if name in names else None
+
+        self.pooler = load("cls.weight"), load("cls.bias")    # [n_embd, n_embd], [n_embd]
+        self.out = load("cls.output.weight"), load("cls.output.bias")  # [n_labels, n_embd], [n_labels]
+
+    @staticmethod
+    def of(file: Any) -> ClassificationHead | None:
+        """The file's head; None for an embedding model (no cls.output.weight)."""
+        has = any(t.name == "cls.output.weight" for t in file.tensors)
+        return ClassificationHead(file) if has else None
+
+    def logits(self, states: np.ndarray) -> np.ndarray:
+        """float64 [n, n_labels] of [CLS] states [n, n_embd]."""
+        h = states.astype(np.float64)
+        weight, bias = self.pooler
+        if weight is not None:
+            h = np.tanh(h @ weight.T + (bias if bias is not None else 0.0))
+        weight, bias = self.out
+        assert weight is not None
+        return h @ weight.T + (bias if bias is not None else 0.0)
+
+
 class Embedder:
     """An encoder model and its tokenizer. n_threads defaults to the physical cores; n_batch
     (token rows per forward pass) to 2048; device to $EMBER_DEVICE, else the CPU ("auto" is the
@@ -47,6 +88,7 @@ class Embedder:
         self._core = _core.Embedder(str(self.path), n_threads=n_threads, n_batch=n_batch,
                                     device="cpu" if device == "auto" else device)
         self.tokenizer = _core.Tokenizer(str(self.path))
+        self.head = ClassificationHead.of(_core.GGUFFile(str(self.path)))
 
     @property
     def device(self) -> str:
@@ -90,3 +132,43 @@ class Embedder:
         """float32 [len(inputs), n_embd]: one embedding per input, of unit Euclidean length
         unless normalize=False."""
         return self.embed_tokens(self.tokenize(inputs), normalize)
+
+    @property
+    def is_reranker(self) -> bool:
+        """Does the file hold a classification head (a cross-encoder) that rerank() needs?"""
+        return self.head is not None
+
+    def pair_tokens(self, query: str, documents: Sequence[str]
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+        """Each (query, document) pair's tokens, [CLS] query [SEP] document [SEP], and token
+        types (0 for the query's part, 1 for the document's, where the model has two).
+        ValueError naming the document when a pair is longer than max_tokens."""
+        q = list(self.tokenizer.encode(query, True, False))
+        second = 1 if self._core.n_token_types > 1 else 0
+        tokens, types = [], []
+        for i, document in enumerate(documents):
+            d = list(self.tokenizer.encode(document, True, False))[1:]  # its [CLS] dropped
+            if len(q) + len(d) > self.max_tokens:
+                raise ValueError(f"document {i} with the query has {len(q) + len(d)} tokens, "
+                                 f"more than the model's {self.max_tokens}")
+            tokens.append(q + d)
+            types.append([0] * len(q) + [second] * len(d))
+        return tokens, types
+
+    def rerank(self, query: str, documents: Sequence[str]) -> np.ndarray:
+        """float32 [len(documents)]: each document's relevance to the query, the head's logit
+        (higher is more relevant). ValueError for a model without a head."""
+        return self.rerank_tokens(*self.pair_tokens(query, documents))
+
+    def rerank_tokens(self, tokens: Sequence[Sequence[int]], token_types: Sequence[Sequence[int]]
+                      ) -> np.ndarray:
+        """rerank() of pairs already tokenized (pair_tokens)."""
+        if self.head is None:
+            raise ValueError(f"{self.path.name} is not a reranking model (it has no "
+                             "classification head, cls.output.weight)")
+        if self.pooling != "cls":
+            raise ValueError(f"{self.path.name}: a reranker reads the [CLS] state, but the "
+                             f"file pools {self.pooling}")
+        states = self._core.embed([list(t) for t in tokens], False,
+                                  [list(t) for t in token_types])
+        return self.head.logits(states)[:, 0].astype(np.float32)

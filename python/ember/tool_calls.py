@@ -329,6 +329,23 @@ def _one_call(text: str, i: int) -> tuple[list[ParsedCall] | None, int | None, b
     return ([call] if call else None), end, decided
 
 
+def _take_calls(out: _Builder, found: tuple[list[ParsedCall] | None, int | None, bool],
+                final: bool) -> ParsedOutput | int | None:
+    """Adds the calls of a JSON value (_json_calls / _array_calls: calls, end, decided) to
+    `out`. Returns the index past the value, to read on from; or the output to return now (the
+    value is still undecided, so held back, or a call is still being written); or None when the
+    value is no call (the calls before it stand, and the rest is content)."""
+    calls, end, decided = found
+    if calls is None:
+        if not decided and not final:
+            out.hold()
+            return out.output()
+        return None
+    for call in calls:
+        out.call(call)
+    return out.output() if end is None else end
+
+
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n\s*")
 _FENCE_START = re.compile(r"`{1,3}(?:j(?:s(?:o(?:n)?)?)?)?[ \t]*")
 
@@ -360,23 +377,16 @@ def _parse_json_answer(text: str, final: bool, sep: str, start_markers: tuple[st
         start = lead
     out.text(text[:start])
     j = _WS.match(text, start + marker_len).end()
-    n_calls = 0
     while j < len(text) and text[j] in "{[":
-        calls, end, decided = _json_calls(text, j)
-        if calls is None:
-            if not decided and not final:
-                out.hold()
-                return out.output()
-            break
-        for call in calls:
-            out.call(call)
-        n_calls += len(calls)
+        end = _take_calls(out, _json_calls(text, j), final)
+        if isinstance(end, ParsedOutput):
+            return end
         if end is None:
-            return out.output()
+            break
         j = end
         while j < len(text) and (text[j].isspace() or text[j] in sep):
             j += 1
-    if n_calls == 0:
+    if not out.calls:
         if fenced:  # a fence holding no call: content
             return ParsedOutput(text) if final or j < len(text) else ParsedOutput("")
         if marker_len:
@@ -401,16 +411,11 @@ def _parse_mistral(text: str, final: bool) -> ParsedOutput:
     while text.startswith(marker, j):
         j = _WS.match(text, j + len(marker)).end()
         if text[j:j + 1] == "[":
-            calls, end, decided = _array_calls(text, j)
-            if calls is None:
-                if not decided and not final:
-                    out.hold()
-                    return out.output()
-                break
-            for call in calls:
-                out.call(call)
+            end = _take_calls(out, _array_calls(text, j), final)
+            if isinstance(end, ParsedOutput):
+                return end
             if end is None:
-                return out.output()
+                break
             j = _WS.match(text, end).end()
             continue
         head = _MISTRAL_NAME.match(text, j)

@@ -65,21 +65,22 @@ def _tool(value: Any, i: int) -> dict[str, Any]:
         raise ToolsError(f"'{param}.function' must be an object with a 'name'", param)
     name = function.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ToolsError(f"'{param}.function.name' must be 1-64 letters, digits, '_', '.' or "
-                         f"'-', got {str(name)[:80]!r}", param)
+        raise ToolsError(f"'{param}': the function's name must be 1-64 letters, digits, '_', "
+                         f"'.' or '-', got {str(name)[:80]!r}", param)
     description = function.get("description")
     if description is not None and not isinstance(description, str):
-        raise ToolsError(f"'{param}.function.description' must be a string", param)
+        raise ToolsError(f"'{param}': the function's description must be a string", param)
     parameters = function.get("parameters")
     if parameters is None:
         parameters = {"type": "object", "properties": {}}
     if not isinstance(parameters, Mapping):
-        raise ToolsError(f"'{param}.function.parameters' must be a JSON schema object", param)
+        raise ToolsError(f"'{param}': the function's parameters must be a JSON schema "
+                         "object", param)
     try:
         json.dumps(parameters)
     except (RecursionError, TypeError, ValueError):
-        raise ToolsError(f"'{param}.function.parameters' nests too deeply to be a schema",
-                         param) from None
+        raise ToolsError(f"'{param}': the function's parameters nest too deeply to be a "
+                         "schema", param) from None
     out: dict[str, Any] = {"name": name}
     if description is not None:
         out["description"] = description

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,22 +40,32 @@ struct PyEmbedder {
   }
 };
 
-Embeddings embed(PyEmbedder& self, const std::vector<std::vector<int64_t>>& inputs, bool normalize) {
-  std::vector<std::vector<int32_t>> tokens(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    for (int64_t id : inputs[i]) {
+std::vector<std::vector<int32_t>> to_int32(const std::vector<std::vector<int64_t>>& lists, const char* what) {
+  std::vector<std::vector<int32_t>> out(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i) {
+    for (int64_t id : lists[i]) {
       if (id < INT32_MIN || id > INT32_MAX)
-        throw ember::InvalidArgument(ember::cat("[embed] input ", i, " has token id ", id, ", out of range"));
-      tokens[i].push_back(static_cast<int32_t>(id));
+        throw ember::InvalidArgument(
+            ember::cat("[embed] input ", i, " has ", what, " ", id, ", out of range"));
+      out[i].push_back(static_cast<int32_t>(id));
     }
   }
+  return out;
+}
+
+Embeddings embed(PyEmbedder& self, const std::vector<std::vector<int64_t>>& inputs, bool normalize,
+                 const std::optional<std::vector<std::vector<int64_t>>>& token_types) {
+  const std::vector<std::vector<int32_t>> tokens = to_int32(inputs, "token id");
+  std::vector<std::vector<int32_t>> types;
+  if (token_types) types = to_int32(*token_types, "token type");
   std::vector<std::span<const int32_t>> seqs(tokens.begin(), tokens.end());
+  std::vector<std::span<const int32_t>> type_spans(types.begin(), types.end());
   const size_t n_embd = static_cast<size_t>(self.embedder->n_embd());
   float* data = new float[std::max<size_t>(inputs.size() * n_embd, 1)];
   nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
   {
     nb::gil_scoped_release release;
-    self.embedder->embed(seqs, normalize, data);
+    self.embedder->embed(seqs, normalize, data, type_spans);
   }
   return Embeddings(data, {inputs.size(), n_embd}, owner);
 }
@@ -80,8 +91,13 @@ void init_embedder(nb::module_& m) {
            "n_threads defaults to the physical cores, n_batch (token rows per forward pass, sequences "
            "packed whole) to 2048.")
       .def("embed", &embed, nb::arg("inputs"), nb::arg("normalize") = true,
+           nb::arg("token_types") = nb::none(),
            "Embeddings [len(inputs), n_embd] float32 of token sequences, pooled as the model says "
-           "(mean, cls or last) and L2-normalised unless normalize=False.")
+           "(mean, cls or last) and L2-normalised unless normalize=False; token_types: each input's "
+           "segment ids (a text pair's second text 1), all 0 when None.")
+      .def_prop_ro(
+          "n_token_types",
+          [](const PyEmbedder& self) { return std::max<int64_t>(self.model->config().n_token_types, 1); })
       .def_prop_ro(
           "device", [](const PyEmbedder& self) { return self.model->backend().device_name(); },
           "The device the model runs on.")

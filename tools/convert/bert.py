@@ -1,11 +1,17 @@
 """BERT encoders (GGUF architecture "bert"): sentence-embedding models such as
-sentence-transformers/all-MiniLM-L6-v2 or BAAI/bge-small-en-v1.5.
+sentence-transformers/all-MiniLM-L6-v2 or BAAI/bge-small-en-v1.5, and cross-encoder rerankers
+(BertForSequenceClassification, e.g. cross-encoder/ms-marco-MiniLM-L6-v2).
 
 As llama.cpp's converter writes them: word, position and token-type embeddings, an embedding
-LayerNorm, post-LayerNorm blocks with biases on every projection, no output head (the pooler is
-dropped); attention.causal false; pooling_type from the sentence-transformers Pooling module
-(modules.json -> its config.json), mean when there is none; the WordPiece vocabulary in
-"phantom space" form (see vocab.py).
+LayerNorm, post-LayerNorm blocks with biases on every projection; attention.causal false;
+pooling_type from the sentence-transformers Pooling module (modules.json -> its config.json),
+mean when there is none; the WordPiece vocabulary in "phantom space" form (see vocab.py). An
+embedding model has no output head (the pooler is dropped). A sequence classifier keeps its
+head under llama.cpp's names: the pooler (dense + tanh over the [CLS] state) as cls.weight /
+cls.bias, the classifier as cls.output.weight / cls.output.bias, its labels as
+{arch}.classifier.output_labels, and pooling cls (the [CLS] state is what the head reads).
+llama.cpp's own converter drops that pooler and so scores without it; the file here has both,
+which llama.cpp's graph also applies (cls, tanh, cls.output), as transformers does.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from .registry import register
 _UNUSED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
 
 
-@register("BertModel")
+@register("BertModel", "BertForSequenceClassification")
 class BertFamily(DecoderFamily):
     gguf_arch = "bert"
     activations: ClassVar[tuple[str, ...]] = ("gelu",)
@@ -39,9 +45,15 @@ class BertFamily(DecoderFamily):
                                f"{config['position_embedding_type']!r} is not supported (absolute)")
         self.layer_norm_eps = float(config.get("layer_norm_eps", 1e-12))
         self.n_token_types = int(config.get("type_vocab_size") or 1)
-        self.pooling = _pooling_type(checkpoint, where)
         # BertForMaskedLM-style checkpoints prefix every name with "bert."
         self.prefix = "bert." if "bert.embeddings.word_embeddings.weight" in checkpoint else ""
+        self.labels: list[str] = []  # a sequence classifier's (a reranker's) output labels
+        if "BertForSequenceClassification" in (config.get("architectures") or []):
+            id2label = config.get("id2label") or {"0": "LABEL_0"}
+            self.labels = [str(v) for _, v in sorted(id2label.items(), key=lambda kv: int(kv[0]))]
+            self.pooling = PoolingType.CLS
+        else:
+            self.pooling = _pooling_type(checkpoint, where)
 
     def all_specs(self) -> list[TensorSpec]:
         hp, p = self.hp, self.prefix
@@ -57,6 +69,12 @@ class BertFamily(DecoderFamily):
         ]
         for i in range(hp.n_layer):
             specs += self.layer_specs(i)
+        if self.labels:
+            d, n = hp.n_embd, len(self.labels)
+            specs += [TensorSpec("cls.weight", p + "pooler.dense.weight", (d, d)),
+                      TensorSpec("cls.bias", p + "pooler.dense.bias", (d,)),
+                      TensorSpec("cls.output.weight", "classifier.weight", (n, d)),
+                      TensorSpec("cls.output.bias", "classifier.bias", (n,))]
         return specs
 
     def layer_specs(self, i: int) -> list[TensorSpec]:
@@ -81,7 +99,10 @@ class BertFamily(DecoderFamily):
         return specs
 
     def ignored(self, hf_name: str) -> bool:
-        return hf_name.removeprefix(self.prefix) in _UNUSED or super().ignored(hf_name)
+        name = hf_name.removeprefix(self.prefix)
+        if self.labels and name.startswith("pooler."):
+            return False  # a classifier's head
+        return name in _UNUSED or super().ignored(hf_name)
 
     def add_metadata(self, w: GGUFWriter) -> None:
         hp = self.hp
@@ -95,6 +116,8 @@ class BertFamily(DecoderFamily):
         w.add_pooling_type(self.pooling)
         w.add_token_type_count(self.n_token_types)
         w.add_vocab_size(hp.n_vocab)
+        if self.labels:
+            w.add_classifier_output_labels(self.labels)
 
 
 def _pooling_type(checkpoint: Checkpoint, where: str) -> PoolingType:

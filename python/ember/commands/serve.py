@@ -153,6 +153,10 @@ def serve(
     embedding: Annotated[bool, typer.Option(
         "--embedding", envvar="EMBER_EMBEDDING",
         help="serve an embedding model (bert): /v1/embeddings, no generation")] = False,
+    rerank: Annotated[bool, typer.Option(
+        "--rerank", "--reranking", envvar="EMBER_RERANK",
+        help="serve a reranking model (a bert cross-encoder): /rerank (and /v1/rerank), "
+        "with --embedding's routes")] = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -172,7 +176,7 @@ def serve(
                                     seed=seed, repeat_penalty=repeat_penalty),
         spec="draft" if draft_model is not None and spec == "none" else spec,
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
-        draft_max=draft_max, draft_min=draft_min, embedding=embedding)
+        draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -2,18 +2,24 @@
 written for Claude (the `anthropic` SDK, Claude-compatible tools) work unchanged: `system`,
 `messages` with text blocks (a trailing assistant message is continued, as Anthropic's API
 continues it), `max_tokens` (required), `stop_sequences`, `temperature`, `top_p`, `top_k`,
-and `stream` with its events (message_start, content_block_start, ping, content_block_delta,
-content_block_stop, message_delta, message_stop). The API key may come as `x-api-key`, as
-Anthropic clients send it (app.py). Errors have Anthropic's shape,
-{"type": "error", "error": {"type", "message"}}. Tool use is a 400 naming tool calling until
-ember has it.
+tool use (`tools` with name, description and input_schema; `tool_choice` auto / any / tool /
+none and disable_parallel_tool_use; `tool_use` blocks in the answer with stop_reason
+"tool_use"; `tool_result` blocks in user messages), and `stream` with its events
+(message_start, content_block_start, ping, content_block_delta with text_delta or
+input_json_delta, content_block_stop, message_delta, message_stop). The API key may come as
+`x-api-key`, as Anthropic clients send it (app.py). Errors have Anthropic's shape,
+{"type": "error", "error": {"type", "message"}}. Server tools (Anthropic's bash, web search,
+...) are a 400.
 
 A request is translated to a chat-completions body and runs on the chat path
-(generation.prepare_chat, generation.respond); this module only shapes the answer.
+(generation.prepare_chat: the tools go through the chat template, the answer is read for calls
+by ember.tool_calls, as chat completions do; generation.respond); this module only translates
+and shapes the answer.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -22,11 +28,12 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.results import Delta, GenerationResult
 from ember.server import generation
+from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.protocol import Fields, show
+from ember.server.generation import ChatPrompt
+from ember.server.protocol import Fields, required_string, show
 
 _ROLES = {"user", "assistant"}
 
@@ -39,31 +46,121 @@ def anthropic_error(error: APIError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
+def _block_text(block: Any, at: str, param: str) -> str:
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if kind != "text" or not isinstance(block.get("text"), str):
+        raise bad_request(f"'{at}': only text blocks ({{\"type\": \"text\", \"text\": ...}}) "
+                          f"are supported here, got {show(kind)}", param=param,
+                          code="unsupported_content")
+    return block["text"]
+
+
+def _text_blocks(blocks: list[Any], where: str) -> str:
+    return "\n".join(_block_text(b, f"{where}[{j}]", where) for j, b in enumerate(blocks))
+
+
 def _text(value: Any, where: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        texts = []
-        for j, block in enumerate(value):
-            kind = block.get("type") if isinstance(block, Mapping) else None
-            if kind in ("tool_use", "tool_result"):
-                raise bad_request(f"'{where}[{j}]': tool use is not supported by this server "
-                                  "yet", param=where, code="unsupported_parameter")
-            if kind != "text" or not isinstance(block.get("text"), str):
-                raise bad_request(f"'{where}[{j}]': only text blocks ({{\"type\": \"text\", "
-                                  f"\"text\": ...}}) are supported, got {show(kind)}",
-                                  param=where, code="unsupported_content")
-            texts.append(block["text"])
-        return "\n".join(texts)
+        return _text_blocks(value, where)
     raise bad_request(f"'{where}' must be a string or an array of text blocks", param=where,
                       code="invalid_type")
 
 
+def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
+    """One Messages message as chat messages, blocks in order: text blocks (joined with
+    "\n"); an assistant's tool_use blocks as its tool_calls; a user's tool_result blocks as
+    "tool" messages (text around them stays user messages)."""
+    if not isinstance(content, list):
+        return [{"role": role, "content": _text(content, where)}]
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []  # the text blocks of the chat message being built
+
+    def flush() -> None:
+        if texts:
+            out.append({"role": role, "content": "\n".join(texts)})
+            texts.clear()
+
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        at = f"{where}[{j}]"
+        if kind == "tool_use" and role == "assistant":
+            arguments = block.get("input", {})
+            if not isinstance(arguments, Mapping):
+                raise bad_request(f"'{at}.input' must be an object", param=f"{at}.input",
+                                  code="invalid_type")
+            call = {"id": required_string(block, "id", at), "type": "function",
+                    "function": {"name": required_string(block, "name", at),
+                                 "arguments": json.dumps(arguments, ensure_ascii=False)}}
+            if texts:
+                out.append({"role": role, "content": "\n".join(texts), "tool_calls": [call]})
+                texts.clear()
+            elif out and out[-1].get("tool_calls"):
+                out[-1]["tool_calls"].append(call)
+            else:
+                out.append({"role": role, "content": "", "tool_calls": [call]})
+        elif kind == "tool_result" and role == "user":
+            flush()
+            result = block.get("content")
+            out.append({"role": "tool", "tool_call_id": required_string(block, "tool_use_id", at),
+                        "content": "" if result is None else _text(result, f"{at}.content")})
+        else:
+            texts.append(_block_text(block, at, where))
+    flush()
+    return out
+
+
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    """Messages' tools ({"name", "description"?, "input_schema"}) in chat's shape; ember.tools
+    checks them further. Server tools (a "type" other than "custom") are a 400."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be an array of {\"name\", \"description\", "
+                          "\"input_schema\"}", param="tools", code="invalid_type")
+    out = []
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        if not isinstance(tool, Mapping):
+            raise bad_request(f"'{where}' must be an object", param=where, code="invalid_type")
+        if tool.get("type", "custom") != "custom":
+            raise bad_request(f"'{where}': Anthropic's server tools (type "
+                              f"{show(tool.get('type'))}) are not supported; give client tools "
+                              "(name, description, input_schema)", param=where,
+                              code="unsupported_parameter")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, Mapping):
+            raise bad_request(f"'{where}.input_schema' must be a JSON schema object, got "
+                              f"{show(schema)}", param=f"{where}.input_schema",
+                              code="invalid_type")
+        function = {"name": tool.get("name"), "parameters": schema}
+        if tool.get("description") is not None:
+            function["description"] = tool.get("description")
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(value: Any) -> tuple[Any, bool | None]:
+    """Messages' tool_choice as chat's (tool_choice, parallel_tool_calls)."""
+    if value is None:
+        return None, None
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if kind not in ("auto", "any", "tool", "none"):
+        raise bad_request("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | "
+                          f"\"none\", ...}}, got {show(value)}", param="tool_choice",
+                          code="invalid_value")
+    disable = value.get("disable_parallel_tool_use")
+    if disable is not None and not isinstance(disable, bool):
+        raise bad_request("'tool_choice.disable_parallel_tool_use' must be a boolean",
+                          param="tool_choice", code="invalid_type")
+    choice = {"auto": "auto", "any": "required", "none": "none"}.get(kind) or {
+        "type": "function", "function": {"name": value.get("name")}}
+    return choice, None if disable is None else not disable
+
+
 def chat_body(body: Fields) -> dict[str, Any]:
     """The Messages request as a chat-completions body."""
-    if body.get("tools"):
-        raise bad_request("'tools': tool use is not supported by this server yet",
-                          param="tools", code="unsupported_parameter")
     thinking = body.get("thinking")
     if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
         raise bad_request("'thinking': extended thinking is not supported by this server",
@@ -83,9 +180,11 @@ def chat_body(body: Fields) -> dict[str, Any]:
         if role not in _ROLES:
             raise bad_request(f"'{where}.role' must be 'user' or 'assistant', got {show(role)}",
                               param=f"{where}.role", code="invalid_value")
-        chat_messages.append({"role": role,
-                              "content": _text(message.get("content"), f"{where}.content")})
-    chat: dict[str, Any] = {"messages": chat_messages, "stream": body.boolean("stream")}
+        chat_messages += _message(role, message.get("content"), f"{where}.content")
+    tool_choice, parallel = _tool_choice(body.get("tool_choice"))
+    chat: dict[str, Any] = {"messages": chat_messages, "stream": body.boolean("stream"),
+                            "tools": _tools(body.get("tools")), "tool_choice": tool_choice,
+                            "parallel_tool_calls": parallel}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"),
                          ("top_k", "top_k"), ("stop", "stop_sequences")):
         if body.get(theirs) is not None:
@@ -93,26 +192,41 @@ def chat_body(body: Fields) -> dict[str, Any]:
     return chat
 
 
-class MessagesShape:
-    def __init__(self, model: str) -> None:
+def _block(part: Part) -> dict[str, Any]:
+    """A content block: text (a text part) or tool_use (a call part, its input parsed)."""
+    if part.kind == "text":
+        return {"type": "text", "text": part.text}
+    try:
+        arguments = json.loads(part.text)
+    except ValueError:  # cut short (max_tokens)
+        arguments = None
+    return {"type": "tool_use", "id": part.id, "name": part.name,
+            "input": arguments if isinstance(arguments, dict) else {}}
+
+
+class MessagesShape(PartsShape):
+    """The Message object and its stream events; its content blocks are the answer's parts
+    (answer_parts.py): text, and a tool_use block per call."""
+
+    def __init__(self, model: str, prompt: ChatPrompt) -> None:
+        super().__init__(prompt)
         self.id = f"msg_{uuid.uuid4().hex}"
         self._model = model
-        self._text: list[str] = []
-        self._result: GenerationResult | None = None
-        self.n_prompt_tokens = 0
+        self._pinged = False
+        self.n_prompt_tokens = len(prompt.tokens)
 
     def _stop(self) -> tuple[str | None, str | None]:
-        result = self._result
+        result = self.result
         if result is None:
             return None, None
         if result.finish_reason == "length":
             return "max_tokens", None
         if result.stop_string is not None:
             return "stop_sequence", result.stop_string
-        return "end_turn", None
+        return ("tool_use" if self.calls else "end_turn"), None
 
     def _usage(self) -> dict[str, Any]:
-        u = self._result.usage if self._result is not None else None
+        u = self.result.usage if self.result is not None else None
         return {"input_tokens": u.prompt_tokens - u.cached_tokens if u else self.n_prompt_tokens,
                 "cache_read_input_tokens": u.cached_tokens if u else 0,
                 "cache_creation_input_tokens": 0,
@@ -124,41 +238,51 @@ class MessagesShape:
                 "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                 "usage": self._usage()}
 
-    def add(self, index: int, delta: Delta) -> None:
-        self._text.append(delta.text)
-        if delta.result is not None:
-            self._result = delta.result
+    # --- PartsShape ------------------------------------------------------------------------
 
-    def response(self) -> dict[str, Any]:
-        return self._message([{"type": "text", "text": "".join(self._text)}])
+    def new_text(self) -> Part:
+        return Part("text", "")
 
-    def stream_start(self) -> list[bytes]:
-        sse = generation.sse
-        return [sse({"type": "message_start", "message": self._message([])}, "message_start"),
-                sse({"type": "content_block_start", "index": 0,
-                     "content_block": {"type": "text", "text": ""}}, "content_block_start"),
-                sse({"type": "ping"}, "ping")]
+    def new_call(self, name: str) -> Part:
+        # Mistral's templates need their 9-character ids given back; others get toolu_ ids.
+        return Part("call", self.fresh_call_id().replace("call_", "toolu_", 1), name=name)
 
-    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        sse = generation.sse
-        out = []
-        if delta.text:
-            out.append(sse({"type": "content_block_delta", "index": 0,
-                            "delta": {"type": "text_delta", "text": delta.text}},
-                           "content_block_delta"))
-        if delta.result is not None:
-            self._result = delta.result
-            stop_reason, stop_sequence = self._stop()
-            out += [sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
-                    sse({"type": "message_delta",
-                         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                         "usage": {"output_tokens": delta.result.usage.completion_tokens}},
-                        "message_delta"),
-                    sse({"type": "message_stop"}, "message_stop")]
+    def opened(self, part: Part) -> list[bytes]:
+        start = {"type": "text", "text": ""} if part.kind == "text" else {
+            "type": "tool_use", "id": part.id, "name": part.name, "input": {}}
+        out = [generation.sse({"type": "content_block_start", "index": self.index(part),
+                               "content_block": start}, "content_block_start")]
+        if not self._pinged:  # where Anthropic's streams send it
+            self._pinged = True
+            out.append(generation.sse({"type": "ping"}, "ping"))
         return out
 
-    def stream_end(self) -> list[bytes]:
-        return []
+    def grew(self, part: Part, text: str) -> list[bytes]:
+        delta = {"type": "text_delta", "text": text} if part.kind == "text" else {
+            "type": "input_json_delta", "partial_json": text}
+        return [generation.sse({"type": "content_block_delta", "index": self.index(part),
+                                "delta": delta}, "content_block_delta")]
+
+    def closed(self, part: Part) -> list[bytes]:
+        return [generation.sse({"type": "content_block_stop", "index": self.index(part)},
+                               "content_block_stop")]
+
+    def ended(self) -> list[bytes]:
+        stop_reason, stop_sequence = self._stop()
+        return [generation.sse({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": {"output_tokens": self._usage()["output_tokens"]}}, "message_delta"),
+            generation.sse({"type": "message_stop"}, "message_stop")]
+
+    # --- generation.Shape ------------------------------------------------------------------
+
+    def response(self) -> dict[str, Any]:
+        return self._message([_block(part) for part in self.parts])
+
+    def stream_start(self) -> list[bytes]:
+        return [generation.sse({"type": "message_start", "message": self._message([])},
+                               "message_start")]
 
     def stream_error(self, error: APIError) -> list[bytes]:
         return [generation.sse(anthropic_error(error), "error")]
@@ -176,11 +300,10 @@ async def _messages(request: HTTPRequest, ctx: AppContext) -> Response:
     chat = {**chat_body(body), "max_tokens": max_tokens}
     parsed, prompt = await generation.prepare_chat(request, ctx, chat)
     options = parsed.options
-    shape = MessagesShape(ctx.check_model(body.string("model")))
-    shape.n_prompt_tokens = len(prompt.tokens)
+    shape = MessagesShape(ctx.check_model(body.string("model")), prompt)
     return await generation.respond(request, ctx, shape, [prompt.tokens],
-                                    [options.choice_params(0)],
-                                    options.stream, arrival)
+                                    [options.choice_params(0)], options.stream, arrival,
+                                    prompt.keep_tokens)
 
 
 async def _count_tokens(request: HTTPRequest, ctx: AppContext) -> Response:

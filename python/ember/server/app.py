@@ -39,7 +39,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ember.engine import Engine
-from ember.server import anthropic_api, embeddings, generation, llama_api, responses_api, webui
+from ember.server import (
+    anthropic_api,
+    embeddings,
+    generation,
+    llama_api,
+    rerank,
+    responses_api,
+    webui,
+)
 from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
@@ -194,8 +202,8 @@ def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
     return engine.tokenizer.decode(tokens, skip_special=True)
 
 
-# llama-server's native /embedding and reranking (OpenAI's /v1/embeddings is embeddings.py).
-EMBEDDING_PATHS = ("/embedding", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+# llama-server's reranking routes (its aliases of /rerank).
+RERANK_PATHS = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
 
 
 def _routes(config: ServerConfig) -> list[Route]:
@@ -218,13 +226,16 @@ def _routes(config: ServerConfig) -> list[Route]:
         _route("/v1/responses/{response_id}", responses_api.retrieve, ["GET"]),
         _route("/v1/messages", anthropic_api.messages, ["POST"]),
         _route("/v1/messages/count_tokens", anthropic_api.count_tokens, ["POST"]),
-        *(_route(path, llama_api.no_embeddings, ["POST"]) for path in EMBEDDING_PATHS),
+        # llama-server's native embeddings; un-prefixed /embeddings is its alias there.
+        _route("/v1/embeddings", embeddings.embeddings, ["POST"]),
+        _route("/embedding", embeddings.native_embedding, ["POST"]),
+        _route("/embeddings", embeddings.native_embedding, ["POST"]),
+        *(_route(path, rerank.rerank, ["POST"]) for path in RERANK_PATHS),
     ]
     # llama-server also answers these without the /v1 prefix; so do we.
     for prefix in ("/v1", ""):
         routes += [
             _route(f"{prefix}/chat/completions", generation.chat_completions, ["POST"]),
-            _route(f"{prefix}/embeddings", embeddings.embeddings, ["POST"]),
             _route(f"{prefix}/models", list_models, ["GET"]),
             _route(prefix + "/models/{model:path}", get_model, ["GET"]),
         ]

@@ -39,12 +39,15 @@ class ServerConfig:
     sampling: dict[str, Any] = field(default_factory=dict)
     webui: bool = True                # GET / serves the bundled chat page
     embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
+    rerank: bool = False              # ... a reranking one (a cross-encoder): /rerank too
     spec: str = "none"                # speculative decoding: "none", "ngram" (prompt lookup)
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = 16               # drafts per request and step at most
     draft_min: int = 1                # fewer would not pay: none
 
     def __post_init__(self) -> None:
+        if self.rerank:
+            self.embedding = True  # a reranker is served as an embedding model (llama-server's)
         # Checked here so `ember serve` fails before it listens; the engine checks them again
         # (its own edge) when it loads.
         checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),

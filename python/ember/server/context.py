@@ -192,6 +192,10 @@ class AppContext:
                 raise ValueError(f"{path.name} is not an embedding model (--embedding serves "
                                  "encoder models such as bert)")
             embedder = Embedder(path, n_threads=self.config.threads, device=self.config.device)
+            if self.config.rerank and not embedder.is_reranker:
+                raise ValueError(f"{path.name} is not a reranking model (--rerank serves a "
+                                 "cross-encoder with a classification head, such as a converted "
+                                 "BertForSequenceClassification)")
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self.load_error = f"loading the model failed: {err}"
             log.error("could not load the model: %s", err)
@@ -235,7 +239,8 @@ class AppContext:
             raise APIError(503, "the server is shutting down", code="shutting_down")
         if self.embedder is not None:
             raise APIError(400, "this server serves an embedding model (ember serve "
-                           "--embedding): only /v1/embeddings answers", code="not_supported")
+                           "--embedding): only /v1/embeddings, /embedding and (for a reranking "
+                           "model, with --rerank) /rerank answer", code="not_supported")
         if self.engine is None:
             if self.load_error:
                 raise APIError(503, self.load_error, code="model_error")

@@ -1,15 +1,21 @@
-"""POST /v1/embeddings (OpenAI's embeddings API), answered by a server started with
-`ember serve --embedding` on an embedding model (bert).
+"""Embeddings on a server started with `ember serve --embedding` on an embedding model (bert):
+OpenAI's POST /v1/embeddings, and llama-server's native POST /embedding (and /embeddings, its
+alias there).
 
-    {"input": "text" | ["text", ...] | [id, ...] | [[id, ...], ...], "model"?,
+    /v1/embeddings: {"input": "text" | ["text", ...] | [id, ...] | [[id, ...], ...], "model"?,
      "encoding_format"?: "float" | "base64", "dimensions"?: n_embd, "user"?}
     -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...]}],
         "model", "usage": {"prompt_tokens", "total_tokens"}}
+    /embedding: {"content" (or "input"): the same forms, "embd_normalize"?: -1 | 0 | 1 | 2 | p}
+    -> [{"index": i, "embedding": [[...]]}]  (one pooled vector per input, in a list, as
+       llama-server gives it for pooled models)
 
-base64 is the little-endian float32 bytes of each vector, as OpenAI's client decodes it. Every
+base64 is the little-endian float32 bytes of each vector, as OpenAI's client decodes it.
+embd_normalize is llama-server's (common_embd_normalize): -1 none, 0 max absolute scaled to the
+int16 range, 1 taxicab, 2 Euclidean (the default, as OpenAI's vectors), p > 2 the p-norm. Every
 input of a request is embedded in one call (packed into shared forward passes); requests take
-turns. A generation server answers this route with a 501 (as llama-server without --embedding),
-and this server's generation routes answer 400 (AppContext.require_ready).
+turns. A generation server answers these routes with a 501 (as llama-server without
+--embedding), and this server's generation routes answer 400 (AppContext.require_ready).
 """
 
 from __future__ import annotations
@@ -29,14 +35,14 @@ from ember.server.errors import APIError, bad_request, dumps
 FIELDS = frozenset({"input", "model", "encoding_format", "dimensions", "user"})
 
 
-def _inputs(body: dict[str, Any]) -> list[str | list[int]]:
-    """The request's inputs: texts, or token-id lists; a 400 naming "input" otherwise."""
-    value = body.get("input")
+def _inputs(body: dict[str, Any], param: str = "input") -> list[str | list[int]]:
+    """The request's inputs: texts, or token-id lists; a 400 naming `param` otherwise."""
+    value = body.get(param)
     shape = "a string, a list of strings, a list of token ids or a list of token-id lists"
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list) or not value:
-        raise bad_request(f"'input' must be {shape} (non-empty)", param="input",
+        raise bad_request(f"'{param}' must be {shape} (non-empty)", param=param,
                           code="invalid_value")
     if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return [value]
@@ -45,7 +51,8 @@ def _inputs(body: dict[str, Any]) -> list[str | list[int]]:
     if all(isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
            for v in value):
         return list(value)
-    raise bad_request(f"'input' must be {shape}, not a mix", param="input", code="invalid_value")
+    raise bad_request(f"'{param}' must be {shape}, not a mix", param=param,
+                      code="invalid_value")
 
 
 def _check_options(body: dict[str, Any], embedder: Embedder) -> str:
@@ -73,28 +80,78 @@ def _vector(row: np.ndarray, encoding: str) -> list[float] | str:
     return row.tolist()
 
 
-async def embeddings(request: Request, ctx: AppContext) -> Response:
-    body = await ctx.read_json(request)
-    embedder = ctx.embedder
-    if embedder is None:
+def _require_embedder(request: Request, ctx: AppContext) -> Embedder:
+    if ctx.embedder is None:
         ctx.require_ready()  # 503 while loading or shutting down
         raise APIError(501, f"{request.url.path}: this server has no embedding model; start "
                        "`ember serve --embedding` with one (bert)", code="not_supported",
                        error_type="not_supported_error")
+    return ctx.embedder
+
+
+async def _embed(embedder: Embedder, inputs: list[str | list[int]], param: str,
+                 normalize: bool = True) -> tuple[list[list[int]], np.ndarray]:
+    """The inputs' tokens and their pooled vectors [len(inputs), n_embd] (of unit length
+    unless normalize=False); a 400 naming `param` for an empty or too long input."""
+    try:
+        tokens = embedder.tokenize(inputs)
+        return tokens, await asyncio.to_thread(embedder.embed_tokens, tokens, normalize)
+    except ValueError as err:  # an empty or too long input, a token id out of range
+        raise bad_request(str(err).removeprefix("[embed] "), param=param,
+                          code="invalid_value") from None
+
+
+async def vectors_json(ctx: AppContext, out: Any, n_vectors: int) -> Response:
+    # Serializing many vectors holds the GIL for milliseconds: off the loop past a few.
+    payload = dumps(out) if n_vectors <= 16 else await ctx.in_worker(dumps, out)
+    return Response(payload, media_type="application/json")
+
+
+async def embeddings(request: Request, ctx: AppContext) -> Response:
+    body = await ctx.read_json(request)
+    embedder = _require_embedder(request, ctx)
     name = ctx.check_model(body.get("model"))
     encoding = _check_options(body, embedder)
-    try:
-        tokens = embedder.tokenize(_inputs(body))
-        vectors = await asyncio.to_thread(embedder.embed_tokens, tokens)
-    except ValueError as err:  # an empty or too long input, a token id out of range
-        raise bad_request(str(err).removeprefix("[embed] "), param="input",
-                          code="invalid_value") from None
+    tokens, vectors = await _embed(embedder, _inputs(body), "input")
     n_tokens = sum(len(t) for t in tokens)
     out = {"object": "list",
            "data": [{"object": "embedding", "index": i, "embedding": _vector(v, encoding)}
                     for i, v in enumerate(vectors)],
            "model": name,
            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
-    # Serializing many vectors holds the GIL for milliseconds: off the loop past a few.
-    payload = dumps(out) if len(vectors) <= 16 else await ctx.in_worker(dumps, out)
-    return Response(payload, media_type="application/json")
+    return await vectors_json(ctx, out, len(vectors))
+
+
+def normalized(vectors: np.ndarray, embd_normalize: int) -> np.ndarray:
+    """llama-server's embd_normalize of raw pooled vectors [n, n_embd] (see the module doc);
+    a zero vector stays zero."""
+    v = vectors.astype(np.float64)
+    if embd_normalize == -1:
+        return vectors
+    if embd_normalize == 0:
+        norm = np.abs(v).max(axis=1) / 32760.0
+    else:
+        norm = (np.abs(v) ** embd_normalize).sum(axis=1) ** (1.0 / embd_normalize)
+    scale = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)
+    return (v * scale[:, None]).astype(np.float32)
+
+
+async def native_embedding(request: Request, ctx: AppContext) -> Response:
+    """llama-server's /embedding: `content` (or `input`) in the same forms as OpenAI's
+    input; each input's pooled vector, normalized as embd_normalize says."""
+    body = await ctx.read_json(request)
+    embedder = _require_embedder(request, ctx)
+    param = "content" if "content" in body else "input"
+    norm = body.get("embd_normalize", 2)
+    if isinstance(norm, bool) or not isinstance(norm, int) or norm < -1:
+        raise bad_request(f"'embd_normalize' must be an integer >= -1 (-1 none, 0 max "
+                          f"absolute, 1 taxicab, 2 Euclidean, p > 2 p-norm), got {norm!r}",
+                          param="embd_normalize", code="invalid_value")
+    inputs = _inputs(body, param)
+    if norm == 2:
+        _, vectors = await _embed(embedder, inputs, param)
+    else:
+        _, raw = await _embed(embedder, inputs, param, normalize=False)
+        vectors = normalized(raw, norm)
+    out = [{"index": i, "embedding": [v.tolist()]} for i, v in enumerate(vectors)]
+    return await vectors_json(ctx, out, len(vectors))

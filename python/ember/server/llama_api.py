@@ -1,7 +1,7 @@
 """llama-server's native API, so its clients (its web UI, SillyTavern, llama.vim/llama.vscode,
 scripts) work unchanged: POST /completion (and /completions, its alias there; OpenAI's stays at
-/v1/completions), /infill, /apply-template, GET /props; /embedding and /rerank answer 501 until
-ember runs embedding models. Shapes follow llama-server's tools/server README and source
+/v1/completions), /infill, /apply-template, GET /props (/embedding is server/embeddings.py,
+/rerank server/rerank.py). Shapes follow llama-server's tools/server README and source
 (server-task.cpp): the response's `content`, `tokens`, `stop`, `stop_type`, `stopping_word`,
 `tokens_cached`, `tokens_evaluated`, `generation_settings` and `timings`; streams send
 `data: {json}` events, the last with `stop: true` and the whole summary, and no `[DONE]`.
@@ -335,10 +335,3 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "build_info": f"ember {_version}",
         "is_sleeping": False,
     })
-
-
-async def no_embeddings(request: HTTPRequest, ctx: AppContext) -> Response:
-    raise APIError(501, f"{request.url.path}: ember does not serve llama-server's native "
-                   "embedding or reranking endpoints; OpenAI's /v1/embeddings answers on "
-                   "`ember serve --embedding` with an embedding model", code="not_supported",
-                   error_type="not_supported_error")

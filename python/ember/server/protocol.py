@@ -156,6 +156,16 @@ class Fields:
         return float(value)
 
 
+def required_string(value: Mapping[str, Any], key: str, where: str) -> str:
+    """value[key] when it is a string, else a 400 naming `where.key` (a field of an item or
+    block inside a request: Responses' input items, Messages' content blocks)."""
+    field = value.get(key)
+    if not isinstance(field, str):
+        raise bad_request(f"'{where}.{key}' must be a string, got {show(field)}",
+                          param=f"{where}.{key}", code="invalid_type")
+    return field
+
+
 def _check_range(name: str, value: float, low: float | None, high: float | None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = (f"between {low} and {high}" if low is not None and high is not None

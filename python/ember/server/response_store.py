@@ -18,11 +18,9 @@ class ResponseStore:
         self._items: OrderedDict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = \
             OrderedDict()
 
-    def put(self, response: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        text = "".join(part["text"] for item in response["output"]
-                       for part in item["content"])
-        self._items[response["id"]] = ([*messages, {"role": "assistant", "content": text}],
-                                       response)
+    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        """Stores `response` with the chat messages it ends (its own output included)."""
+        self._items[response["id"]] = (conversation, response)
         while len(self._items) > MAX_STORED:
             self._items.popitem(last=False)
 

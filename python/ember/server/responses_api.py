@@ -1,13 +1,17 @@
 """OpenAI's Responses API (POST /v1/responses, GET /v1/responses/{id}), used by the OpenAI
-Agents SDK and coding agents: `input` as a string or message items, `instructions`,
-`max_output_tokens`, `temperature`, `top_p`, `stream` with the Responses event sequence
-(response.created ... response.completed). Stateless unless `store: true` is asked for; stored
-responses (response_store.py) can be continued with `previous_response_id`. `text.format`
-(json_object, json_schema) is enforced by constrained decoding, as chat's response_format;
-function tools are a 400 (tool calling is wired into chat completions, not yet into this API).
+Agents SDK and coding agents: `input` as a string or items (messages, `function_call`s and
+their `function_call_output`s), `instructions`, `max_output_tokens`, `temperature`, `top_p`,
+function `tools` (Responses' flat shape) with `tool_choice` and `parallel_tool_calls`, and
+`stream` with the Responses event sequence (response.created ... response.completed, with
+response.function_call_arguments.delta/.done for calls). Stateless unless `store: true` is
+asked for; stored responses (response_store.py) can be continued with `previous_response_id`.
+`text.format` (json_object, json_schema) is enforced by constrained decoding, as chat's
+response_format. Hosted tools (web search, file search, ...) are a 400.
 
 A request is translated to a chat-completions body and runs on the chat path
-(generation.prepare_chat, generation.respond); this module only shapes the answer.
+(generation.prepare_chat: the tools go through the chat template, the answer is read for calls
+by ember.tool_calls, as chat completions do; generation.respond); this module only translates
+and shapes the answer.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.results import Delta, GenerationResult
 from ember.server import generation
+from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.protocol import Fields, Options, show
+from ember.server.generation import ChatPrompt
+from ember.server.protocol import Fields, required_string, show
 
 _ROLES = {"user", "system", "developer", "assistant"}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 
 
-def _content(value: Any, where: str) -> str:
+def _parts_text(value: Any, where: str) -> str:
+    """A content given as a string or an array of text parts (joined with "\n")."""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
@@ -38,81 +44,135 @@ def _content(value: Any, where: str) -> str:
         for j, part in enumerate(value):
             kind = part.get("type") if isinstance(part, Mapping) else None
             if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-                raise bad_request(f"'{where}.content[{j}]': only text parts (input_text, "
+                raise bad_request(f"'{where}[{j}]': only text parts (input_text, "
                                   f"output_text) are supported, got {show(kind)}",
-                                  param=f"{where}.content", code="unsupported_content")
+                                  param=where, code="unsupported_content")
             texts.append(part["text"])
         return "\n".join(texts)
-    raise bad_request(f"'{where}.content' must be a string or an array of text parts",
-                      param=f"{where}.content", code="invalid_type")
+    raise bad_request(f"'{where}' must be a string or an array of text parts", param=where,
+                      code="invalid_type")
 
 
 def input_messages(value: Any) -> list[dict[str, Any]]:
     """`input` as chat messages: a string is one user message; items are messages
-    ({"role", "content"}, with or without "type": "message")."""
+    ({"role", "content"}, with or without "type": "message"), `function_call`s (calls the
+    model made: an assistant message's tool_calls, joined to the assistant message or calls
+    just before) and `function_call_output`s (a call's result: a "tool" message)."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
-        raise bad_request("'input' must be a string or a non-empty array of message items",
+        raise bad_request("'input' must be a string or a non-empty array of items",
                           param="input", code="invalid_type")
-    out = []
+    out: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         where = f"input[{i}]"
         if not isinstance(item, Mapping):
             raise bad_request(f"'{where}' must be an object", param=where, code="invalid_type")
         kind = item.get("type", "message")
-        if kind != "message":
-            what = "tool calling" if "function" in str(kind) else f"items of type {show(kind)}"
-            raise bad_request(f"'{where}': {what} is not supported by this server yet (only "
-                              "message items are)", param=where, code="unsupported_parameter")
-        role = item.get("role")
-        if role not in _ROLES:
-            raise bad_request(f"'{where}.role' must be one of {sorted(_ROLES)}, got {show(role)}",
-                              param=f"{where}.role", code="invalid_value")
-        out.append({"role": role, "content": _content(item.get("content"), where)})
+        if kind == "function_call":
+            call = {"id": required_string(item, "call_id", where), "type": "function",
+                    "function": {"name": required_string(item, "name", where),
+                                 "arguments": required_string(item, "arguments", where)}}
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": required_string(item, "call_id", where),
+                        "content": _parts_text(item.get("output"), f"{where}.output")})
+        elif kind == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise bad_request(f"'{where}.role' must be one of {sorted(_ROLES)}, got "
+                                  f"{show(role)}", param=f"{where}.role", code="invalid_value")
+            out.append({"role": role,
+                        "content": _parts_text(item.get("content"), f"{where}.content")})
+        else:
+            raise bad_request(f"'{where}': items of type {show(kind)} are not supported by "
+                              "this server (message, function_call and function_call_output "
+                              "are)", param=where, code="unsupported_parameter")
     return out
 
 
 def _check_unsupported(body: Fields) -> None:
-    if body.get("tools"):
-        raise bad_request("'tools': tool calling is not supported by this server yet",
-                          param="tools", code="unsupported_parameter")
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") not in (None, "none"):
         raise bad_request("'reasoning': reasoning effort is not supported by this server",
                           param="reasoning", code="unsupported_parameter")
 
 
-class ResponsesShape:
-    """The Response object and its stream events."""
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    """Responses' function tools ({"type": "function", "name", "description"?, "parameters"?,
+    "strict"?}) in chat's shape; ember.tools checks them further. Hosted tools are a 400."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be an array of {\"type\": \"function\", \"name\", "
+                          "...}", param="tools", code="invalid_type")
+    out = []
+    for i, tool in enumerate(value):
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind != "function":
+            raise bad_request(f"'tools[{i}]': only function tools ({{\"type\": \"function\", "
+                              f"\"name\", \"parameters\"}}) are supported, not hosted tools; "
+                              f"got type {show(kind)}", param=f"tools[{i}]",
+                              code="unsupported_parameter")
+        out.append({"type": "function", "function": {k: v for k, v in tool.items()
+                                                     if k != "type"}})
+    return out
 
-    def __init__(self, model: str, options: Options, echo: dict[str, Any]) -> None:
+
+def _tool_choice(value: Any) -> Any:
+    """Responses' tool_choice in chat's shape: the strings pass; {"type": "function", "name"}
+    names one function."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and value.get("type") == "function":
+        return {"type": "function", "function": {"name": value.get("name")}}
+    raise bad_request("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                      f"\"function\", \"name\": ...}}, got {show(value)}", param="tool_choice",
+                      code="invalid_value")
+
+
+def _item(part: Part, status: str) -> dict[str, Any]:
+    """An output item: a message (a text part) or a function_call (a call part)."""
+    if part.kind == "call":
+        return {"type": "function_call", "id": part.id, "call_id": part.call_id,
+                "name": part.name, "arguments": part.text, "status": status}
+    content = [] if status == "in_progress" else [
+        {"type": "output_text", "text": part.text, "annotations": []}]
+    return {"type": "message", "id": part.id, "status": status, "role": "assistant",
+            "content": content}
+
+
+class ResponsesShape(PartsShape):
+    """The Response object and its stream events; its output items are the answer's parts
+    (answer_parts.py): a message for text, a function_call per call."""
+
+    def __init__(self, model: str, prompt: ChatPrompt, echo: dict[str, Any]) -> None:
+        super().__init__(prompt)
         self.id = f"resp_{uuid.uuid4().hex}"
-        self._item_id = f"msg_{uuid.uuid4().hex}"
         self._model = model
         self._created = int(time.time())
         self._echo = echo  # the request's fields a Response repeats
-        self._text: list[str] = []
-        self._result: GenerationResult | None = None
         self._seq = 0
 
-    def _message(self, status: str) -> dict[str, Any]:
-        content = [] if status == "in_progress" else [
-            {"type": "output_text", "text": "".join(self._text), "annotations": []}]
-        return {"type": "message", "id": self._item_id, "status": status, "role": "assistant",
-                "content": content}
+    def _status(self) -> str:
+        result = self.result
+        if result is None:
+            return "in_progress"
+        return "incomplete" if result.finish_reason == "length" else "completed"
 
     def _response(self, status: str | None = None) -> dict[str, Any]:
-        result = self._result
-        incomplete = result is not None and result.finish_reason == "length"
-        if status is None:
-            status = "incomplete" if incomplete else "completed"
+        result = self.result
+        status = status or self._status()
         out = {
             "id": self.id, "object": "response", "created_at": self._created, "status": status,
             "model": self._model, "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-            "output": [] if result is None else [self._message(status)],
-            "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete" else None,
+            "output": [] if status == "in_progress" else [
+                _item(part, "completed") for part in self.parts],
             "text": {"format": {"type": "text"}}, "truncation": "disabled",
             "usage": None, **self._echo,
         }
@@ -131,48 +191,57 @@ class ResponsesShape:
         self._seq += 1
         return generation.sse({"type": kind, "sequence_number": self._seq - 1, **fields}, kind)
 
-    @property
-    def finished(self) -> bool:
-        return self._result is not None
+    # --- PartsShape ------------------------------------------------------------------------
 
-    def add(self, index: int, delta: Delta) -> None:
-        self._text.append(delta.text)
-        if delta.result is not None:
-            self._result = delta.result
+    def new_text(self) -> Part:
+        return Part("text", f"msg_{uuid.uuid4().hex}")
+
+    def new_call(self, name: str) -> Part:
+        return Part("call", f"fc_{uuid.uuid4().hex}", name=name, call_id=self.fresh_call_id())
+
+    def opened(self, part: Part) -> list[bytes]:
+        index = self.index(part)
+        out = [self._event("response.output_item.added", output_index=index,
+                           item=_item(part, "in_progress"))]
+        if part.kind == "text":
+            out.append(self._event("response.content_part.added", item_id=part.id,
+                                   output_index=index, content_index=0,
+                                   part={"type": "output_text", "text": "", "annotations": []}))
+        return out
+
+    def grew(self, part: Part, text: str) -> list[bytes]:
+        where = {"item_id": part.id, "output_index": self.index(part)}
+        if part.kind == "call":
+            return [self._event("response.function_call_arguments.delta", **where, delta=text)]
+        return [self._event("response.output_text.delta", **where, content_index=0,
+                            delta=text, logprobs=[])]
+
+    def closed(self, part: Part) -> list[bytes]:
+        index = self.index(part)
+        where = {"item_id": part.id, "output_index": index}
+        if part.kind == "text":
+            out = [self._event("response.output_text.done", **where, content_index=0,
+                               text=part.text, logprobs=[]),
+                   self._event("response.content_part.done", **where, content_index=0,
+                               part={"type": "output_text", "text": part.text,
+                                     "annotations": []})]
+        else:
+            out = [self._event("response.function_call_arguments.done", **where,
+                               name=part.name, arguments=part.text)]
+        return out + [self._event("response.output_item.done", output_index=index,
+                                  item=_item(part, "completed"))]
+
+    def ended(self) -> list[bytes]:
+        return [self._event(f"response.{self._status()}", response=self._response())]
+
+    # --- generation.Shape ------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
         return self._response()
 
     def stream_start(self) -> list[bytes]:
-        part = {"item_id": self._item_id, "output_index": 0, "content_index": 0}
         return [self._event("response.created", response=self._response("in_progress")),
-                self._event("response.in_progress", response=self._response("in_progress")),
-                self._event("response.output_item.added", output_index=0,
-                            item=self._message("in_progress")),
-                self._event("response.content_part.added", **part,
-                            part={"type": "output_text", "text": "", "annotations": []})]
-
-    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        part = {"item_id": self._item_id, "output_index": 0, "content_index": 0}
-        out = []
-        if delta.text:
-            self._text.append(delta.text)
-            out.append(self._event("response.output_text.delta", **part, delta=delta.text,
-                                   logprobs=[]))
-        if delta.result is not None:
-            self._result = delta.result
-            text = "".join(self._text)
-            status = self._response()["status"]
-            out += [self._event("response.output_text.done", **part, text=text, logprobs=[]),
-                    self._event("response.content_part.done", **part,
-                                part={"type": "output_text", "text": text, "annotations": []}),
-                    self._event("response.output_item.done", output_index=0,
-                                item=self._message(status)),
-                    self._event(f"response.{status}", response=self._response())]
-        return out
-
-    def stream_end(self) -> list[bytes]:
-        return []
+                self._event("response.in_progress", response=self._response("in_progress"))]
 
     def stream_error(self, error: APIError) -> list[bytes]:
         return [self._event("error", code=error.code, message=error.message, param=error.param)]
@@ -198,7 +267,10 @@ def _response_format(body: Fields) -> dict[str, Any] | None:
 
 def _chat_body(body: Fields, messages: list[dict[str, Any]]) -> dict[str, Any]:
     max_output = body.integer("max_output_tokens", low=1)
-    chat: dict[str, Any] = {"messages": messages, "stream": body.boolean("stream")}
+    chat: dict[str, Any] = {"messages": messages, "stream": body.boolean("stream"),
+                            "tools": _tools(body.get("tools")),
+                            "tool_choice": _tool_choice(body.get("tool_choice")),
+                            "parallel_tool_calls": body.get("parallel_tool_calls")}
     response_format = _response_format(body)
     if response_format is not None:
         chat["response_format"] = response_format
@@ -231,10 +303,17 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     echo = {"instructions": instructions, "max_output_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p,
             "previous_response_id": previous, "store": store,
-            "metadata": raw.get("metadata") or {}}
-    shape = ResponsesShape(ctx.check_model(options.model), options, echo)
+            "metadata": raw.get("metadata") or {},
+            "tools": raw.get("tools") or [], "tool_choice": raw.get("tool_choice") or "auto",
+            "parallel_tool_calls": parsed.tools.parallel if parsed.tools else True}
+    shape = ResponsesShape(ctx.check_model(options.model), prompt, echo)
     answer = await generation.respond(request, ctx, shape, [prompt.tokens], [params],
-                                      options.stream, arrival)
+                                      options.stream, arrival, prompt.keep_tokens)
+
+    def store_it() -> None:
+        response = shape.response()
+        ctx.responses.put(response, [*history, *messages, *input_messages(response["output"])])
+
     if store:
         if options.stream:
             # Stored once the stream has run to its end.
@@ -244,11 +323,11 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
                 async for chunk in stream_body:
                     yield chunk
                 if shape.finished:
-                    ctx.responses.put(shape.response(), [*history, *messages])
+                    store_it()
 
             answer.body_iterator = then_store()  # type: ignore[attr-defined]
         elif answer.status_code == 200:
-            ctx.responses.put(shape.response(), [*history, *messages])
+            store_it()
     return answer
 
 
