@@ -248,11 +248,18 @@ def test_a_broken_transfer_resumes_with_a_range_request(hub: FakeHub, tmp_path: 
     cut = 11 << 20
     hub.cut_once["big-Q4_K_M.gguf"] = cut
     n_seen = len(hub.seen)
-    [path] = _pulled(ember("pull", "ember-test/big-GGUF", hf_home=tmp_path, endpoint=hub.endpoint))
+    proc = ember("pull", "ember-test/big-GGUF", hf_home=tmp_path, endpoint=hub.endpoint)
+    if proc.returncode != 0:
+        # huggingface_hub before 1.0 does not retry a broken body within the call; it keeps the
+        # part in the cache (blobs/ETAG.incomplete) and the next run resumes from there
+        assert one_error_line(proc).startswith(
+            "error: downloading big-Q4_K_M.gguf from hf://ember-test/big-GGUF failed (")
+        proc = ember("pull", "ember-test/big-GGUF", hf_home=tmp_path, endpoint=hub.endpoint)
+    [path] = _pulled(proc)
     assert path.read_bytes() == data
     gets = [s for s in hub.seen[n_seen:] if s.method == "GET" and "resolve" in s.path]
-    assert [g.range for g in gets][0] is None and len(gets) == 2, gets
-    # the retry asks only for what had not arrived: at most the bytes sent before the cut
+    assert len(gets) == 2 and gets[0].range is None, gets
+    # the second GET asks only for what had not arrived: at most the bytes sent before the cut
     start = int(gets[1].range.removeprefix("bytes=").removesuffix("-"))
     assert 0 < start <= cut, gets[1].range
 
@@ -263,11 +270,14 @@ def test_run_hf_end_to_end(hub: FakeHub, tmp_path: Path, closed_port: str) -> No
                  endpoint=hub.endpoint)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == STORY + "\n"
-    # the same from the cache with the Hub gone; `info` takes the same reference
-    proc = ember("run", "hf://ember-test/stories260K-GGUF:F32", *args, hf_home=tmp_path,
-                 endpoint=closed_port)
+    # ember.LLM resolves the same way: here from the cache, with the Hub gone
+    code = ("import ember; llm = ember.LLM('hf://ember-test/stories260K-GGUF:f32', n_threads=1); "
+            "print(llm.generate('Once upon a time', max_tokens=40, temperature=0).text)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=_env(tmp_path, closed_port, offline=False), check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == STORY + "\n"
+    # and so does `info`
     proc = ember("info", "hf://ember-test/stories260K-GGUF", "--json", hf_home=tmp_path,
                  endpoint=hub.endpoint, offline=True)
     assert proc.returncode == 0, proc.stderr
