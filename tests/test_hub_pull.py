@@ -289,5 +289,7 @@ def test_a_missing_file_that_looks_like_a_repo_gets_a_hint() -> None:
         resolve_model("someone/model-GGUF")
     assert str(err.value) == ("model file not found: someone/model-GGUF (a Hugging Face Hub "
                               "repo? write hf://someone/model-GGUF)")
-    with pytest.raises(ModelNotFound, match=r"^model file not found: nothing\.gguf$"):
-        resolve_model("nothing.gguf")
+    for path in ("nothing.gguf", "models/nothing.gguf", "models/sub/nothing.gguf"):
+        with pytest.raises(ModelNotFound) as err:
+            resolve_model(path)
+        assert str(err.value) == f"model file not found: {path}"

@@ -50,17 +50,18 @@ def parse_ref(text: str) -> HubRef:
     file = m["file"] if m else None
     if m is None or (file is not None and not _is_gguf(file)) or (file and ".." in file.split("/")):
         raise ModelNotFound(f"{text!r} is not a Hub model reference: write hf://USER/REPO, "
-                       f"hf://USER/REPO:QUANT (e.g. :Q4_K_M) or hf://USER/REPO/path/file.gguf")
+                            f"hf://USER/REPO:QUANT (e.g. :Q4_K_M) or hf://USER/REPO/path/file.gguf")
     return HubRef(m["repo"], m["quant"], file)
 
 
 def looks_like_ref(text: str) -> bool:
-    """Whether a model argument that is not a local file would be a Hub reference with hf://."""
+    """Whether a model argument that is not a local file reads as USER/REPO[:QUANT] (a missing
+    `dir/file.gguf` does not)."""
     try:
-        parse_ref(text)
+        ref = parse_ref(text)
     except ModelNotFound:
         return False
-    return not text.startswith((".", "/", "~"))
+    return ref.file is None and not _is_gguf(ref.repo_id) and not text.startswith((".", "~"))
 
 
 # --- which file a reference names ----------------------------------------------------------------
@@ -135,7 +136,7 @@ def split_parts(files: list[str], path: str) -> list[str]:
                     and split_info(f).count == info.count), key=lambda f: split_info(f).index)
     if [split_info(f).index for f in parts] != list(range(1, info.count + 1)):
         raise ModelNotFound(f"{path} is part of a GGUF split into {info.count} files, but only "
-                       f"{len(parts)} of them are there")
+                            f"{len(parts)} of them are there")
     return parts
 
 
@@ -151,17 +152,17 @@ def choose(ref: HubRef, files: list[str]) -> list[str]:
     if ref.file is not None:
         if ref.file not in files:
             raise ModelNotFound(f"{ref}: the repo has no file {ref.file} (its GGUF files: "
-                           f"{', '.join(sorted(f for f in files if _is_gguf(f))) or 'none'})")
+                                f"{', '.join(sorted(f for f in files if _is_gguf(f))) or 'none'})")
         return split_parts(files, ref.file)
     if not any(is_model_file(f) for f in files):
         shown = ", ".join(sorted(files)[:6]) + (", ..." if len(files) > 6 else "")
         raise ModelNotFound(f"{ref} has no GGUF model file (it holds {len(files)} files: {shown}); "
-                       f"`ember convert {ref.repo_id} -o model.gguf` converts a Hugging Face "
-                       f"checkpoint")
+                            f"`ember convert {ref.repo_id} -o model.gguf` converts a Hugging Face "
+                            f"checkpoint")
     picked = pick_file(files, ref.quant)
     if picked is None:
         raise ModelNotFound(f"{ref}: no {ref.quant} file in the repo; it has {available(files)} "
-                       f"(ask for one with hf://{ref.repo_id}:QUANT)")
+                            f"(ask for one with hf://{ref.repo_id}:QUANT)")
     return split_parts(files, picked)
 
 
@@ -236,7 +237,7 @@ def _not_cached(ref: HubRef, listing: Listing) -> ModelNotFound:
 
     cached = f"; cached from this repo: {available(listing.files)}" if listing.files else ""
     return ModelNotFound(f"{ref} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                    f"{listing.offline}: {listing.fix}{cached}")
+                         f"{listing.offline}: {listing.fix}{cached}")
 
 
 # --- fetching -------------------------------------------------------------------------------------
@@ -254,9 +255,9 @@ def fetch(ref: HubRef, *, split_ok: bool) -> list[Path]:
         raise
     if len(names) > 1 and not split_ok:
         raise ModelNotFound(f"{ref} is a GGUF split into {len(names)} files ({names[0]}, ...); ember "
-                       f"loads single-file GGUFs: fetch the parts with `ember pull "
-                       f"{str(ref)[len(HF_SCHEME):]}`, merge them with llama.cpp's "
-                       f"`llama-gguf-split --merge FIRST-PART merged.gguf` and run merged.gguf")
+                            f"loads single-file GGUFs: fetch the parts with `ember pull "
+                            f"{str(ref)[len(HF_SCHEME):]}`, merge them with llama.cpp's "
+                            f"`llama-gguf-split --merge FIRST-PART merged.gguf` and run merged.gguf")
     return [_download(ref, name, listing) for name in names]
 
 
@@ -268,5 +269,8 @@ def _download(ref: HubRef, name: str, listing: Listing) -> Path:
     except Exception as err:  # noqa: BLE001 - network errors differ by huggingface_hub version
         if listing.offline is not None:
             raise _not_cached(ref, listing) from None
+        refused = refusal(err, ref.repo_id, str(ref))  # a gated repo lists, but does not serve
+        if refused is not None:
+            raise ModelNotFound(refused) from None
         raise ModelNotFound(f"downloading {name} from hf://{ref.repo_id} failed ({_one_line(err)}); "
-                       f"run the command again to retry") from None
+                            f"run the command again to retry") from None
