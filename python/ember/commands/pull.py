@@ -10,7 +10,7 @@ import typer
 
 def pull(
     ref: Annotated[Optional[str], typer.Argument(
-        metavar="[USER/REPO[:QUANT]]",
+        metavar="USER/REPO[:QUANT]",
         help="a Hugging Face Hub repo, optionally with a quantization (default Q4_K_M, else "
              "Q8_0, else the smallest with 4 bits or more), or USER/REPO/path/file.gguf; "
              "hf:// in front is optional (default: the demo model, SmolLM2-135M-Instruct)",
