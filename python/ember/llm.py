@@ -44,10 +44,11 @@ class LLM:
                  kv_type: str = "f16", spec: str = "none",
                  draft_model: str | os.PathLike[str] | None = None, draft_max: int = 16,
                  draft_min: int = 1, device: str | None = None) -> None:
-        """Loads a GGUF model: a path (or a directory holding one .gguf), or None for the
-        default demo model. n_threads defaults to the physical cores, n_ctx (tokens one request
-        may reach) to the model's training context capped at 4096; parallel requests run at
-        once over a KV cache of kv_size tokens (see ember.engine.Engine). Speculative decoding
+        """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
+        reference hf://USER/REPO[:QUANT] (see ember.hf_hub), or None for the default demo
+        model. n_threads defaults to the physical cores, n_ctx (tokens one request may reach)
+        to the model's training context capped at 4096; parallel requests run at once over a
+        KV cache of kv_size tokens (see ember.engine.Engine). Speculative decoding
         (same output, sooner): spec="ngram" (prompt lookup) or draft_model=PATH (a small model
         with the same vocabulary), at most draft_max drafts per step; a request's
         prediction= (text the output is expected to be) drafts from that text. device "cpu",

@@ -47,20 +47,17 @@ def resolve_source(src: str, revision: str | None = None) -> Path:
 def _download(repo_id: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
-        GatedRepoError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
+    from ember.hf_hub import refusal
+
     try:
         folder = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
-    except GatedRepoError:
-        raise ConvertError(f"{repo_id} is gated on the Hugging Face Hub: accept its license on "
-                           f"huggingface.co and log in (`hf auth login`)") from None
-    except RepositoryNotFoundError:
-        raise ConvertError(f"{repo_id}: no such repository on the Hugging Face Hub (or it is "
-                           f"private and you are not logged in)") from None
+    except RepositoryNotFoundError as err:  # also gated repos
+        raise ConvertError(refusal(err, repo_id, repo_id)) from None
     except RevisionNotFoundError:
         raise ConvertError(f"{repo_id}: revision {revision!r} not found on the Hugging Face "
                            f"Hub") from None

@@ -144,8 +144,9 @@ def run_spec_bench(model_path: Path, n_gen: int, n_threads: Optional[int], repet
 
 
 def bench(
-    model: Annotated[Optional[Path], typer.Argument(
-        help="a .gguf file (default: the demo model)", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Argument(
+        help="a .gguf file or hf://USER/REPO[:QUANT] (default: the demo model)",
+        show_default=False)] = None,
     n_prompt: Annotated[int, typer.Option(
         "-p", "--n-prompt", help="prompt tokens for the pp test (0 skips it)")] = 512,
     n_gen: Annotated[int, typer.Option(
@@ -163,7 +164,7 @@ def bench(
         "--spec", help="speculative mode: generation on a copy-heavy request without and with "
                        "'ngram', 'draft' (needs --draft-model) or 'prediction'",
         show_default=False)] = None,
-    draft_model: Annotated[Optional[Path], typer.Option(
+    draft_model: Annotated[Optional[str], typer.Option(
         "--draft-model", help="the draft model of --spec draft", show_default=False)] = None,
     draft_max: Annotated[int, typer.Option("--draft-max", help="drafts per step at most")] = 16,
 ) -> None:
@@ -177,7 +178,7 @@ def bench(
         if (spec == "draft") != (draft_model is not None):
             raise typer.BadParameter("--spec draft goes with --draft-model (and only it)")
         spec_rows = run_spec_bench(resolve_model(model), n_gen, threads, repetitions, spec,
-                                   draft_model, draft_max)
+                                   resolve_model(draft_model) if draft_model else None, draft_max)
         if as_json:
             typer.echo(json.dumps(spec_rows, indent=2))
             return

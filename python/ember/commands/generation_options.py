@@ -33,7 +33,8 @@ class OneLineErrors(typer.core.TyperCommand):
             raise ValueError(err.format_message()) from None
 
 ModelArg = Annotated[Optional[str], typer.Argument(
-    help="a .gguf file (default: the demo model, SmolLM2-135M-Instruct)", show_default=False)]
+    help="a .gguf file or hf://USER/REPO[:QUANT] (default: the demo model, "
+         "SmolLM2-135M-Instruct)", show_default=False)]
 # Module-level aliases keep Optional: typer evaluates these at run time, also on Python 3.9.
 Prompt = Annotated[Optional[str], typer.Option(
     "-p", "--prompt", help="the prompt; '-' reads it from stdin", show_default=False)]

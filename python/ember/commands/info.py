@@ -95,7 +95,8 @@ def print_devices(report: dict[str, Any]) -> None:
 
 
 def info(
-    file: Annotated[Optional[Path], typer.Argument(help="a .gguf file", show_default=False)] = None,
+    file: Annotated[Optional[str], typer.Argument(
+        help="a .gguf file or hf://USER/REPO[:QUANT]", show_default=False)] = None,
     devices: Annotated[bool, typer.Option(
         "--devices", help="list the devices models can run on instead")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the same facts as JSON")] = False,
@@ -111,7 +112,9 @@ def info(
         return
     if file is None:
         raise typer.BadParameter("give a .gguf file, or --devices", param_hint="FILE")
-    d = describe(file)
+    from ember.hub import resolve_model
+
+    d = describe(resolve_model(file))
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return

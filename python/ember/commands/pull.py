@@ -1,16 +1,38 @@
-"""`ember pull`: fetch the default demo model into the cache."""
+"""`ember pull [USER/REPO[:QUANT]]`: fetch a GGUF from the Hugging Face Hub (or, with no
+argument, the default demo model) into the cache, and print its path."""
 
 from __future__ import annotations
+
+from typing import Annotated, Optional
 
 import typer
 
 
-def pull() -> None:
-    """Download the default demo model (SmolLM2-135M-Instruct, Q4_1) into ember's cache."""
+def pull(
+    ref: Annotated[Optional[str], typer.Argument(
+        metavar="USER/REPO[:QUANT]",
+        help="a Hugging Face Hub repo, optionally with a quantization (default Q4_K_M, else "
+             "Q8_0, else the smallest with 4 bits or more), or USER/REPO/path/file.gguf; "
+             "hf:// in front is optional (default: the demo model, SmolLM2-135M-Instruct)",
+        show_default=False)] = None,
+) -> None:
+    """Download a GGUF model into the cache (the Hugging Face one for Hub repos) and print its
+    path; all parts of a split GGUF. Offline (HF_HUB_OFFLINE=1 or no network), finds it in the
+    cache."""
     from ember.hub import demo_model_path
 
-    path = demo_model_path()
-    typer.echo(str(path))
+    if ref is None:
+        typer.echo(str(demo_model_path()))
+        return
+    from ember.hf_hub import fetch, parse_ref
+
+    paths = fetch(parse_ref(ref), split_ok=True)
+    for path in paths:
+        typer.echo(str(path))
+    if len(paths) > 1:
+        typer.echo(f"note: a GGUF split into {len(paths)} files; ember loads single-file GGUFs: "
+                   f"merge them with llama.cpp's `llama-gguf-split --merge {paths[0]} "
+                   f"merged.gguf`", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -34,7 +34,8 @@ def _sampling_defaults(**values: Any) -> dict[str, Any]:
 
 def serve(
     model: Annotated[Optional[str], typer.Argument(
-        help="a .gguf file (default: the demo model, SmolLM2-135M-Instruct)",
+        help="a .gguf file or hf://USER/REPO[:QUANT] (default: the demo model, "
+             "SmolLM2-135M-Instruct)",
         envvar="EMBER_MODEL", show_default=False)] = None,
     host: Annotated[str, typer.Option(
         "--host", envvar="EMBER_HOST", help="address to listen on")] = _D.host,
