@@ -125,6 +125,7 @@ void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* 
 void CpuBackend::gelu(const float* x, int64_t n, float* y) { cpu::gelu(x, n, y, pool_); }
 
 void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
+void CpuBackend::softcap(float* x, int64_t n, float cap) { cpu::softcap(x, n, cap, pool_); }
 
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softmax(x, n_rows, n_cols, pool_); }
 

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void gelu(const float* x, int64_t n, float* y) override;
   void scale(float* x, int64_t n, float s) override;
+  void softcap(float* x, int64_t n, float cap) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
                 const float* v) override;

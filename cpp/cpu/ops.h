@@ -44,6 +44,8 @@ void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPoo
 void gelu(const float* x, int64_t n, float* y, ThreadPool& pool);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
+// x[n] = cap * tanh(x[n] / cap)
+void softcap(float* x, int64_t n, float cap, ThreadPool& pool);
 
 // x[n_rows, n_cols] = softmax over each row, in place.
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
