@@ -358,12 +358,13 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     msg = str(err.value)
     assert "GPTNeoXForCausalLM is not supported" in msg
     for name in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                 "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "BertModel"):
+                 "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
+                 "BertModel"):
         assert name in msg
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                "Gemma3ForCausalLM", "Phi3ForCausalLM",
-                                                "BertModel"])
+                                                "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+                                                "Phi3ForCausalLM", "BertModel"])
 
 
 def test_shape_mismatch_and_missing_tensor(tmp_path: Path, stories_hf_path: Path) -> None:
