@@ -127,8 +127,9 @@ struct AttentionParams {
   int64_t n_head = 0;     // query heads
   int64_t n_head_kv = 0;  // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
   int64_t head_dim = 0;
-  float scale = 1.0f;  // applied to q·k before the softmax, usually 1/sqrt(head_dim)
-  int64_t window = 0;  // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
+  float scale = 1.0f;    // applied to q·k before the softmax, usually 1/sqrt(head_dim)
+  int64_t window = 0;    // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
+  float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
 };
 
 // Memory of a backend's device (a GPU's device-local heap).
@@ -225,6 +226,8 @@ class Backend {
   virtual void gelu(const float* x, int64_t n, float* y) = 0;
   // x[n] *= s in place.
   virtual void scale(float* x, int64_t n, float s) = 0;
+  // x[n] = cap * tanh(x[n] / cap) in place (logit soft-capping), cap > 0.
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
   // x[r, :] = softmax(x[r, :]) in place, x [n_rows, n_cols].
   virtual void softmax(float* x, int64_t n_rows, int64_t n_cols) = 0;
   // y[ids[i], :] += scales[i] * x[i, :] for i = 0 .. n_ids - 1 in that order (a row of y named

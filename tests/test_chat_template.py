@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from transformers.utils import chat_template_utils
 
+from ember import chat_templates
 from ember.chat import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -347,3 +348,45 @@ def test_a_template_that_refuses_the_sample_still_loads() -> None:
     strict.check()
     with pytest.raises(ChatTemplateError, match="no system role"):
         strict.render([{"role": "system", "content": "x"}])
+
+
+# --- built-in templates (ember.chat_templates) ----------------------------------------------------
+
+def test_builtin_llama3_renders_as_the_real_llama3_template() -> None:
+    builtin = ChatTemplate(chat_templates.resolve("llama3"), bos_token="<|begin_of_text|>")
+    real = template("llama3", bos="<|begin_of_text|>")
+    for messages in (PIRATE, PIRATE[1:2], PIRATE[:3]):
+        assert builtin.render(messages) == real.render(messages)
+
+
+def test_builtin_chatml_is_the_fallback() -> None:
+    assert chat_templates.resolve("chatml") == CHATML_TEMPLATE
+
+
+def test_builtin_gemma_turns() -> None:
+    """Gemma's format (as its tokenizer_config.json template and llama.cpp's built-in "gemma"
+    write it): the assistant is "model", the system message opens the first user turn."""
+    t = ChatTemplate(chat_templates.resolve("gemma"), bos_token="<bos>")
+    assert t.render(PIRATE) == (
+        "<bos><start_of_turn>user\nYou are a pirate.\n\nHi!<end_of_turn>\n"
+        "<start_of_turn>model\nAhoy!<end_of_turn>\n"
+        "<start_of_turn>user\nWhere is the treasure?<end_of_turn>\n<start_of_turn>model\n")
+    assert t.render(PIRATE[1:2], add_generation_prompt=False) == (
+        "<bos><start_of_turn>user\nHi!<end_of_turn>\n")
+
+
+def test_architecture_default_and_override() -> None:
+    gemma = {"general.architecture": "gemma3", "tokenizer.ggml.tokens": ["<pad>", "<eos>", "<bos>"],
+             "tokenizer.ggml.bos_token_id": 2}
+    t = ChatTemplate.from_metadata(gemma)
+    assert t.is_default and t.source == chat_templates.GEMMA and t.bos_token == "<bos>"
+    assert ChatTemplate.from_metadata({**gemma, "general.architecture": "llama"}).source == CHATML_TEMPLATE
+    assert ChatTemplate.from_metadata(gemma, chat_templates.resolve("chatml")).source == CHATML_TEMPLATE
+
+
+def test_template_from_a_file_or_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_text("{{ messages[0]['content'] }}")
+    assert chat_templates.resolve(str(path)) == "{{ messages[0]['content'] }}"
+    with pytest.raises(ValueError, match=r"'nope' is neither a built-in template \(chatml, gemma, llama3\)"):
+        chat_templates.resolve("nope")

@@ -140,7 +140,8 @@ def test_an_unsupported_architecture_is_one_line(tmp_path: Path, command: str) -
     args = {"run": ["-p", "hi"], "chat": [], "bench": ["-p", "8", "-n", "4"]}[command]
     line = one_error_line(ember(command, str(path), *args, stdin=""))
     assert line == (f"error: [model] {path}: architecture 'phi2' is not supported; supported "
-                    "architectures: llama, qwen2, qwen3, phi3, gemma3, bert, qwen2moe, qwen3moe")
+                    "architectures: llama, qwen2, qwen3, phi3, gemma3, gemma2, bert, qwen2moe, "
+                    "qwen3moe")
 
 
 # --- ember chat through a pipe -------------------------------------------------------------------

@@ -358,12 +358,14 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     msg = str(err.value)
     assert "GPTNeoXForCausalLM is not supported" in msg
     for name in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                 "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "BertModel"):
+                 "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
+                 "BertModel"):
         assert name in msg
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                "Gemma3ForCausalLM", "Phi3ForCausalLM",
-                                                "BertModel", "BertForSequenceClassification",
+                                                "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+                                                "Phi3ForCausalLM", "BertModel",
+                                                "BertForSequenceClassification",
                                                 "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
 
 

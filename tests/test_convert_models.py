@@ -46,6 +46,13 @@ CASES: dict[str, dict] = {
                "layer_types": ["sliding_attention", "full_attention"] * 2,
                "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}},
+    # Gemma 2: no Q/K norms; every other layer local (window 16 of 100 tokens, one RoPE base);
+    # attention scores and logits soft-capped, with caps low enough for these random weights'
+    # scores (a few units) and logits (~10) that tanh bends them (test_gemma2_softcaps_matter).
+    "gemma2": {"cls": "Gemma2ForCausalLM", "head_dim": 64, "num_hidden_layers": 4, "sliding_window": 16,
+               "query_pre_attn_scalar": 64, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 8.0},
+    # Mistral with a window shorter than the prompt: every layer attends over the last 16 only.
+    "mistral-window": {"cls": "MistralForCausalLM", "sliding_window": 16},
     "phi3": {"cls": "Phi3ForCausalLM", "pad_token_id": 0},
     "phi3-partial-rope": {"cls": "Phi3ForCausalLM", "pad_token_id": 0, "partial_rotary_factor": 0.5},
     "llama-llama3": {"cls": "LlamaForCausalLM",
@@ -61,6 +68,8 @@ CASES: dict[str, dict] = {
 # bias or RoPE setting moves them by O(1). 4e-3 of the largest logit separates the two.
 F32_REL = 4e-3
 
+GEMMA_TYPES = ("gemma3_text", "gemma2")  # transformers' model_type of the (1 + w)-norm families
+
 
 def make_model(case: str, seed: int = 0):
     spec = dict(CASES[case])
@@ -73,7 +82,7 @@ def make_model(case: str, seed: int = 0):
     # hide bugs); norms and biases random too, so every tensor moves the logits.
     with torch.no_grad():
         # Gemma's norms scale by 1 + w, the others' by w: either way a scale of 1 +- 0.2.
-        norm_center = 0.0 if config.model_type == "gemma3_text" else 1.0
+        norm_center = 0.0 if config.model_type in GEMMA_TYPES else 1.0
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(norm_center + 0.2 * torch.randn_like(p))
@@ -122,14 +131,15 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     model, folder = built(case)
     out = tmp_path / "m.gguf"
     result = convert(folder, out, "f32", progress=False)
-    arch = {"Llama": "llama", "Mistr": "llama", "Qwen2": "qwen2", "Qwen3": "qwen3",
-            "Gemma": "gemma3", "Phi3F": "phi3"}[CASES[case]["cls"][:5]]
+    arch = {"Llama": "llama", "Mistral": "llama", "Qwen2": "qwen2", "Qwen3": "qwen3",
+            "Gemma3": "gemma3", "Gemma2": "gemma2", "Phi3": "phi3"}[
+        CASES[case]["cls"].removesuffix("ForCausalLM")]
     assert result.architecture == arch
     names = {t.name for t in gguf.GGUFReader(out).tensors}
     assert ("output.weight" in names) == (not model.config.tie_word_embeddings)
     assert ("blk.0.attn_q.bias" in names) == (arch == "qwen2")
     assert ("blk.0.attn_q_norm.weight" in names) == (arch in ("qwen3", "gemma3"))
-    assert ("blk.0.post_ffw_norm.weight" in names) == (arch == "gemma3")
+    assert ("blk.0.post_ffw_norm.weight" in names) == (arch in ("gemma3", "gemma2"))
     assert ("blk.0.attn_qkv.weight" in names) == (arch == "phi3")
     assert ("rope_freqs.weight" in names) == (case == "llama-llama3")
     ember_model = _core.Model(str(out), n_threads=1)
@@ -138,6 +148,49 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     ours, ref = ember_model.eval(tokens), hf_logits(model, tokens)
     assert ours.shape == ref.shape == (len(tokens), N_VOCAB)
     assert np.abs(ours - ref).max() < F32_REL * np.abs(ref).max()
+
+
+def _metadata(path: Path) -> dict[str, object]:
+    reader = gguf.GGUFReader(path)
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def test_gemma2_softcaps_matter(built, tmp_path: Path) -> None:
+    """The GGUF carries Gemma 2's caps and window as llama.cpp names them, and they change the
+    logits far beyond test_f32_logits_match_transformers' tolerance: without them (or with the
+    window ignored) that test would fail."""
+    model, folder = built("gemma2")
+    out = convert(folder, tmp_path / "m.gguf", "f32", progress=False).path
+    meta = _metadata(out)
+    assert meta["gemma2.attn_logit_softcapping"] == pytest.approx(2.0)
+    assert meta["gemma2.final_logit_softcapping"] == pytest.approx(8.0)
+    assert meta["gemma2.attention.sliding_window"] == 16
+    assert meta["gemma2.attention.sliding_window_pattern"] == 2
+    tokens = tokens_for_test()
+    ref = hf_logits(model, tokens)
+    for change in ({"attn_logit_softcapping": None}, {"final_logit_softcapping": None},
+                   {"sliding_window": 4096}):
+        other = copy.deepcopy(model)
+        for key, value in change.items():
+            setattr(other.config, key, value)
+            for layer in other.model.layers:
+                if key == "attn_logit_softcapping":
+                    layer.self_attn.attn_logit_softcapping = value
+                elif key == "sliding_window" and layer.self_attn.sliding_window:
+                    layer.self_attn.sliding_window = value
+        assert np.abs(hf_logits(other, tokens) - ref).max() > 10 * F32_REL * np.abs(ref).max(), change
+
+
+def test_mistral_window_in_gguf(built, tmp_path: Path) -> None:
+    model, folder = built("mistral-window")
+    out = convert(folder, tmp_path / "m.gguf", "f32", progress=False).path
+    assert _metadata(out)["llama.attention.sliding_window"] == 16
+    # The window matters for these 100 tokens: transformers attending globally differs a lot.
+    tokens = tokens_for_test()
+    other = copy.deepcopy(model)
+    other.config.sliding_window = None
+    ref = hf_logits(model, tokens)
+    assert np.abs(hf_logits(other, tokens) - ref).max() > 10 * F32_REL * np.abs(ref).max()
 
 
 def test_bf16_checkpoint(tmp_path: Path) -> None:
@@ -190,6 +243,9 @@ _LAYER_TO_HF_OF = {
     "gemma3_text": {**_LAYER_TO_HF, "post_attention_norm.weight": "post_attention_layernorm.weight",
                     "ffn_norm.weight": "pre_feedforward_layernorm.weight",
                     "post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
+    "gemma2": {**_LAYER_TO_HF, "post_attention_norm.weight": "post_attention_layernorm.weight",
+               "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+               "post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
     "phi3": {**_LAYER_TO_HF, "attn_qkv.weight": "self_attn.qkv_proj.weight",
              "ffn_up.weight": "mlp.gate_up_proj.weight"},
 }
@@ -208,7 +264,7 @@ def dequantized_model(model, path: Path):
         values = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
         m = re.match(r"blk\.(\d+)\.(.*)", t.name)
         hf = f"model.layers.{m.group(1)}.{layer_to_hf[m.group(2)]}" if m else _GGUF_TO_HF[t.name]
-        if cfg.model_type == "gemma3_text" and t.name.endswith("norm.weight"):
+        if cfg.model_type in GEMMA_TYPES and t.name.endswith("norm.weight"):
             values = values - 1.0  # the converter stored Gemma's 1 + w
         if cfg.model_type in ("llama", "mistral") and ".q_proj." in hf:
             values = _unpermute(values, cfg.num_attention_heads)
@@ -278,7 +334,7 @@ def test_quantized_logits(case: str, out_type: str, built, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("out_type", ["q8_0", "q4_k_m"])
-@pytest.mark.parametrize("case", ["phi3", "gemma3"])
+@pytest.mark.parametrize("case", ["phi3", "gemma3", "gemma2"])
 def test_quantized_fused_and_gemma_layouts(case: str, out_type: str, built, tmp_path: Path) -> None:
     """Phi-3's fused Q/K/V and gate/up are read as row views of one quantized tensor, and Gemma 3
     has norms of its own: quantized, ember's logits stay within TWIN_RMS of transformers running
@@ -289,3 +345,24 @@ def test_quantized_fused_and_gemma_layouts(case: str, out_type: str, built, tmp_
     ours = _core.Model(str(out), n_threads=1).eval(tokens)
     twin = hf_logits(dequantized_model(model, out), tokens)
     assert _rel_rms(ours, twin) < TWIN_RMS
+
+
+@pytest.mark.parametrize(("case", "preemptions"), [("mistral-window", 0), ("mistral", 1)])
+def test_blocks_behind_the_window_are_released(case: str, preemptions: int, built,
+                                               tmp_path: Path) -> None:
+    """Two requests of 40 + 120 tokens in a 256-token KV pool (blocks of 4): together they need
+    320 slots, so with every block kept (mistral: its 4096 window is never reached) one of them
+    is preempted; with a 16-token window on every layer the blocks behind it go back to the pool
+    as the requests advance, and both run through. Either way each greedy output equals the
+    single-sequence loop on a contiguous cache (ember.Model), so releasing changes nothing."""
+    from test_engine_model import reference_greedy, run_all, settled_stats, tokens_of
+
+    _, folder = built(case)
+    path = str(convert(folder, tmp_path / "m.gguf", "f32", progress=False).path)
+    rng = np.random.default_rng(1)
+    prompts = [[1, *rng.integers(3, N_VOCAB, 39).tolist()] for _ in range(2)]
+    model = _core.Model(path, n_threads=1)
+    engine = _core.Engine(path, n_threads=1, parallel=2, n_ctx=256, kv_size=256, block_size=4)
+    events = run_all(engine, prompts, 120)
+    assert [tokens_of(e) for e in events] == [reference_greedy(model, p, 120) for p in prompts]
+    assert settled_stats(engine)["preemptions"] == preemptions

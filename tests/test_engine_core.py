@@ -26,6 +26,7 @@ PROGRAMS = {
         "manager_allocation_failure_changes_nothing",
         "manager_hit_on_evictable_blocks_counts_their_room",
         "manager_evicts_sequence_tails_first_and_older_sequences_first",
+        "manager_releases_blocks_behind_the_window",
         "kv_budget_in_tokens_or_bytes",
         "paged_kv_cache_matches_a_contiguous_cache",
     ],

@@ -22,7 +22,7 @@ def _write(hf, tmp_path: Path, **kwargs) -> str:
 
 def test_unsupported_architecture_lists_supported(hf_llama, tmp_path: Path) -> None:
     path = _write(hf_llama, tmp_path, file_arch="gpt2")
-    supported = r"llama, qwen2, qwen3, phi3, gemma3, bert"
+    supported = r"llama, qwen2, qwen3, phi3, gemma3, gemma2, bert"
     with pytest.raises(NotImplementedError, match=r"'gpt2' is not supported.*" + supported):
         _core.Model(path)
 

@@ -10,6 +10,8 @@ and perplexity, with tolerances set by the int8 activation rounding both engines
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,23 @@ def test_perplexity_with_sliding_windows_matches_llama_cpp(gemma3_path: Path) ->
         count += len(logits)
     assert count == 3 * 511
     assert np.exp(nll / count) == pytest.approx(LLAMA_CPP_PPL_1024, rel=0.02)
+
+
+def test_ember_chat_answers_through_the_gemma_turns(gemma3_path: Path) -> None:
+    """The file has no tokenizer.chat_template: ember chat takes the gemma3 architecture's
+    built-in (Gemma's turns), as llama.cpp's --chat-template gemma does. The prompt ember renders
+    and tokenizes is pinned, and the greedy answer to it: llama-server /completion on these
+    same prompt ids (temperature 0) gives the same text. (This 270M model is the base one, not
+    instruction-tuned: it answers by repeating the question.)"""
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    llm = LLM(gemma3_path, n_threads=2, n_ctx=256, parallel=1)
+    assert llm.chat_template.is_default
+    assert llm.apply_chat_template(question) == (
+        "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n")
+    assert llm.chat_template.encode(llm.tokenizer, question) == [
+        2, 105, 2364, 107, 3689, 563, 506, 5279, 529, 7001, 236881, 106, 107, 105, 4368, 107]
+    proc = subprocess.run([sys.executable, "-m", "ember.cli", "chat", str(gemma3_path), "--temp", "0",
+                           "-n", "12", "-t", "2"], input="What is the capital of France?\n",
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "What is the capital of France? mendatang\nWhat is the\n"

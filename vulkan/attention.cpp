@@ -10,7 +10,7 @@ namespace {
 struct AttentionPush {
   uint64_t q, out, k_cache, v_cache, positions, block_table;
   uint32_t n_rows, n_head, n_head_kv, head_dim, row_u16, block_size, window;
-  float scale;
+  float scale, softcap;
 };
 
 }  // namespace
@@ -35,7 +35,8 @@ void VulkanBackend::attention(const float* q, const int32_t* positions, int64_t 
                            static_cast<uint32_t>(kv.row_bytes / 2),
                            static_cast<uint32_t>(kv.block_table ? kv.block_size : 0),
                            static_cast<uint32_t>(params.window),
-                           params.scale};
+                           params.scale,
+                           params.softcap};
   const vk::Grid g = vk::grid(n_rows * params.n_head);
   device_.dispatch(kv.type == DType::q8_0 ? "attention_q8_0" : "attention_f16", &push, sizeof(push), g.x,
                    g.y);

@@ -57,6 +57,7 @@ class VulkanBackend final : public Backend {
   void scale(float* x, int64_t n, float s) override;
   void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
                        float* y) override;
+  void softcap(float* x, int64_t n, float cap) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
                 const float* v) override;

@@ -1,4 +1,5 @@
-// vulkan/elementwise.cpp: add, add_bias, silu_mul, gelu_mul and scale, one shader (an op code).
+// vulkan/elementwise.cpp: add, add_bias, silu_mul, gelu_mul, scale and softcap, one shader (an op
+// code).
 #include "vulkan/backend_vulkan.h"
 #include "vulkan/dispatch.h"
 
@@ -6,7 +7,14 @@ namespace ember {
 
 namespace {
 
-enum ElementwiseOp : uint32_t { kAdd = 0, kAddBias = 1, kSiluMul = 2, kGeluMul = 3, kScale = 4 };
+enum ElementwiseOp : uint32_t {
+  kAdd = 0,
+  kAddBias = 1,
+  kSiluMul = 2,
+  kGeluMul = 3,
+  kScale = 4,
+  kSoftcap = 5
+};
 
 struct ElementwisePush {
   uint64_t a, b, y;
@@ -47,5 +55,9 @@ void VulkanBackend::gelu_mul(const float* gate, const float* up, int64_t n, floa
 }
 
 void VulkanBackend::scale(float* x, int64_t n, float s) { elementwise(kScale, x, nullptr, n, 1, s, x); }
+
+void VulkanBackend::softcap(float* x, int64_t n, float cap) {
+  elementwise(kSoftcap, x, nullptr, n, 1, cap, x);
+}
 
 }  // namespace ember

@@ -39,7 +39,7 @@ struct Q8Rows {
 
 template <typename Rows>
 void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                    int64_t head_dim, float scale, float* out) {
+                    int64_t head_dim, float scale, float softcap, float* out) {
   constexpr int64_t kTile = 64;
   float acc[kMaxHeadDim];  // [head_dim] Σ p·v, relative to the running max
   float row[kMaxHeadDim];  // [head_dim] the current key or value, as f32
@@ -56,6 +56,7 @@ void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVV
       score[j] = dot * scale;
       tile_max = std::max(tile_max, score[j]);
     }
+    if (softcap > 0.0f) tile_max = softcap_scores(score, n, tile_max, softcap);
     if (tile_max > running_max) {
       const float rescale = std::exp(running_max - tile_max);  // 0 on the first tile
       for (int64_t d = 0; d < head_dim; ++d) acc[d] *= rescale;
@@ -110,11 +111,11 @@ struct ScalarIsa {
 }  // namespace
 
 void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                           int64_t kv_offset, int64_t head_dim, float scale, float* out) {
+                           int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out) {
   if (kv.type == DType::q8_0) {
-    return attention_head<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+    return attention_head<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
   }
-  attention_head<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+  attention_head<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
 }
 
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv) {
@@ -140,7 +141,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
       const int64_t n_keys = int64_t{positions[r]} + 1;
       const int64_t first = params.window > 0 ? std::max<int64_t>(0, n_keys - params.window) : 0;
       head_kernel(q + offset, first, n_keys, kv, (h / group) * head_dim, head_dim, params.scale,
-                  out + offset);
+                  params.softcap, out + offset);
     });
     return;
   }
@@ -164,6 +165,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.kv_offset = kv_head * head_dim;
     b.head_dim = head_dim;
     b.scale = params.scale;
+    b.softcap = params.softcap;
     b.window = params.window;
     block_kernel(b, kv);
   });

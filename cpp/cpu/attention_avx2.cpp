@@ -133,7 +133,7 @@ struct AnyHead {
 
 template <typename Rows, typename Head>
 void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                    int64_t head_dim, float scale, float* out) {
+                    int64_t head_dim, float scale, float softcap, float* out) {
   const int64_t n_vec = Head::n_vec(head_dim);
   alignas(32) float qs[kMaxHeadDim];   // [head_dim] q * scale
   alignas(32) float score[kTile + 8];  // [tile] scores, then softmax weights; padded to 8
@@ -179,6 +179,7 @@ void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVV
       }
       score[j] = hsum_avx2(d);
     }
+    if (softcap > 0.0f) softcap_scores(score, n, 0.0f, softcap);
     const int64_t n_padded = (n + 7) / 8 * 8;
     for (j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0 for the padding
 
@@ -278,13 +279,19 @@ struct Avx2Isa {
 
 template <typename Rows>
 void attention_head_rows(const float* q, int64_t first, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                         int64_t head_dim, float scale, float* out) {
+                         int64_t head_dim, float scale, float softcap, float* out) {
   switch (head_dim) {
-    case 32: return attention_head<Rows, FixedHead<4>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
-    case 64: return attention_head<Rows, FixedHead<8>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+    case 32:
+      return attention_head<Rows, FixedHead<4>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
+                                                out);
+    case 64:
+      return attention_head<Rows, FixedHead<8>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
+                                                out);
     case 128:
-      return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
-    default: return attention_head<Rows, AnyHead>(q, first, n_keys, kv, kv_offset, head_dim, scale, out);
+      return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
+                                                 out);
+    default:
+      return attention_head<Rows, AnyHead>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
   }
 }
 
@@ -296,11 +303,11 @@ void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
 }
 
 void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                         int64_t kv_offset, int64_t head_dim, float scale, float* out) {
+                         int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out) {
   if (kv.type == DType::q8_0) {
-    return attention_head_rows<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+    return attention_head_rows<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
   }
-  attention_head_rows<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, out);
+  attention_head_rows<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
 }
 
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {

@@ -17,6 +17,14 @@ namespace {
 
 constexpr int64_t kBlockTile = 32;  // keys per tile
 
+// score[n] = cap * tanh(score[n] / cap), and the same of `max` (tanh is monotonic, so the capped
+// scores' max is the capped max): logit soft-capping (Gemma 2). cap > 0.
+inline float softcap_scores(float* score, int64_t n, float max, float cap) {
+  const float inv_cap = 1.0f / cap;
+  for (int64_t j = 0; j < n; ++j) score[j] = cap * std::tanh(score[j] * inv_cap);
+  return cap * std::tanh(max * inv_cap);
+}
+
 // KVView::slot, restated so that no inline function shared with other files is compiled with
 // a different ISA's flags.
 inline int64_t block_slot(const KVView& kv, int64_t pos) {
@@ -71,7 +79,8 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
       if (first_key[i] >= t0 + n_tile) continue;  // entirely before its window
       const int64_t j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;  // window start in the tile
       const int64_t n = (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - j0;
-      const float tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
+      float tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
+      if (b.softcap > 0.0f) tile_max = softcap_scores(score, n, tile_max, b.softcap);
       if (tile_max > running_max[i]) {
         const float rescale = std::exp(running_max[i] - tile_max);  // 0 on the first tile
         for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] *= rescale;

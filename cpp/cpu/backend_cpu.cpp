@@ -125,6 +125,7 @@ void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* 
 void CpuBackend::gelu(const float* x, int64_t n, float* y) { cpu::gelu(x, n, y, pool_); }
 
 void CpuBackend::scale(float* x, int64_t n, float s) { cpu::scale(x, n, s, pool_); }
+void CpuBackend::softcap(float* x, int64_t n, float cap) { cpu::softcap(x, n, cap, pool_); }
 
 void CpuBackend::add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids,
                                  int64_t n_cols, float* y) {

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void gelu(const float* x, int64_t n, float* y) override;
   void scale(float* x, int64_t n, float s) override;
+  void softcap(float* x, int64_t n, float cap) override;
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
                        float* y) override;

@@ -1,5 +1,6 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, scale, SwiGLU's
-// silu·mul, GeGLU's gelu·mul, BERT's gelu, the experts' scaled scatter-add).
+// silu·mul, GeGLU's gelu·mul, BERT's gelu, Gemma 2's logit soft-capping, the experts' scaled
+// scatter-add).
 #include <cmath>
 
 #include "cpu/op_kernels.h"
@@ -71,6 +72,13 @@ void gelu(const float* x, int64_t n, float* y, ThreadPool& pool) {
 void scale(float* x, int64_t n, float s, ThreadPool& pool) {
   parallel_for(pool, n, kMinPerThread, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[i] *= s;
+  });
+}
+
+void softcap(float* x, int64_t n, float cap, ThreadPool& pool) {
+  const float inv_cap = 1.0f / cap;
+  parallel_for(pool, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = cap * std::tanh(x[i] * inv_cap);
   });
 }
 

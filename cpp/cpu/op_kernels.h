@@ -9,14 +9,15 @@
 
 namespace ember::cpu {
 
-// out[head_dim] = softmax(scale * q·K[0..n_keys)ᵀ) · V[0..n_keys) for one query head, reading
+// out[head_dim] = softmax(cap(scale * q·K[first_key..n_keys)ᵀ)) · V[first_key..n_keys) for one
+// query head, cap(s) = softcap * tanh(s / softcap) when softcap > 0 (else s), reading
 // the head_dim values starting at value kv_offset (kv_head * head_dim) of each cached row, f16 or
 // q8_0 (kv.type; q8_0 needs head_dim and kv_offset multiples of 32). Accumulates in f32.
 void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                           int64_t kv_offset, int64_t head_dim, float scale, float* out);
+                           int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out);
 // Same, head_dim a multiple of 8.
 void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                         int64_t kv_offset, int64_t head_dim, float scale, float* out);
+                         int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out);
 
 // Prefill attention: rows [n_rows] of one sequence x the query heads [head_begin, + n_heads)
 // of one kv head (n_rows * n_heads <= kMaxBlockQueries). See attention_block.h.
@@ -32,7 +33,8 @@ struct AttentionBlock {
   int64_t kv_offset = 0;  // the kv head's first value in a cache row: kv_head * head_dim
   int64_t head_dim = 0;
   float scale = 1.0f;
-  int64_t window = 0;  // > 0: a row at position p sees keys p - window + 1 .. p only
+  float softcap = 0.0f;  // > 0: scaled scores s become softcap * tanh(s / softcap)
+  int64_t window = 0;    // > 0: a row at position p sees keys p - window + 1 .. p only
 };
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.

@@ -47,6 +47,8 @@ void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, in
                      float* y, ThreadPool& pool);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
+// x[n] = cap * tanh(x[n] / cap)
+void softcap(float* x, int64_t n, float cap, ThreadPool& pool);
 
 // x[n_rows, n_cols] = softmax over each row, in place.
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);

@@ -61,6 +61,10 @@ EngineConfig model_engine_config(const Model& model, const ModelEngineOptions& o
   config.kv.block_size = o.block_size;
   config.kv.n_blocks = n_blocks;
   config.kv.enable_prefix_caching = o.enable_prefix_caching;
+  // A window on every layer (Mistral) lets blocks behind it go; one global layer keeps them all.
+  bool every_layer_windowed = c.sliding_window > 0;
+  for (int64_t il = 0; il < c.n_layer; ++il) every_layer_windowed = every_layer_windowed && c.is_swa(il);
+  config.kv.window = every_layer_windowed ? c.sliding_window : 0;
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_model_len = n_ctx;

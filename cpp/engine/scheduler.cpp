@@ -231,6 +231,7 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
     if (!got) {
       r.num_computed_tokens += s.n_tokens;
       kv_.cache_computed_blocks(r.kv_state());
+      kv_.release_outside_window(r.kv_state());
       continue;
     }
     // The rows of the known tokens and of the accepted drafts hold valid K/V; those of the
@@ -249,6 +250,7 @@ std::vector<RequestOutput> Scheduler::update_from_output(const StepPlan& plan,
     }
     // Before a finish frees them: full blocks of computed tokens serve later prompts.
     kv_.cache_computed_blocks(r.kv_state());
+    kv_.release_outside_window(r.kv_state());
     if (reason != FinishReason::none) {
       finish(r, reason);
       continue;

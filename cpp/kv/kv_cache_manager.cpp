@@ -20,7 +20,19 @@ int64_t KVCacheConfig::blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token
 }
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
-    : pool_(config.n_blocks, config.block_size), prefix_caching_(config.enable_prefix_caching) {}
+    : pool_(config.n_blocks, config.block_size),
+      prefix_caching_(config.enable_prefix_caching),
+      window_(config.window) {
+  if (window_ < 0) throw InvalidArgument(cat("[kv] window must be >= 0, got ", window_));
+}
+
+std::vector<BlockId> KVCacheManager::held_blocks(std::span<const BlockId> blocks) {
+  std::vector<BlockId> held;
+  for (BlockId b : blocks) {
+    if (b != kNoBlock) held.push_back(b);
+  }
+  return held;
+}
 
 const KVCacheManager::Table& KVCacheManager::table(SequenceId id) const {
   const auto it = tables_.find(id);
@@ -94,6 +106,10 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
                                                static_cast<int64_t>(seq.tokens.size()));
   const int64_t n_full = std::min<int64_t>(n_computed / bs, static_cast<int64_t>(t.blocks.size()));
   for (int64_t i = static_cast<int64_t>(t.links.size()); i < n_full && !t.caching_stopped; ++i) {
+    if (t.blocks[i] == kNoBlock) {  // released before it could be cached
+      t.caching_stopped = true;
+      break;
+    }
     const PrefixLink parent = i == 0 ? PrefixLink{} : t.links[i - 1];
     const auto link = pool_.cache(t.blocks[i], parent, seq.tokens.subspan(i * bs, bs));
     if (link) {
@@ -102,6 +118,24 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
       t.caching_stopped = true;
     }
   }
+}
+
+void KVCacheManager::release_outside_window(const SequenceState& seq) {
+  if (window_ <= 0) return;
+  const auto it = tables_.find(seq.id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const int64_t bs = block_size();
+  const int64_t first_needed = seq.n_computed_tokens - window_ + 1;  // the next position's first key
+  const int64_t n_outside = std::min<int64_t>(std::max<int64_t>(0, first_needed) / bs,
+                                              static_cast<int64_t>(t.blocks.size()));
+  std::vector<BlockId> released;
+  for (int64_t i = n_outside - 1; i >= t.n_released; --i) {  // back to front, as free() does
+    released.push_back(t.blocks[i]);
+    t.blocks[i] = kNoBlock;
+  }
+  t.n_released = std::max(t.n_released, n_outside);
+  pool_.release(released);
 }
 
 void KVCacheManager::trim(SequenceId id, int64_t n_tokens) {
@@ -114,8 +148,9 @@ void KVCacheManager::trim(SequenceId id, int64_t n_tokens) {
     throw std::logic_error(
         cat("[kv] sequence ", id, ": trimming to ", n_tokens, " tokens would drop a cached block"));
   }
-  std::vector<BlockId> tail(t.blocks.rbegin(), t.blocks.rend() - n_keep);
+  std::vector<BlockId> tail = held_blocks(std::vector<BlockId>(t.blocks.rbegin(), t.blocks.rend() - n_keep));
   t.blocks.resize(static_cast<size_t>(n_keep));
+  t.n_released = std::min(t.n_released, n_keep);
   pool_.release(tail);
 }
 
@@ -123,7 +158,8 @@ bool KVCacheManager::free(SequenceId id) {
   const auto it = tables_.find(id);
   if (it == tables_.end()) return false;
   // Back to front: the tail of a sequence is the least shareable, so it becomes evictable first.
-  std::vector<BlockId> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
+  std::vector<BlockId> reversed = held_blocks(
+      std::vector<BlockId>(it->second.blocks.rbegin(), it->second.blocks.rend()));
   tables_.erase(it);
   pool_.release(reversed);
   return true;
@@ -138,9 +174,9 @@ std::span<const BlockId> KVCacheManager::block_table(SequenceId id) const {
 int64_t KVCacheManager::slot(SequenceId id, int64_t pos) const {
   const Table& t = table(id);
   const int64_t bs = block_size();
-  if (pos < 0 || pos / bs >= static_cast<int64_t>(t.blocks.size())) {
-    throw std::logic_error(
-        cat("[kv] sequence ", id, ": position ", pos, " has no slot (", t.blocks.size(), " blocks)"));
+  if (pos < 0 || pos / bs >= static_cast<int64_t>(t.blocks.size()) || t.blocks[pos / bs] == kNoBlock) {
+    throw std::logic_error(cat("[kv] sequence ", id, ": position ", pos, " has no slot (", t.blocks.size(),
+                               " blocks, ", t.n_released, " released outside the window)"));
   }
   return int64_t{t.blocks[pos / bs]} * bs + pos % bs;
 }
@@ -148,7 +184,8 @@ int64_t KVCacheManager::slot(SequenceId id, int64_t pos) const {
 void KVCacheManager::slot_mapping(SequenceId id, int64_t start, int64_t n, int64_t* out) const {
   const Table& t = table(id);
   const int64_t bs = block_size();
-  if (start < 0 || n < 0 || (start + n + bs - 1) / bs > static_cast<int64_t>(t.blocks.size())) {
+  if (start < 0 || n < 0 || (start + n + bs - 1) / bs > static_cast<int64_t>(t.blocks.size()) ||
+      (n > 0 && start / bs < t.n_released)) {
     throw std::logic_error(cat("[kv] sequence ", id, ": positions [", start, ", ", start + n,
                                ") have no slots (", t.blocks.size(), " blocks)"));
   }
@@ -165,7 +202,13 @@ void KVCacheManager::check_invariants() const {
     if (t.links.size() > t.blocks.size()) {
       throw std::logic_error(cat("[kv] invariant broken: sequence ", id, " has more links than blocks"));
     }
-    for (BlockId b : t.blocks) ++refs.at(b);
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      if ((t.blocks[i] == kNoBlock) != (static_cast<int64_t>(i) < t.n_released)) {
+        throw std::logic_error(cat("[kv] invariant broken: sequence ", id, " block ", i, " is ", t.blocks[i],
+                                   " with ", t.n_released, " released"));
+      }
+      if (t.blocks[i] != kNoBlock) ++refs.at(t.blocks[i]);
+    }
   }
   for (BlockId b = 0; b < pool_.n_blocks(); ++b) {
     if (refs[b] != pool_.ref_count(b)) {

@@ -3,9 +3,11 @@
 // tables; callers (the scheduler) see only success/failure and token counts. Blocks come from a
 // BlockPool. Not thread-safe (the engine thread alone uses it).
 //
-// Invariant: a sequence's table holds ceil(n / block_size) blocks for the n tokens it has slots
+// Invariant: a sequence's table holds ceil(n / block_size) entries for the n tokens it has slots
 // for. It grows, except that trim() gives back a tail of blocks that only rejected speculative
 // drafts used (never a cached block); so a device copy of a table only appends, or drops a tail.
+// With a window (every layer sliding, Mistral), release_outside_window() gives back leading
+// blocks no later position can attend to: their entries become kNoBlock, never read again.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ struct KVCacheConfig {
   int block_size = 16;   // tokens per block
   int64_t n_blocks = 0;  // blocks in the pool (see blocks_for_tokens / blocks_for_bytes)
   bool enable_prefix_caching = true;
+  // > 0: every layer attends over the last `window` positions only (a sliding window on all
+  // layers), so blocks wholly before a sequence's window can be released as it advances.
+  int64_t window = 0;
 
   // Blocks that hold a budget of n_tokens tokens (rounded down, at least one).
   static int64_t blocks_for_tokens(int64_t n_tokens, int block_size);
@@ -59,6 +64,7 @@ class KVCacheManager {
   int block_size() const { return pool_.block_size(); }
   int64_t n_blocks() const { return pool_.n_blocks(); }
   int64_t capacity_tokens() const { return n_blocks() * block_size(); }
+  int64_t window() const { return window_; }
   bool prefix_caching() const { return prefix_caching_; }
 
   // The longest cached prefix of seq.tokens in full blocks, for a sequence with no slots yet.
@@ -76,6 +82,14 @@ class KVCacheManager {
   // (called after each step that advanced n_computed_tokens).
   void cache_computed_blocks(const SequenceState& seq);
 
+  // With a window: releases the sequence's blocks whose positions all lie before the window of
+  // its next position (n_computed_tokens), i.e. below n_computed_tokens - window + 1; their
+  // table entries become kNoBlock. Call after cache_computed_blocks: a released block that is
+  // cached stays in the prefix cache as evictable (its K/V rows are still those of its prefix,
+  // so a later prompt may take it), one that is not goes back to the free list. Only the
+  // reference of this sequence is dropped; others sharing the block keep it.
+  void release_outside_window(const SequenceState& seq);
+
   // Keeps the blocks that hold the first n_tokens positions of the sequence and releases the
   // rest (blocks taken for speculative drafts that were rejected). Those blocks hold no
   // computed token, so none is cached. Unknown ids are ignored.
@@ -88,7 +102,8 @@ class KVCacheManager {
   bool has(SequenceId id) const { return tables_.contains(id); }
   // The sequence's block table (empty for an unknown id); valid until its next allocation/free.
   std::span<const BlockId> block_table(SequenceId id) const;
-  // Cache slot (block * block_size + offset) of token position pos, which must have a slot.
+  // Cache slot (block * block_size + offset) of token position pos, which must have a slot (not
+  // one released outside the window).
   int64_t slot(SequenceId id, int64_t pos) const;
   // out[n] = slots of positions [start, start + n).
   void slot_mapping(SequenceId id, int64_t start, int64_t n, int64_t* out) const;
@@ -105,15 +120,20 @@ class KVCacheManager {
 
  private:
   struct Table {
-    std::vector<BlockId> blocks;    // [ceil(n_slots / block_size)]
+    std::vector<BlockId> blocks;    // [ceil(n_slots / block_size)]; kNoBlock where released
     std::vector<PrefixLink> links;  // chain links of the leading cached blocks (a prefix of blocks)
     bool caching_stopped = false;   // a link could not be made; later blocks stay uncached
+    int64_t n_released = 0;         // leading blocks released outside the window
   };
 
   const Table& table(SequenceId id) const;
 
+  // Blocks of the table, without the released entries.
+  static std::vector<BlockId> held_blocks(std::span<const BlockId> blocks);
+
   BlockPool pool_;
   bool prefix_caching_;
+  int64_t window_;
   std::unordered_map<SequenceId, Table> tables_;
   int64_t n_prefix_query_tokens_ = 0;
   int64_t n_prefix_hit_tokens_ = 0;

@@ -14,7 +14,7 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
   Backend& be = model.backend();
   const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
   const float eps = c.layer_norm_eps;
-  const AttentionParams attention = attention_params(c);
+  const AttentionParams attention = attention_params(c, /*il=*/0);  // every layer alike
 
   float* x = s.x.as<float>();        // [n, n_embd] residual stream
   float* xn = s.xn.as<float>();      // [n, n_embd]

@@ -17,6 +17,7 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
     {"phi3", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/false},
     {"gemma3", ArchFamily::gemma3, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+    {"gemma2", ArchFamily::gemma3, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/false},
     {"bert", ArchFamily::bert, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
     {"qwen2moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
     {"qwen3moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
@@ -100,19 +101,35 @@ ModelConfig read_config(const GGUFFile& file) {
   if (scaling == "linear" && factor > 0.0) c.rope_freq_scale = static_cast<float>(1.0 / factor);
 
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  if (c.arch->family == ArchFamily::gemma3) {
+  if (c.arch->family == ArchFamily::llama) {
+    // Mistral's window covers every layer (llama.cpp's own llama code ignores this key).
     c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
-    c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", 6);
-    c.rope_freq_base_swa = static_cast<float>(file.get_float(p + "rope.freq_base_swa", 10000.0));
+    if (c.sliding_window < 0) throw FormatError(cat(where, "attention.sliding_window must be >= 0"));
+  }
+  if (c.arch->family == ArchFamily::gemma3) {
+    // As llama.cpp reads them: gemma2 defaults to a 4096 window on every other layer, its local
+    // layers on the global base; gemma3 to every 6th layer global, local base 10000.
+    const bool gemma2 = arch_name == "gemma2";
+    c.sliding_window = file.get_int(p + "attention.sliding_window", gemma2 ? 4096 : 0);
+    c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", gemma2 ? 2 : 6);
+    c.swa_own_rope = true;
+    c.rope_freq_base_swa = static_cast<float>(
+        file.get_float(p + "rope.freq_base_swa", gemma2 ? c.rope_freq_base : 10000.0));
     if (c.sliding_window < 0 || c.swa_pattern <= 0 || !(c.rope_freq_base_swa > 0.0f)) {
       throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window, ", sliding_window_pattern ",
                             c.swa_pattern, " and rope.freq_base_swa ", c.rope_freq_base_swa,
                             " must be >= 0, > 0 and > 0"));
     }
-    // Gemma 3 scales queries by query_pre_attn_scalar^-1/2, which GGUF does not store: it is
-    // head_dim, except for the 27B model (62 layers), where it is n_embd / n_head (as llama.cpp
-    // and gemma_pytorch's config set it).
-    const int64_t scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
+    c.attn_softcap = static_cast<float>(file.get_float(p + "attn_logit_softcapping", 0.0));
+    c.final_softcap = static_cast<float>(file.get_float(p + "final_logit_softcapping", 0.0));
+    if (c.attn_softcap < 0.0f || c.final_softcap < 0.0f) {
+      throw FormatError(cat(where, "attn_logit_softcapping ", c.attn_softcap, " and final_logit_softcapping ",
+                            c.final_softcap, " must be >= 0"));
+    }
+    // Gemma scales queries by query_pre_attn_scalar^-1/2, which GGUF does not store: it is
+    // head_dim, except for the 27B models (gemma2: 46 layers, gemma3: 62), where it is
+    // n_embd / n_head (as llama.cpp and gemma_pytorch's config set it).
+    const int64_t scalar = c.n_layer == (gemma2 ? 46 : 62) ? c.n_embd / c.n_head : c.head_dim;
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(scalar));
   }
   read_moe_config(file, c);

@@ -11,7 +11,8 @@
 namespace ember {
 
 // The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp,
-// model/bert.cpp). bert is an encoder: it computes embeddings (model/embedder.h), never logits.
+// model/bert.cpp). gemma3's pass also runs gemma2 (the same blocks without Q/K norms, with logit
+// soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never logits.
 enum class ArchFamily { llama, gemma3, bert };
 
 // How an encoder's token states become one embedding ({arch}.pooling_type, llama.cpp's values).
@@ -49,13 +50,19 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
 
-  // Sliding-window attention (gemma3): layer il is local, seeing only the last sliding_window
-  // positions, unless (il + 1) % swa_pattern == 0; local layers rotate with their own base and
-  // no scaling. sliding_window 0: every layer is global.
+  // Sliding-window attention: layer il is local, seeing only the last sliding_window positions,
+  // unless swa_pattern > 0 and (il + 1) % swa_pattern == 0 (gemma2, gemma3: every n-th layer
+  // global; llama with a window, i.e. Mistral: swa_pattern 0, every layer local). Gemma's local
+  // layers rotate with their own base and no scaling. sliding_window 0: every layer is global.
   int64_t sliding_window = 0;           // {arch}.attention.sliding_window
-  int64_t swa_pattern = 0;              // {arch}.attention.sliding_window_pattern, gemma3 default 6
+  int64_t swa_pattern = 0;              // {arch}.attention.sliding_window_pattern; gemma2 2, gemma3 6
+  bool swa_own_rope = false;            // gemma: local layers rotate with rope_freq_base_swa
   float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
   float attention_scale = 0.0f;         // q·k scale; 1/sqrt(head_dim) unless the architecture says
+  // Logit soft-capping (gemma2): x -> cap * tanh(x / cap) of the attention scores (after the
+  // scale) and of the output logits; 0: none.
+  float attn_softcap = 0.0f;   // {arch}.attn_logit_softcapping
+  float final_softcap = 0.0f;  // {arch}.final_logit_softcapping
 
   // Encoders (bert): LayerNorm epsilon, the pooling of token states, token type count.
   float layer_norm_eps = 1e-12f;    // {arch}.attention.layer_norm_epsilon
@@ -72,7 +79,9 @@ struct ModelConfig {
 
   bool is_moe() const { return n_expert > 0; }
   bool is_encoder() const { return arch->family == ArchFamily::bert; }
-  bool is_swa(int64_t il) const { return sliding_window > 0 && (il + 1) % swa_pattern != 0; }
+  bool is_swa(int64_t il) const {
+    return sliding_window > 0 && (swa_pattern == 0 || (il + 1) % swa_pattern != 0);
+  }
 
   int64_t n_q_dim() const { return n_head * head_dim; }      // width of Q and of attention output
   int64_t n_kv_dim() const { return n_head_kv * head_dim; }  // width of one K (or V) cache row

@@ -1,5 +1,6 @@
-// model/gemma3.cpp: the Gemma 3 decoder — sandwich-normed blocks of grouped-query attention
-// (Q/K norms, RoPE, local sliding-window layers between global ones) and a GeGLU feed-forward.
+// model/gemma3.cpp: the Gemma 3 and Gemma 2 decoder — sandwich-normed blocks of grouped-query
+// attention (Q/K norms in Gemma 3, soft-capped scores in Gemma 2, RoPE, local sliding-window
+// layers between global ones) and a GeGLU feed-forward; Gemma 2 soft-caps the logits too.
 // Reads top to bottom; every op goes through the Backend.
 #include "model/gemma3.h"
 
@@ -14,8 +15,6 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
   const ModelWeights& w = model.weights();
   Backend& be = model.backend();
   const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
-
-  AttentionParams attention = attention_params(c);
 
   float* x = s.x.as<float>();            // [n, n_embd] residual stream
   float* xn = s.xn.as<float>();          // [n, n_embd]
@@ -33,20 +32,21 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
     const LayerWeights& l = w.layers[il];
     const bool last = il == c.n_layer - 1;
     const RopeParams rope = model.rope_params(il);
-    attention.window = c.is_swa(il) ? c.sliding_window : 0;
+    const AttentionParams attention = attention_params(c, il);
 
-    // --- attention: x += post_norm(wo · attention(rope(norm(q)), rope(norm(k)), v)) ---
+    // --- attention: x += post_norm(wo · attention(rope(norm(q)), rope(norm(k)), v)), the Q/K
+    // norms Gemma 3's only ---
     be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
     be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, xn, n, k);
     be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
-    be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
+    if (l.k_norm) be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
     be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
     store_kv_of_sequences(be, batch, il, n_kv, k, v);
     // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
     if (last && batch.n_outputs == 0) break;
 
     be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
-    be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
+    if (l.q_norm) be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
     be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
     attend_sequences(be, batch, il, n_q, attention, q, attn);
 
@@ -79,6 +79,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
   // x now holds exactly the output rows, in order.
   be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, n_embd, c.rms_eps, xn);
   be.matmul(w.output.type, w.output.data, n_embd, c.n_vocab, xn, batch.n_outputs, s.logits.as<float>());
+  if (c.final_softcap > 0.0f) be.softcap(s.logits.as<float>(), batch.n_outputs * c.n_vocab, c.final_softcap);
   be.download(s.logits, 0, logits, sizeof(float) * static_cast<size_t>(batch.n_outputs * c.n_vocab));
 }
 

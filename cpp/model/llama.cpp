@@ -15,8 +15,6 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   const RopeParams rope = model.rope_params();
   const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
 
-  AttentionParams attention = attention_params(c);
-
   float* x = s.x.as<float>();            // [n, n_embd] residual stream
   float* xn = s.xn.as<float>();          // [n, n_embd]
   float* q = s.q.as<float>();            // [n, n_q]
@@ -31,6 +29,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = w.layers[il];
     const bool last = il == c.n_layer - 1;
+    const AttentionParams attention = attention_params(c, il);  // Mistral: every layer windowed
 
     // --- attention ---
     be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);

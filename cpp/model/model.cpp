@@ -61,7 +61,7 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
     }
     model->rope_inv_freq_[i] = inv_freq;
   }
-  if (c.sliding_window > 0) {  // local layers: their own base, no scaling or factors
+  if (c.swa_own_rope) {  // gemma's local layers: their own base, no scaling or factors
     model->rope_inv_freq_swa_.resize(c.n_rot / 2);
     for (int64_t i = 0; i < c.n_rot / 2; ++i) {
       const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.n_rot);
@@ -110,7 +110,8 @@ RopeParams Model::rope_params(int64_t il) const {
   RopeParams params;
   params.layout = config_.arch->rope_layout;
   params.n_rot = config_.n_rot;
-  params.inv_freq = config_.is_swa(il) ? rope_inv_freq_swa_.data() : rope_inv_freq_.data();
+  params.inv_freq = config_.swa_own_rope && config_.is_swa(il) ? rope_inv_freq_swa_.data()
+                                                               : rope_inv_freq_.data();
   return params;
 }
 

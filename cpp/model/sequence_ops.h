@@ -10,13 +10,15 @@
 
 namespace ember {
 
-// The attention of a model's layers (heads, head size, q·k scale); window 0 (global).
-inline AttentionParams attention_params(const ModelConfig& c) {
+// The attention of layer il (heads, head size, q·k scale, soft-capping, its sliding window).
+inline AttentionParams attention_params(const ModelConfig& c, int64_t il) {
   AttentionParams params;
   params.n_head = c.n_head;
   params.n_head_kv = c.n_head_kv;
   params.head_dim = c.head_dim;
   params.scale = c.attention_scale;
+  params.softcap = c.attn_softcap;
+  params.window = c.is_swa(il) ? c.sliding_window : 0;
   return params;
 }
 

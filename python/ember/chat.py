@@ -5,7 +5,8 @@ from Hugging Face's tokenizer_config.json). It is rendered the way `transformers
 the same messages give the same text in both: a sandboxed, immutable Jinja2 environment with
 trim_blocks/lstrip_blocks, the loop-controls extension, `raise_exception`, `strftime_now`, a
 `tojson` that keeps non-ASCII text, and the `{% generation %}` tag. Models without a template
-get ChatML.
+get their architecture's built-in one (ember.chat_templates: Gemma's turns for gemma*), else
+ChatML; `--chat-template NAME|FILE` overrides either.
 
 The template comes from the model file, so it is rendered under limits (ember.chat_limits: 1 s
 and 1 M characters by default, tighter where the caller knows the context): `check()` renders
@@ -26,6 +27,7 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 
+from ember import chat_templates
 from ember.chat_limits import (
     BoundedEnvironment,
     RenderLimitError,
@@ -36,12 +38,7 @@ from ember.chat_limits import (
 
 Message = Mapping[str, Any]
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+CHATML_TEMPLATE = chat_templates.CHATML
 
 
 SAMPLE_CONVERSATION = (
@@ -135,17 +132,19 @@ def _plain_content(message: Message) -> dict[str, Any]:
 class ChatTemplate:
     """A compiled chat template plus the special-token strings it may refer to."""
 
-    def __init__(self, source: str | None = None, bos_token: str = "", eos_token: str = "") -> None:
-        self.source = source if source else CHATML_TEMPLATE
-        self.is_default = not source
+    def __init__(self, source: str | None = None, bos_token: str = "", eos_token: str = "",
+                 default: str = CHATML_TEMPLATE) -> None:
+        self.source = source if source else default
+        self.is_default = not source  # the model carried none: `default` stands in
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._template = _compile(self.source)
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any]) -> ChatTemplate:
+    def from_metadata(cls, metadata: Mapping[str, Any], override: str | None = None) -> ChatTemplate:
         """The template of a GGUF file's metadata (as ember.GGUFFile(path).metadata gives it),
-        with bos_token/eos_token looked up in its vocabulary."""
+        with bos_token/eos_token looked up in its vocabulary; without one, its architecture's
+        built-in. `override` (a source) replaces the file's."""
         tokens = metadata.get("tokenizer.ggml.tokens")
 
         def token_text(key: str) -> str:
@@ -154,16 +153,17 @@ class ChatTemplate:
                 return str(tokens[index])
             return ""
 
-        source = metadata.get("tokenizer.chat_template")
+        source = override or metadata.get("tokenizer.chat_template")
         return cls(source if isinstance(source, str) else None,
                    bos_token=token_text("tokenizer.ggml.bos_token_id"),
-                   eos_token=token_text("tokenizer.ggml.eos_token_id"))
+                   eos_token=token_text("tokenizer.ggml.eos_token_id"),
+                   default=chat_templates.default_for_arch(metadata.get("general.architecture")))
 
     @classmethod
-    def from_gguf(cls, path: str | Path) -> ChatTemplate:
+    def from_gguf(cls, path: str | Path, override: str | None = None) -> ChatTemplate:
         from ember import _core
 
-        return cls.from_metadata(_core.GGUFFile(str(path)).metadata)
+        return cls.from_metadata(_core.GGUFFile(str(path)).metadata, override)
 
     def check(self, limits: RenderLimits | None = None) -> None:
         """Renders the template once on SAMPLE_CONVERSATION under `limits` (default 1 s, 1 M

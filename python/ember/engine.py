@@ -24,7 +24,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Union
 
-from ember import _core
+from ember import _core, chat_templates
 from ember.chat import ChatTemplate
 from ember.grammar import GrammarCompiler
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
@@ -287,8 +287,13 @@ class Engine:
                  max_queue: int = 0, kv_type: str = "f16", prefix_caching: bool = True,
                  batch_invariant: bool = True, spec: str = "none",
                  draft_model: str | Path | None = None, draft_max: int = 16, draft_min: int = 1,
-                 spec_adaptive: bool = True, device: str | None = None) -> None:
+                 spec_adaptive: bool = True, device: str | None = None,
+                 chat_template: str | None = None) -> None:
         self.path = Path(model_path)
+        # A built-in template's name or a template file (ember.chat_templates), resolved now so
+        # that a bad one fails before the model loads.
+        self._chat_template_override = (chat_templates.resolve(chat_template)
+                                        if chat_template is not None else None)
         if draft_model is not None and not Path(draft_model).is_file():
             raise FileNotFoundError(f"draft model {str(draft_model)!r}: no such file")
         self._core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx,
@@ -307,9 +312,10 @@ class Engine:
 
     @property
     def chat_template(self) -> ChatTemplate:
-        """The model's chat template (ChatML when the GGUF has none), read on first use."""
+        """The model's chat template (the chat_template given, else the GGUF's, else its
+        architecture's built-in, else ChatML), read on first use."""
         if self._chat_template is None:
-            self._chat_template = ChatTemplate.from_gguf(self.path)
+            self._chat_template = ChatTemplate.from_gguf(self.path, self._chat_template_override)
         return self._chat_template
 
     @property

@@ -43,7 +43,8 @@ class LLM:
                  n_ctx: int | None = None, *, parallel: int = 16, kv_size: int | None = None,
                  kv_type: str = "f16", spec: str = "none",
                  draft_model: str | os.PathLike[str] | None = None, draft_max: int = 16,
-                 draft_min: int = 1, device: str | None = None) -> None:
+                 draft_min: int = 1, device: str | None = None,
+                 chat_template: str | None = None) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hf_hub), or None for the default demo
         model. n_threads defaults to the physical cores, n_ctx (tokens one request may reach)
@@ -53,7 +54,9 @@ class LLM:
         with the same vocabulary), at most draft_max drafts per step; a request's
         prediction= (text the output is expected to be) drafts from that text. device "cpu",
         "vulkan[:N]" or "auto" (default: $EMBER_DEVICE, else "auto": the first GPU, else the CPU;
-        an embedding model runs on the CPU, see ember.embeddings.Embedder)."""
+        an embedding model runs on the CPU, see ember.embeddings.Embedder). chat_template: a
+        built-in template's name (gemma, chatml, llama3) or a Jinja file, instead of the
+        model's (see ember.chat_templates)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         # An embedding model (bert) gets an Embedder instead of the generation engine.
@@ -65,7 +68,7 @@ class LLM:
             self._engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
                                   kv_size=kv_size, kv_type=kv_type, spec=spec,
                                   draft_model=draft_model, draft_max=draft_max,
-                                  draft_min=draft_min, device=device)
+                                  draft_min=draft_min, device=device, chat_template=chat_template)
         self._metadata: dict[str, Any] | None = None
 
     @property

@@ -141,10 +141,12 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
          name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
 }
 
-// out[n_rows, n_head * head_dim] in double: softmax(scale q·k) · v over the dequantized cache,
-// each row over keys max(0, pos - window + 1) .. pos (all keys up to pos when window is 0).
+// out[n_rows, n_head * head_dim] in double: softmax(cap(scale q·k)) · v over the dequantized cache,
+// each row over keys max(0, pos - window + 1) .. pos (all keys up to pos when window is 0);
+// cap(s) = softcap * tanh(s / softcap) when softcap > 0, else s.
 std::vector<double> reference_attention(const Cache& c, const Shape& s, const std::vector<float>& q,
-                                        const std::vector<int32_t>& positions, float scale, int64_t window) {
+                                        const std::vector<int32_t>& positions, float scale, int64_t window,
+                                        float softcap) {
   const DequantizeRowFn dequantize = type_traits(c.type).dequantize_row;
   const int64_t max_pos = *std::max_element(positions.begin(), positions.end());
   std::vector<float> keys((max_pos + 1) * c.n_kv_dim), values(keys.size());  // [position, n_kv_dim]
@@ -166,6 +168,7 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
         double dot = 0.0;
         for (int64_t d = 0; d < hd; ++d) dot += double(qh[d]) * keys[t * c.n_kv_dim + off + d];
         score[t] = dot * scale;
+        if (softcap > 0) score[t] = softcap * std::tanh(score[t] / softcap);
         max = std::max(max, score[t]);
       }
       for (int64_t t = first; t < n_keys; ++t) sum += score[t] = std::exp(score[t] - max);
@@ -181,7 +184,7 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
 // Returns the error relative to max|v|, after EXPECTing it within kRelTol.
 double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
                        const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
-                       int64_t window = 0) {
+                       int64_t window = 0, float softcap = 0.0f) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
   std::normal_distribution<float> normal(0.0f, 2.0f);  // peaked softmax: scores of a few units
   std::vector<float> q(n_rows * n_q);
@@ -192,9 +195,10 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
   params.head_dim = s.head_dim;
   params.scale = 1.0f / std::sqrt(float(s.head_dim));
   params.window = window;
+  params.softcap = softcap;
   std::vector<float> out(n_rows * n_q, NAN);
   attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), isa, pool);
-  const std::vector<double> want = reference_attention(c, s, q, positions, params.scale, window);
+  const std::vector<double> want = reference_attention(c, s, q, positions, params.scale, window, softcap);
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); ++i) {
     const double err = std::fabs(double(out[i]) - want[i]) / max_abs_v;
@@ -210,8 +214,9 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
 double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
   double worst = 0.0;  // largest error / (max |v|) seen, over every attention output
   const auto attend = [&](Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                          const std::string& name, int64_t window = 0) {
-    worst = std::max(worst, check_attention(c, s, positions, max_abs_v, isa, pool, rng, name, window));
+                          const std::string& name, int64_t window = 0, float softcap = 0.0f) {
+    worst = std::max(worst,
+                     check_attention(c, s, positions, max_abs_v, isa, pool, rng, name, window, softcap));
   };
   const std::vector<Shape> shapes = {
       {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
@@ -247,6 +252,10 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
         attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode window 77", 77);
         attend(c, s, chunk, max_abs_v, name + " prefill chunk window 45", 45);
         attend(c, s, first, max_abs_v, name + " prefill 0..36 window 20", 20);
+        // Gemma 2's soft-capped scores, with a cap below the larger scores (a few units) so
+        // that tanh bends them, in both the decode and the prefill kernels.
+        attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode softcap 2", 0, 2.0f);
+        attend(c, s, chunk, max_abs_v, name + " prefill chunk window 45 softcap 2", 45, 2.0f);
       }
     }
   }

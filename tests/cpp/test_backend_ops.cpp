@@ -314,6 +314,20 @@ TEST(silu_gelu_mul) {
   }
 }
 
+TEST(softcap) {
+  const int64_t n = pick({1, 37, 1000, 70000});
+  const std::vector<float> x = randoms(n, 80);
+  const float cap = 30.0f;  // Gemma 2's final cap: values from ~0 to well past it
+  const Pair p = run_both({x}, n, [&](Backend& be, auto& in, Buffer& y) {
+    be.softcap(in[0].template as<float>(), n, cap);
+    be.add(in[0].template as<float>(), in[0].template as<float>(), n, y.as<float>());
+  });
+  std::vector<double> tol(n);
+  // tanh to a few ulp on each side (the shader's from exp, within 3 + 2|x/cap| ulp) times cap.
+  for (int64_t i = 0; i < n; ++i) tol[i] = 2 * cap * (8 + 2 * std::fabs(x[i] / cap)) * kUlp + 1e-37;
+  expect_close(p, tol, cat("softcap ", n));
+}
+
 TEST(rms_norm) {
   const int64_t n_rows = pick({1, 5, 40}), n_cols = pick({7, 64, 300, 2049});
   const std::vector<float> x = randoms(n_rows * n_cols, 4), w = randoms(n_cols, 2);
@@ -474,13 +488,15 @@ void check_attention(DType type) {
     type_traits(type).dequantize_row(vbytes.data() + slot * s.row_bytes, vd.data() + slot * n_kv_dim,
                                      n_kv_dim);
   }
-  for (int64_t window : {int64_t{0}, pick({1, 6, 40})}) {
+  for (const auto& [window, softcap] :
+       {std::pair<int64_t, float>{0, 0.0f}, {pick({1, 6, 40}), 0.0f}, {pick({0, 6, 40}), 2.0f}}) {
     AttentionParams params;
     params.n_head = n_head;
     params.n_head_kv = n_head_kv;
     params.head_dim = head_dim;
     params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     params.window = window;
+    params.softcap = softcap;
     const std::vector<float> q = randoms(n_rows * n_head * head_dim, 2);
     Pair p;
     for (int side = 0; side < 2; ++side) {
@@ -511,14 +527,16 @@ void check_attention(DType type) {
           smax = std::max(smax, dot * params.scale);
         }
         const double n_keys = double(at - lo + 1);
+        // Soft-capping only shrinks score differences (|tanh'| <= 1); its tanh adds a few ulp of
+        // the cap to each score.
         const double t = vmax * (4 * head_dim * kU * params.scale * qk_max +
-                                 (n_keys + 16 + 2 * (smax - smin)) * kUlp);
+                                 (n_keys + 16 + 2 * (smax - smin) + 8 * softcap) * kUlp);
         for (int64_t d = 0; d < head_dim; ++d) tol[(r * n_head + h) * head_dim + d] = t;
       }
     }
     expect_close(p, tol,
                  cat("attention ", dtype_name(type), " heads ", n_head, "/", n_head_kv, "x", head_dim,
-                     " rows ", first, "+", n_rows, " window ", window));
+                     " rows ", first, "+", n_rows, " window ", window, " softcap ", softcap));
   }
 }
 

@@ -117,6 +117,70 @@ TEST(manager_evicts_sequence_tails_first_and_older_sequences_first) {
   kv.check_invariants();
 }
 
+TEST(manager_releases_blocks_behind_the_window) {
+  // Window 40, blocks of 16: the next position p attends to p - 39 .. p, so once 100 tokens are
+  // computed blocks 0..2 (positions 0..47 < 61) are behind it, block 3 (48..63) is not.
+  KVCacheConfig config = kv_config(16, 16);
+  config.window = 40;
+  KVCacheManager kv(config);
+  const auto prompt = iota_tokens(100, 1);
+  SequenceState a{1, prompt, 0};
+  CHECK(kv.allocate_slots(a, 100) == std::optional<int64_t>(7));
+  const std::vector<BlockId> before(kv.block_table(1).begin(), kv.block_table(1).end());
+  // A second sequence shares a's first 4 blocks through the prefix cache.
+  a.n_computed_tokens = 100;
+  kv.cache_computed_blocks(a);
+  SequenceState b{2, prompt, 0};
+  const PrefixHit hit = kv.get_computed_blocks(b);
+  CHECK_EQ(hit.n_tokens(), 96);
+  CHECK(kv.allocate_slots(b, 4, hit) == std::optional<int64_t>(1));
+  kv.release_outside_window(a);
+  const auto table = kv.block_table(1);
+  CHECK_EQ(table.size(), size_t{7});
+  for (int i = 0; i < 3; ++i) CHECK_EQ(table[i], kNoBlock);
+  for (int i = 3; i < 7; ++i) CHECK_EQ(table[i], before[i]);
+  // Only a's reference went: b still holds blocks 0..2, whose rows stay cached for it.
+  for (int i = 0; i < 3; ++i) CHECK_EQ(kv.pool().ref_count(before[i]), 1);
+  std::vector<int64_t> slots(52);
+  kv.slot_mapping(1, 48, 52, slots.data());  // the window's positions keep their slots
+  CHECK_EQ(slots[0], int64_t{before[3]} * 16);
+  kv.check_invariants();
+  // Releasing again changes nothing; b's own release drops the last references: the cached
+  // blocks become evictable, not free (a later prompt may still take them).
+  kv.release_outside_window(a);
+  b.n_computed_tokens = 100;
+  kv.cache_computed_blocks(b);
+  kv.release_outside_window(b);
+  for (int i = 0; i < 3; ++i) CHECK_EQ(kv.pool().ref_count(before[i]), 0);
+  CHECK_EQ(kv.pool().n_evictable(), 3);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{3, prompt, 0}).n_tokens(), 96);
+  kv.check_invariants();
+
+  // The room is reusable: of 16 blocks a and b still hold 5 (a's 3..6, b's own last one), so an
+  // 11-block sequence fits only because 3 were released, and takes them (evicting them); a's and
+  // b's tables never name them again.
+  SequenceState c{3, iota_tokens(176, 5000), 0};
+  CHECK(kv.allocate_slots(c, 176) == std::optional<int64_t>(11));
+  CHECK_EQ(kv.pool().n_allocatable(), 0);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, prompt, 0}).n_tokens(), 0);  // evicted: no hit
+  for (BlockId blk : kv.block_table(3)) {
+    CHECK(std::find(kv.block_table(1).begin(), kv.block_table(1).end(), blk) == kv.block_table(1).end());
+  }
+  kv.check_invariants();
+  // Freeing a table with released entries gives back only what it still holds.
+  CHECK(kv.free(1) && kv.free(2) && kv.free(3));
+  CHECK_EQ(kv.usage(), 0.0);
+  kv.check_invariants();
+
+  // No window (a global layer somewhere): nothing is released.
+  KVCacheManager global(kv_config(16, 16));
+  SequenceState g{1, prompt, 0};
+  CHECK(global.allocate_slots(g, 100).has_value());
+  g.n_computed_tokens = 100;
+  global.release_outside_window(g);
+  for (BlockId blk : global.block_table(1)) CHECK(blk != kNoBlock);
+}
+
 TEST(kv_budget_in_tokens_or_bytes) {
   CHECK_EQ(KVCacheConfig::blocks_for_tokens(4096, 16), 256);
   CHECK_EQ(KVCacheConfig::blocks_for_tokens(4100, 16), 256);

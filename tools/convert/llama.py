@@ -1,13 +1,18 @@
 """Llama and Mistral (GGUF architecture "llama"): Q/K rows permuted to llama.cpp's RoPE layout,
-optional attention biases, linear / yarn / llama3 RoPE scaling (llama3 as rope_freqs.weight)."""
+optional attention biases, linear / yarn / llama3 RoPE scaling (llama3 as rope_freqs.weight), and
+Mistral's sliding window over every layer as llama.attention.sliding_window (the key other
+architectures use; llama.cpp's llama code does not read it and attends globally)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from gguf import GGUFWriter
 
-from .base import DecoderFamily, ExtraTensor
+from .base import DecoderFamily, ExtraTensor, HParams
+from .checkpoint import Checkpoint
+from .errors import ConvertError
 from .registry import register
 
 
@@ -17,6 +22,18 @@ class LlamaFamily(DecoderFamily):
     permute_qk = True
     qkv_bias = "optional"
     rope_scaling_types = ("linear", "yarn", "llama3")
+
+    def __init__(self, hp: HParams, checkpoint: Checkpoint, where: str, config: dict) -> None:
+        super().__init__(hp, checkpoint, where, config)
+        window = config.get("sliding_window")
+        if window is not None and (not isinstance(window, int) or window <= 0):
+            raise ConvertError(f"{where}: sliding_window is {window!r}, expected a positive integer")
+        self.sliding_window = window or 0
+
+    def add_metadata(self, w: GGUFWriter) -> None:
+        super().add_metadata(w)
+        if self.sliding_window:
+            w.add_sliding_window(self.sliding_window)
 
     def extra_tensors(self) -> list[ExtraTensor]:
         if self.hp.rope_scaling.get("rope_type") != "llama3":

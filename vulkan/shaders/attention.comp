@@ -21,6 +21,7 @@ layout(push_constant) uniform Push {
   uint block_size;  // 0: contiguous cache
   uint window;      // > 0: sliding window
   float scale;
+  float softcap;    // > 0: scores become softcap * tanh(score / softcap)
 } p;
 
 const uint kMaxHeadDim = 512u;
@@ -66,7 +67,7 @@ void main() {
       const uint row = slot * p.row_u16;
       float dot = 0.0;
       for (uint d = 0u; d < p.head_dim; ++d) dot += qs[d] * cached(p.k_cache, row, kv_first + d);
-      score = dot * p.scale;
+      score = p.softcap > 0.0 ? softcap(dot * p.scale, p.softcap) : dot * p.scale;
     }
     scores[t] = score;
     slots[t] = slot;

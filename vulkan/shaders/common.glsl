@@ -11,6 +11,12 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16 { uint16
 
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 
+// cap * tanh(x / cap) (logit soft-capping), from exp(-2|u|) <= 1 so that no large |x| overflows.
+float softcap(float x, float cap) {
+  const float t = exp(-2.0 * abs(x / cap));
+  return cap * sign(x) * (1.0 - t) / (1.0 + t);
+}
+
 // IEEE binary16 -> float32, exactly (subnormals included), in integer arithmetic.
 float f16_to_f32(uint h) {
   const uint s = (h & 0x8000u) << 16;

@@ -2,6 +2,7 @@
 // elementwise.comp: the f32 ops of one pass over n values, chosen by `op`:
 //   0 add:      y = a + b          1 add_bias: y[i] = a[i] + b[i % n_cols]
 //   2 silu_mul: y = silu(a) * b    3 gelu_mul: y = gelu_tanh(a) * b      4 scale: y = a * s
+//   5 softcap:  y = s * tanh(a / s)
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -30,8 +31,10 @@ void main() {
     // 0.5 a (1 + tanh(u)) = a / (1 + exp(-2u)): the same value without tanh's cancellation.
     const float u = 0.7978845608028654 * a * (1.0 + 0.044715 * a * a);
     y = a / (1.0 + exp(-2.0 * u)) * p.b.v[i];
-  } else {
+  } else if (p.op == 4u) {
     y = a * p.s;
+  } else {
+    y = softcap(a, p.s);
   }
   p.y.v[i] = y;
 }

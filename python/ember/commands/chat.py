@@ -38,6 +38,7 @@ def chat(
     threads: opt.Threads = None,
     device: opt.Device = None,
     ctx_size: opt.CtxSize = None,
+    chat_template: opt.ChatTemplateOpt = None,
 ) -> None:
     """Chat with a model in the terminal (reads messages from stdin when it is a pipe)."""
     params = opt.sampling_params(
@@ -45,7 +46,7 @@ def chat(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size, device=device)
+    llm = opt.load_llm(model, threads, ctx_size, device=device, chat_template=chat_template)
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())

@@ -78,6 +78,10 @@ Prediction = Annotated[Optional[str], typer.Option(
     "--prediction", help="the expected output (Predicted Outputs): text, or @FILE; drafts "
                          "come from it", show_default=False)]
 System = Annotated[Optional[str], typer.Option("--system", help="a system message for the chat")]
+CHAT_TEMPLATE_HELP = ("NAME of a built-in template (chatml, gemma, llama3) or a Jinja FILE, instead "
+                      "of the model's \\[default: the model's, else its architecture's, else chatml]")
+ChatTemplateOpt = Annotated[Optional[str], typer.Option(
+    "--chat-template", help=CHAT_TEMPLATE_HELP, show_default=False)]
 
 DEFAULTS = {
     "temp": _D.temperature, "top_k": _D.top_k, "top_p": _D.top_p, "min_p": _D.min_p,
@@ -105,7 +109,7 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
 
 def load_llm(model: str | None, threads: int | None, ctx_size: int | None, *,
              spec: str = "none", draft_model: str | None = None, draft_max: int = 16,
-             draft_min: int = 1, device: str | None = None) -> LLM:
+             draft_min: int = 1, device: str | None = None, chat_template: str | None = None) -> LLM:
     from ember.hub import resolve_model
     from ember.llm import LLM
 
@@ -119,7 +123,8 @@ def load_llm(model: str | None, threads: int | None, ctx_size: int | None, *,
         draft_model = str(resolve_model(draft_model))
         spec = "draft" if spec == "none" else spec
     return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1, spec=spec,
-               draft_model=draft_model, draft_max=draft_max, draft_min=draft_min, device=device)
+               draft_model=draft_model, draft_max=draft_max, draft_min=draft_min, device=device,
+               chat_template=chat_template)
 
 
 def prediction_text(value: str | None) -> str | None:

@@ -44,6 +44,7 @@ def run(
     draft_max: opt.DraftMax = 16,
     draft_min: opt.DraftMin = 1,
     prediction: opt.Prediction = None,
+    chat_template: opt.ChatTemplateOpt = None,
     json_schema: Annotated[Optional[Path], typer.Option(
         "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
     grammar: Annotated[Optional[Path], typer.Option(
@@ -66,7 +67,8 @@ def run(
         params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
     llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
-                       draft_max=draft_max, draft_min=draft_min, device=device)
+                       draft_max=draft_max, draft_min=draft_min, device=device,
+                       chat_template=chat_template)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ember import chat_templates
+from ember.commands.generation_options import CHAT_TEMPLATE_HELP
 from ember.server.config import ServerConfig
 
 _D = ServerConfig()
@@ -158,6 +160,9 @@ def serve(
         "--rerank", "--reranking", envvar="EMBER_RERANK",
         help="serve a reranking model (a bert cross-encoder): /rerank (and /v1/rerank), "
         "with --embedding's routes")] = False,
+    chat_template: Annotated[Optional[str], typer.Option(
+        "--chat-template", envvar="EMBER_CHAT_TEMPLATE",
+        help=CHAT_TEMPLATE_HELP, show_default=False)] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub import resolve_model
@@ -165,6 +170,11 @@ def serve(
 
     if model is not None:
         model = str(resolve_model(model))  # a missing file fails now, not after listening
+    if chat_template is not None:
+        try:  # a bad name or file fails now too
+            chat_templates.resolve(chat_template)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--chat-template") from None
     config = ServerConfig(
         model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         kv_size=kv_size, kv_type=kv_type, threads=threads, device=device, api_key=api_key,
@@ -177,7 +187,8 @@ def serve(
                                     seed=seed, repeat_penalty=repeat_penalty),
         spec="draft" if draft_model is not None and spec == "none" else spec,
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
-        draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank)
+        draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
+        chat_template=chat_template)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

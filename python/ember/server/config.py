@@ -19,6 +19,7 @@ class ServerConfig:
     kv_type: str = "f16"              # KV cache rows: "f16" or "q8_0" (about half the memory)
     threads: int | None = None        # CPU threads of the engine
     device: str | None = None         # "cpu", "vulkan[:N]"; None: $EMBER_DEVICE, else "auto"
+    chat_template: str | None = None  # a built-in template's name or a Jinja file; None: the model's
     api_key: str | None = None        # required as "Authorization: Bearer KEY" when set
     cors_origins: list[str] = field(default_factory=list)  # "*" allows any origin
     max_queue: int = 128              # sequences waiting for a slot (the engine's limit); more: 503
