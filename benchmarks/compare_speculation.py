@@ -162,25 +162,14 @@ def http_load(model: Path, threads: int, n_gen: int, spec: str) -> dict:
     cmd = [sys.executable, "-c", "from ember.cli import main; main()", "serve", str(model),
            "--parallel", "16", "--threads", str(threads), "--port", str(port), "--host",
            "127.0.0.1", "--spec", spec]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+    with serve_bench.running_server(cmd, url):
         args = argparse.Namespace(url=url + "/v1", model="", api_key="", requests=16,
                                   max_tokens=n_gen, temperature=0.0, ignore_eos_ids=[],
                                   timeout=1800.0)
         prompts = [f"({i}) " + COPY_TASK for i in range(16)]
         level = asyncio.run(serve_bench.run_level(args, 16, prompts))
         metrics = httpx.get(url + "/metrics", timeout=10).text
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
     def total(name: str) -> int:
         return sum(int(float(v)) for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", metrics, re.M))

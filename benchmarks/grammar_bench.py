@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llamacpp_peer import peer_binary  # noqa: E402
+from serve_bench import running_server  # noqa: E402
 
 from ember import _core  # noqa: E402
 from ember.grammar import Constraint, GrammarCompiler  # noqa: E402
@@ -146,16 +146,8 @@ def llama_server_decode(exe: str, model: str, threads: int, n_tokens: int, promp
     port = 18000 + (int(time.time()) % 1000)
     args = [exe, "-m", model, "-t", str(threads), "--port", str(port), "-c", "2048", "-np", "1",
             "--host", "127.0.0.1"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+    with running_server(args, url):
         out = {}
         for label, extra in (("plain", {"ignore_eos": True}), ("json_schema", {"json_schema": LONG})):
             rates = []
@@ -166,9 +158,6 @@ def llama_server_decode(exe: str, model: str, threads: int, n_tokens: int, promp
                 rates.append(r["timings"]["predicted_per_token_ms"])
             out[f"{label}_ms_per_token"] = round(min(rates), 3)
         return out
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def main() -> None:

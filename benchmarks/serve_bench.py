@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import httpx
@@ -59,6 +62,25 @@ class LevelReport:
     ttft_ms: dict[str, float] = field(default_factory=dict)
     tpot_ms: dict[str, float] = field(default_factory=dict)
     latency_s: dict[str, float] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def running_server(cmd: list[str], url: str) -> Iterator[subprocess.Popen]:
+    """Starts a server (`cmd`, output discarded), waits up to 2 minutes for `url`/health to
+    answer 200, and stops the server when the block ends."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _percentile(values: list[float], q: float) -> float:
