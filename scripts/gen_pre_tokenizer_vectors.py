@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from gguf_builder import replace_string  # noqa: E402
 
+import ember._core as core  # noqa: E402
+
 DATA = ROOT / "tests/data/pre_tokenizers"
 
 PROGRAM = r"""
@@ -151,20 +153,6 @@ def llama_cpp_regexes(llama_cpp: Path) -> dict[str, list[str]]:
     return {name: by_type[t] for name, (t, _) in llama_cpp_names(llama_cpp).items()}
 
 
-def known_names() -> list[str]:
-    """ember's names, from the error message an unknown one gets."""
-    import ember._core as core
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "v.gguf"
-        path.write_bytes(replace_string(base_vocab(), "tokenizer.ggml.pre", "no-such-pre-tokenizer"))
-        try:
-            core.Tokenizer(str(path))
-        except NotImplementedError as e:
-            return re.search(r"known: (.*)$", str(e)).group(1).split(", ")
-    raise AssertionError("an unknown name was accepted")
-
-
 def base_vocab() -> bytes:
     return lzma.decompress((ROOT / "tests/data/vocab/ggml-vocab-qwen2.gguf.xz").read_bytes())
 
@@ -189,7 +177,7 @@ def main() -> None:
         work = Path(d)
         tokenize = build_program(args.llama_cpp, work, PROGRAM, "tok_vectors.c", "cc")
         split = build_program(args.llama_cpp, work, SPLIT_PROGRAM, "split_vectors.cpp", "c++")
-        for name in known_names():
+        for name in core.pre_tokenizer_names():
             vocab = work / "vocab.gguf"
             vocab.write_bytes(replace_string(base, "tokenizer.ggml.pre", name))
             run = subprocess.run([tokenize, vocab, DATA / "inputs.inp"], capture_output=True, text=True)

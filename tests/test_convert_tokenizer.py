@@ -36,7 +36,7 @@ PROBES = [
 
 def _pre_tokenizer(kind: str):
     pt = tokenizers.pre_tokenizers
-    if kind == "gpt2":
+    if kind == "gpt-2":
         return pt.ByteLevel(add_prefix_space=False, use_regex=True)
     if kind == "smollm":
         return pt.Sequence([pt.Digits(individual_digits=True),
@@ -69,7 +69,7 @@ def _make_folder(folder: Path, kind: str, n_pad: int = 4) -> tuple[Path, object]
     return folder, tok
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "smollm", "qwen2", "llama-bpe"])
+@pytest.mark.parametrize("kind", ["gpt-2", "smollm", "qwen2", "llama-bpe"])
 def test_bpe_vocabulary(kind: str, tmp_path: Path) -> None:
     folder, tok = _make_folder(tmp_path / "hf", kind)
     out = tmp_path / "m.gguf"
@@ -110,7 +110,7 @@ def test_bpe_vocabulary(kind: str, tmp_path: Path) -> None:
 
 
 def test_tokenizer_json_that_needs_tokenizer_model(tmp_path: Path) -> None:
-    folder, _ = _make_folder(tmp_path / "hf", "gpt2")
+    folder, _ = _make_folder(tmp_path / "hf", "gpt-2")
     data = json.loads((folder / "tokenizer.json").read_text())
     data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581"}
     (folder / "tokenizer.json").write_text(json.dumps(data))
@@ -119,7 +119,7 @@ def test_tokenizer_json_that_needs_tokenizer_model(tmp_path: Path) -> None:
 
 
 def test_unknown_pre_tokenizer_falls_back_by_model_type(tmp_path: Path) -> None:
-    folder, _ = _make_folder(tmp_path / "hf", "gpt2")
+    folder, _ = _make_folder(tmp_path / "hf", "gpt-2")
     data = json.loads((folder / "tokenizer.json").read_text())
     data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": r"\s+|\w+"}, "behavior": "Isolated",

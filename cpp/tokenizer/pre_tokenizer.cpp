@@ -15,7 +15,7 @@ namespace p = patterns;
 
 struct NamedSpec {
   std::initializer_list<std::string_view> names;
-  std::initializer_list<MatchFn> passes;
+  std::initializer_list<Pass> passes;
   bool ignore_merges = false;
   bool adds_bos = false;
   bool adds_sep = false;
@@ -54,7 +54,8 @@ const NamedSpec k_specs[] = {
     {.names = {"laguna"}, .passes = {p::newline_runs, p::qwen2}},
     // EXAONE_MOE
     {.names = {"exaone-moe"}, .passes = {p::exaone_moe}},
-    // GPT2, MPT, OLMO, JAIS, TRILLION, GRANITE_DOCLING: the GPT-2 regex.
+    // GPT2, MPT, OLMO, JAIS, TRILLION, GRANITE_DOCLING: the GPT-2 regex ("gpt2" is ember's own:
+    // its converter wrote that before it spelled llama.cpp's "gpt-2").
     {.names = {"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
                "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion", "exaone4",
                "granite-docling"},
@@ -112,7 +113,7 @@ const NamedSpec k_specs[] = {
 std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view name) {
   for (const NamedSpec& s : k_specs) {
     if (std::find(s.names.begin(), s.names.end(), name) != s.names.end()) {
-      return PreTokenizerSpec{std::vector<MatchFn>(s.passes), s.ignore_merges, s.adds_bos, s.adds_sep};
+      return PreTokenizerSpec{std::vector<Pass>(s.passes), s.ignore_merges, s.adds_bos, s.adds_sep};
     }
   }
   return std::nullopt;
@@ -155,9 +156,14 @@ void PreTokenizer::split(std::string_view text, std::vector<std::pair<size_t, si
   auto& segments = scratch.segments;
   auto& next = scratch.next;
   segments.assign(1, {0, t.size()});
-  for (MatchFn match : passes_) {
+  for (const Pass& pass : passes_) {
     next.clear();
     for (const auto& [begin, end] : segments) {
+      if (pass.split) {
+        pass.split(t, begin, end, next);
+        continue;
+      }
+      const MatchFn match = pass.match;
       // A regex search over [begin, end): matches become pieces, and so do the gaps between
       // them (the gaps are split further by the next regex, or become words as they are).
       size_t gap = begin;

@@ -15,10 +15,10 @@ namespace ember {
 
 // What a tokenizer.ggml.pre name stands for.
 struct PreTokenizerSpec {
-  std::vector<MatchFn> passes;  // regexes, applied in order
-  bool ignore_merges = false;   // a word that is itself a token is not merged (Llama 3)
-  bool adds_bos = false;        // BOS is added by default when the file does not say
-  bool adds_sep = false;        // ... and so is SEP after the text (BERT-like encoders)
+  std::vector<Pass> passes;    // regexes, applied in order
+  bool ignore_merges = false;  // a word that is itself a token is not merged (Llama 3)
+  bool adds_bos = false;       // BOS is added by default when the file does not say
+  bool adds_sep = false;       // ... and so is SEP after the text (BERT-like encoders)
 };
 
 // The spec for a tokenizer.ggml.pre value; nullopt when unknown.
@@ -35,7 +35,7 @@ std::vector<std::string> pre_tokenize(std::string_view name, std::string_view te
 
 class PreTokenizer {
  public:
-  explicit PreTokenizer(std::vector<MatchFn> passes) : passes_(std::move(passes)) {}
+  explicit PreTokenizer(std::vector<Pass> passes) : passes_(std::move(passes)) {}
 
   // Appends the words of `text` to `words` as [begin, end) byte ranges; together they cover
   // the text exactly, in order. `scratch` is reused between calls to avoid allocations.
@@ -46,7 +46,7 @@ class PreTokenizer {
   void split(std::string_view text, std::vector<std::pair<size_t, size_t>>& words, Scratch& scratch) const;
 
  private:
-  std::vector<MatchFn> passes_;
+  std::vector<Pass> passes_;
 };
 
 }  // namespace ember

@@ -259,35 +259,60 @@ size_t numbers_up_to_3(const CodepointText& t, size_t pos, size_t end) {
   return run(t, pos, end, is_number, 3);
 }
 
-size_t digit_groups(const CodepointText& t, size_t pos, size_t end) {
-  const size_t n = run(t, pos, end, is_number);
-  return n % 3 == 0 ? std::min<size_t>(n, 3) : n % 3;
-}
-
-size_t decimal_groups_to_boundary(const CodepointText& t, size_t pos, size_t end) {
-  const size_t n = run(t, pos, end, is_decimal);
-  if (n == 0) return 0;
-  // \b after the run: the text ends or a character outside \w ([\p{L}\p{M}\p{N}_]) follows;
-  // inside the run there is no boundary, so without one nothing in the run matches.
-  if (pos + n < end) {
-    const unicode::CodepointFlags f = t.flags[pos + n];
-    if (f.is_letter() || f.is_mark() || f.is_number() || t.cps[pos + n] == '_') return 0;
+namespace {
+// Cuts each run of `cls` in [begin, end) into groups of three from the right, the first group
+// taking what is left over ("1234567": "1", "234", "567"); the text between runs stays whole.
+// `needs_boundary`: only a run that ends at \b (the end, or a character outside \w, that is
+// [\p{L}\p{M}\p{N}_]) is cut; inside a run there is no boundary, so no match starts there.
+void cut_runs_in_threes(const CodepointText& t, size_t begin, size_t end, ClassFn cls, bool needs_boundary,
+                        std::vector<std::pair<size_t, size_t>>& out) {
+  size_t gap = begin;
+  for (size_t p = begin; p < end;) {
+    const size_t n = run(t, p, end, cls);
+    if (n == 0) {
+      ++p;
+      continue;
+    }
+    const size_t q = p + n;
+    const unicode::CodepointFlags f = q < end ? t.flags[q] : unicode::CodepointFlags{};
+    const bool boundary = q == end || !(f.is_letter() || f.is_mark() || f.is_number() || t.cps[q] == '_');
+    if (!needs_boundary || boundary) {
+      if (gap < p) out.emplace_back(gap, p);
+      for (size_t g = p, k = n % 3 == 0 ? 3 : n % 3; g < q; g += k, k = 3) out.emplace_back(g, g + k);
+      gap = q;
+    }
+    p = q;
   }
-  return n % 3 == 0 ? 3 : n % 3;
+  if (gap < end) out.emplace_back(gap, end);
+}
+}  // namespace
+
+void digit_groups(const CodepointText& t, size_t begin, size_t end,
+                  std::vector<std::pair<size_t, size_t>>& out) {
+  cut_runs_in_threes(t, begin, end, is_number, /*needs_boundary=*/false, out);
 }
 
-size_t split_before_decimal_triples(const CodepointText& t, size_t pos, size_t end) {
-  // (?=(\d{3})+(?!\d)) matches where a run of decimal digits of a multiple of three starts:
-  // the text splits there and only there. Seen as a matcher, a piece runs from one such place
-  // to the next. Each digit run is scanned at most three times, so this stays linear.
-  auto splits_here = [&](size_t p) {
-    const size_t n = run(t, p, end, is_decimal);
-    return n > 0 && n % 3 == 0;
-  };
-  if (!splits_here(pos)) return 0;
-  size_t next = pos + 1;
-  while (next < end && !splits_here(next)) ++next;
-  return next - pos;
+void decimal_groups_to_boundary(const CodepointText& t, size_t begin, size_t end,
+                                std::vector<std::pair<size_t, size_t>>& out) {
+  cut_runs_in_threes(t, begin, end, is_decimal, /*needs_boundary=*/true, out);
+}
+
+void split_before_decimal_triples(const CodepointText& t, size_t begin, size_t end,
+                                  std::vector<std::pair<size_t, size_t>>& out) {
+  // The lookahead holds where the decimal digits from there to the end of their run are a
+  // positive multiple of three. One backward pass counts that run; the cuts come out from the
+  // last, so the pieces are appended last first and then put in order.
+  const size_t first_piece = out.size();
+  size_t piece_end = end, digits_after = 0;
+  for (size_t p = end; p-- > begin;) {
+    digits_after = t.flags[p].is_decimal() ? digits_after + 1 : 0;
+    if (p > begin && digits_after > 0 && digits_after % 3 == 0) {
+      out.emplace_back(p, piece_end);
+      piece_end = p;
+    }
+  }
+  out.emplace_back(begin, piece_end);
+  std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first_piece), out.end());
 }
 
 size_t three_ascii_digits(const CodepointText& t, size_t pos, size_t end) {

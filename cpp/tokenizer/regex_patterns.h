@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/unicode.h"
@@ -28,6 +29,20 @@ struct CodepointText {
 // [pos, end) is the segment being split: lookaheads see `end` as the end of the text, as
 // regexes do when run over each segment separately.
 using MatchFn = size_t (*)(const CodepointText& text, size_t pos, size_t end);
+
+// A regex that matches only empty strings (a lookahead) splits where it matches instead:
+// appends the pieces of [begin, end) to `out`, as code point ranges that cover it in order.
+using SplitFn = void (*)(const CodepointText& text, size_t begin, size_t end,
+                         std::vector<std::pair<size_t, size_t>>& out);
+
+// One pre-tokenizer pass: a matcher (matches and the gaps between them become pieces) or a
+// zero-width splitter.
+struct Pass {
+  MatchFn match = nullptr;
+  SplitFn split = nullptr;
+  constexpr Pass(MatchFn m) : match(m) {}  // NOLINT(google-explicit-constructor): table rows list passes
+  constexpr Pass(SplitFn s) : split(s) {}  // NOLINT(google-explicit-constructor)
+};
 
 namespace patterns {
 
@@ -104,13 +119,15 @@ size_t numbers(const CodepointText& t, size_t pos, size_t end);
 size_t numbers_up_to_3(const CodepointText& t, size_t pos, size_t end);
 // A run of numbers in groups of three from the right: "1234567" -> "1", "234", "567"
 // (llama.cpp's \p{AFMoE_digits})
-size_t digit_groups(const CodepointText& t, size_t pos, size_t end);
+void digit_groups(const CodepointText& t, size_t begin, size_t end,
+                  std::vector<std::pair<size_t, size_t>>& out);
 // \d{1,3}(?=(?:\d{3})*\b): the same groups of decimal digits, only for a run that ends at a word
 // boundary   (Tiny Aya)
-size_t decimal_groups_to_boundary(const CodepointText& t, size_t pos, size_t end);
-// (?=(\d{3})+(?!\d)): a zero-width split before every three decimal digits that end a run
-// (SuperBPE)
-size_t split_before_decimal_triples(const CodepointText& t, size_t pos, size_t end);
+void decimal_groups_to_boundary(const CodepointText& t, size_t begin, size_t end,
+                                std::vector<std::pair<size_t, size_t>>& out);
+// (?=(\d{3})+(?!\d)): splits before every three decimal digits that end a run   (SuperBPE)
+void split_before_decimal_triples(const CodepointText& t, size_t begin, size_t end,
+                                  std::vector<std::pair<size_t, size_t>>& out);
 // [0-9][0-9][0-9]
 size_t three_ascii_digits(const CodepointText& t, size_t pos, size_t end);
 // [\p{P}\$\+<=>\^~\|]+

@@ -130,7 +130,7 @@ def _pre_tokenizer_name(tokenizer: dict, model_type: str) -> str:
             and byte_level[0].get("use_regex", True):
         return "smollm"
     if kinds == ["ByteLevel"] and byte_level[0].get("use_regex", True):
-        return "gpt2"
+        return "gpt-2"  # llama.cpp's spelling; it refuses "gpt2"
     if model_type in ("qwen2", "qwen3"):
         return "qwen2"
     return "default"
