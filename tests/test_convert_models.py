@@ -4,7 +4,6 @@ ember.convert and run by ember's Model, against transformers' logits."""
 from __future__ import annotations
 
 import copy
-import math
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from tiny_models import spread_weights
 
 from ember import _core
 from ember.convert import convert
@@ -78,18 +78,8 @@ def make_model(case: str, seed: int = 0):
     config = config_cls(**{**COMMON, **spec})
     torch.manual_seed(seed)
     model = getattr(transformers, cls_name)(config).eval()
-    # A larger spread than transformers' initializer (std 0.02 gives near-uniform logits that
-    # hide bugs); norms and biases random too, so every tensor moves the logits.
-    with torch.no_grad():
-        # Gemma's norms scale by 1 + w, the others' by w: either way a scale of 1 +- 0.2.
-        norm_center = 0.0 if config.model_type in GEMMA_TYPES else 1.0
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(norm_center + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    # Gemma's norms scale by 1 + w, the others' by w: either way a scale of 1 +- 0.2.
+    spread_weights(model, norm_center=0.0 if config.model_type in GEMMA_TYPES else 1.0)
     return model
 
 

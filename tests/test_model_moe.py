@@ -6,7 +6,6 @@ engine's batched greedy output against each request alone."""
 from __future__ import annotations
 
 import copy
-import math
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ from test_convert_models import (
     tokens_for_test,
 )
 from test_engine_model import prompts_of, run_all, tokens_of
+from tiny_models import spread_weights
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ember import _core
@@ -58,15 +58,7 @@ def make_model(case: str, seed: int = 0):
     config = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))(**{**COMMON, **spec})
     torch.manual_seed(seed)
     model = getattr(transformers, cls_name)(config).eval()
-    # As test_convert_models: a spread that makes every tensor (routers included) move the logits.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    spread_weights(model)
     return model
 
 

@@ -53,15 +53,22 @@ def make_model(arch: str, *, tied: bool = False, rope: dict | None = None, seed:
     else:
         raise ValueError(arch)
     model = cls(config).eval()
+    spread_weights(model)
+    return model
+
+
+def spread_weights(model: torch.nn.Module, norm_center: float = 1.0) -> None:
+    """Re-draws every parameter with a larger spread than transformers' initializer (std 0.02
+    gives near-uniform logits that hide bugs): norms norm_center +- 0.2, biases 0.3 and matrices
+    1/sqrt(fan-in), so every tensor (routers included) moves the logits."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+                p.copy_(norm_center + 0.2 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.3 * torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-    return model
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
