@@ -102,6 +102,10 @@ void Engine::loop() {
         wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty(); });
       }
       arrived.swap(inbox_);
+      // They wait in the scheduler from here on: counted now, under the lock submit() checks
+      // the queue with, or a submission racing this step would see them in neither place.
+      // publish_stats() recounts after the step.
+      stats_.n_waiting += static_cast<int64_t>(arrived.size());
       cancelled.swap(cancel_inbox_);
       stop = stop_;
     }
