@@ -173,14 +173,17 @@ class AppContext:
             fim = FimTokens.of(_core.GGUFFile(str(engine.path)).metadata) \
                 if engine.path.is_file() else None
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
-            self.load_error = f"loading the model failed: {err}"
-            log.error("could not load the model: %s", err)
-            if self.on_load_error is not None:
-                self.on_load_error()
+            self._load_failed(err)
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
         self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim)
+
+    def _load_failed(self, err: BaseException) -> None:
+        self.load_error = f"loading the model failed: {err}"
+        log.error("could not load the model: %s", err)
+        if self.on_load_error is not None:
+            self.on_load_error()
 
     def _load_embedder(self) -> None:
         from ember.embeddings import is_embedding_model
@@ -198,10 +201,7 @@ class AppContext:
                                  "cross-encoder with a classification head, such as a converted "
                                  "BertForSequenceClassification)")
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
-            self.load_error = f"loading the model failed: {err}"
-            log.error("could not load the model: %s", err)
-            if self.on_load_error is not None:
-                self.on_load_error()
+            self._load_failed(err)
             return
         log.info("loaded %s: embeddings of %d dimensions, inputs of up to %d tokens",
                  path.name, embedder.n_embd, embedder.max_tokens)
