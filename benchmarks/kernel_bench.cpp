@@ -1,7 +1,10 @@
 // benchmarks/kernel_bench.cpp: matmul throughput per weight type on one matrix shape.
 // pp-like (n_rows = 512): GFLOP/s, 2 * n_rows * n_in * n_out per call; compute-bound.
 // tg-like (n_rows = 1): GB/s of weight bytes streamed per call; memory-bound.
-// Usage: kernel_bench [n_in n_out] [threads] [types...]   (defaults 2048 5632 2, all types)
+// few-rows (rows=1,2,4,8): ms per call at each row count, and its ratio to 1 row: what verifying
+// k speculative drafts costs against one decode step (memory-bound until compute catches up).
+// Usage: kernel_bench [n_in n_out] [threads] [rows=N,N,...] [types...]
+//        (defaults 2048 5632 2, no rows sweep, all types)
 // Best of several repetitions, since a shared machine adds noise in one direction only.
 #include <algorithm>
 #include <cctype>
@@ -56,6 +59,14 @@ int main(int argc, char** argv) {
     arg = 3;
   }
   if (argc > arg && std::isdigit(argv[arg][0])) n_threads = std::atoi(argv[arg++]);
+  std::vector<int64_t> sweep;
+  if (argc > arg && std::strncmp(argv[arg], "rows=", 5) == 0) {
+    for (const char* p = argv[arg++] + 5; *p != '\0';) {
+      char* end = nullptr;
+      sweep.push_back(std::strtoll(p, &end, 10));
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
   std::vector<DType> types;
   for (; arg < argc; ++arg) {
     if (auto t = dtype_from_name(argv[arg])) types.push_back(*t);
@@ -91,6 +102,11 @@ int main(int argc, char** argv) {
         [&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), 1, y.data(), pool, workspace); }, 20);
     std::printf("%-7s %10.2f %12.1f %10.3f %12.2f\n", dtype_name(t), pp * 1e3,
                 2.0 * pp_rows * n_in * n_out / pp / 1e9, tg * 1e3, w_bytes / tg / 1e9);
+    for (int64_t rows : sweep) {
+      const double s = seconds_of(
+          [&] { cpu::matmul(t, w.data(), n_in, n_out, x.data(), rows, y.data(), pool, workspace); }, 20);
+      std::printf("  %3lld rows %8.3f ms  %5.2fx one row\n", static_cast<long long>(rows), s * 1e3, s / tg);
+    }
   }
   return 0;
 }

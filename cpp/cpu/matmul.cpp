@@ -18,6 +18,10 @@ namespace {
 // every weight block once per row in vec_dot.
 constexpr int64_t kGemmMinRows = 4;
 
+// Up to this many activations are quantized by the calling thread alone: about 15 us of work,
+// less than a round trip through the thread pool (decode and speculative verification steps).
+constexpr int64_t kInlineQuantizeElements = 32768;
+
 int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 // How one call carves the workspace: [quantized activations][their tiles][a panel per thread],
@@ -129,7 +133,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
       }
       if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };
-    if (n_rows < 2 * pool.n_threads()) {
+    if (n_rows * n_in <= kInlineQuantizeElements) {
       quantize_units(0, n_units);  // a few rows: not worth waking the workers twice
     } else {
       pool.run([&](int ith, int nth) {
