@@ -1,6 +1,6 @@
 """The model-independent engine core, one C++ program per layer, each driven without a model:
-tests/cpp/test_block_pool.cpp, test_kv_cache_manager.cpp, test_scheduler.cpp and test_engine.cpp
-(the last two with the fake runner of tests/cpp/fake_runner.h). This builds each program with
+tests/cpp/test_block_pool.cpp, test_kv_cache_manager.cpp, test_scheduler.cpp, test_thread_pool.cpp and
+test_engine.cpp (the scheduler's and engine's with the fake runner of tests/cpp/fake_runner.h). This builds each program with
 CMake into tests/.cache/build-cpp (incrementally, so a second run only links what changed), runs
 it, and checks that every case listed here reported "ok" and no other case ran.
 """
@@ -52,6 +52,10 @@ PROGRAMS = {
         "speculator_backs_off_when_steps_are_compute_bound",
         "speculator_counts_the_draft_models_cost",
         "engine_drafts_from_predictions_and_outputs_stay_exact",
+    ],
+    "test_thread_pool": [
+        "pool_runs_every_part_exactly_once",
+        "pool_caller_takes_the_part_of_a_worker_that_is_not_running",
     ],
     "test_engine": [
         "engine_serves_submissions_from_many_threads",

@@ -41,14 +41,14 @@ bool wait_briefly(Done done, int yield_rounds) {
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(n_threads_ - 1);
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    state_.fetch_add(uint64_t{1} << kPartBits);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -60,32 +60,48 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
     return;
   }
   job_ = &job;
-  n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  n_done_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
   {
     // The lock pairs with the sleeping side's predicate check so no wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    state_.store(generation << kPartBits, std::memory_order_release);
   }
   wake_.notify_all();
-  job(0, n_threads_);
-  auto all_done = [this] { return n_pending_.load(std::memory_order_acquire) == 0; };
+  run_parts(generation);
+  auto all_done = [this] { return n_done_.load(std::memory_order_acquire) == n_threads_; };
   while (!wait_briefly(all_done, kYieldRounds)) {
   }
   job_ = nullptr;
 }
 
-void ThreadPool::worker_loop(int ith) {
+void ThreadPool::run_parts(uint64_t generation) {
+  uint64_t state = state_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t part = state & ((uint64_t{1} << kPartBits) - 1);
+    if ((state >> kPartBits) != generation || part >= uint64_t(n_threads_)) return;
+    // Claiming a part of this generation pins the job: the caller waits for every part, so
+    // job_ stays valid until this part's n_done_ increment.
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      continue;
+    }
+    (*job_)(static_cast<int>(part), n_threads_);
+    n_done_.fetch_add(1, std::memory_order_acq_rel);
+    state = state_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    auto new_job = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    auto new_job = [&] { return (state_.load(std::memory_order_acquire) >> kPartBits) != seen; };
     if (!wait_briefly(new_job, kYieldRounds)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, new_job);
     }
-    seen = generation_.load(std::memory_order_acquire);
+    seen = state_.load(std::memory_order_acquire) >> kPartBits;
     if (stop_.load()) return;
-    (*job_)(ith, n_threads_);
-    n_pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_parts(seen);
   }
 }
 

@@ -1,6 +1,10 @@
 // core/thread_pool.h: persistent worker threads that run one parallel job at a time.
 // Workers spin briefly between jobs (a decode step issues hundreds of small jobs, and waking a
 // sleeping thread costs more than most of them), then sleep on a condition variable.
+// A job's nth parts are claimed, not assigned: whichever thread is running takes the next part,
+// the caller included, and the caller returns once every part is done. A worker the machine has
+// not scheduled yet (other processes on the cores) costs that job nothing: the running threads
+// do its part, where a fixed assignment would wait for it.
 #pragma once
 
 #include <atomic>
@@ -22,21 +26,26 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Runs job(ith, nth) for ith in [0, nth) on nth = n_threads() threads (the caller is ith 0)
-  // and returns when all have finished. Jobs must not throw. Not reentrant.
+  // Runs job(ith, nth) for every part ith in [0, nth), nth = n_threads(), each part on one
+  // thread (any thread, the caller included; one thread may run several parts, one after the
+  // other), and returns when all have finished. Jobs must not throw. Not reentrant.
   void run(const std::function<void(int ith, int nth)>& job);
 
   // Physical cores of this machine (falls back to hardware_concurrency).
   static int default_n_threads();
 
  private:
-  void worker_loop(int ith);
+  void worker_loop();
+  // Runs parts of job `generation` while any is left unclaimed.
+  void run_parts(uint64_t generation);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped once per job
-  std::atomic<int> n_pending_{0};        // workers still running the current job
+  // The current job's generation (bumped once per job) above kPartBits bits of its next unclaimed part.
+  static constexpr int kPartBits = 16;
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> n_done_{0};  // parts of the current job finished
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
