@@ -82,7 +82,8 @@ void ThreadPool::run_parts(uint64_t generation) {
     if ((state >> kPartBits) != generation || part >= uint64_t(n_threads_)) return;
     // Claiming a part of this generation pins the job: the caller waits for every part, so
     // job_ stays valid until this part's n_done_ increment.
-    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
       continue;
     }
     (*job_)(static_cast<int>(part), n_threads_);
