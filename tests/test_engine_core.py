@@ -1,8 +1,8 @@
 """The model-independent engine core, one C++ program per layer, each driven without a model:
 tests/cpp/test_block_pool.cpp, test_kv_cache_manager.cpp, test_scheduler.cpp, test_thread_pool.cpp
 and test_engine.cpp (the scheduler's and engine's with the fake runner of tests/cpp/fake_runner.h).
-This builds each program with CMake into tests/.cache/build-cpp (incrementally, so a second run only links what changed), runs
-it, and checks that every case listed here reported "ok" and no other case ran.
+This builds each program with CMake into tests/.cache/build-cpp (incrementally, so a second run
+only links what changed), runs it, and checks that every case listed here reported "ok" and no other case ran.
 """
 
 from __future__ import annotations
