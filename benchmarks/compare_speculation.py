@@ -3,8 +3,8 @@ run: prompt lookup on a copy-heavy request (SmolLM2 Q4_1; llama.cpp's llama-look
 model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-speculative),
 Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
 its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
-with and without speculation (ember only), on the engine and through HTTP (`ember serve
---parallel 16` and 16 streaming clients). Baselines without speculation: ember's own engine,
+with and without speculation (ember only): on the engine (copy tasks, and free writing where
+drafts mostly fail) and through HTTP (`ember serve --parallel 16` and 16 streaming clients). Baselines without speculation: ember's own engine,
 llama.cpp's llama-simple.
 
 The prediction rows alternate requests with and without the prediction on one engine (so a
@@ -102,11 +102,24 @@ def chat_text(model: Path, task: str) -> str:
         return engine.chat_template.render([{"role": "user", "content": task}], True)
 
 
-def load_test(model: Path, threads: int, n_gen: int, spec: str) -> dict:
-    """16 concurrent copy-task requests (different passages' order) on one engine."""
+# Free writing: little of the answer is in the prompt, so n-gram drafts are mostly wrong and the
+# back-off must keep them from costing the batch anything.
+FREE_TOPICS = ["a lighthouse in winter", "the first day at a new school", "a dragon who hoards books",
+               "a city on the ocean floor", "a robot learning to paint", "a lost umbrella",
+               "the last train of the night", "a garden on Mars", "a cat who runs a bakery",
+               "two rival chess players", "a storm over the mountains", "a letter never sent",
+               "the oldest tree in the forest", "a detective who cannot see", "a festival of lanterns",
+               "a map that redraws itself"]
+
+
+def load_test(model: Path, threads: int, n_gen: int, spec: str, free: bool = False) -> dict:
+    """16 concurrent requests on one engine: copy tasks (different passages' order), or with
+    `free`, short stories on 16 topics."""
     with Engine(model, n_threads=threads, parallel=16, spec=spec) as engine:
-        prompts = [engine.chat_template.encode(engine.tokenizer, [
-            {"role": "user", "content": f"({i}) " + COPY_TASK}]) for i in range(16)]
+        tasks = ([f"Write a short story about {topic}." for topic in FREE_TOPICS] if free
+                 else [f"({i}) " + COPY_TASK for i in range(16)])
+        prompts = [engine.chat_template.encode(engine.tokenizer, [{"role": "user", "content": task}])
+                   for task in tasks]
         engine.generate_batch(prompts[:2], SamplingParams(temperature=0, max_tokens=4))
         start = time.perf_counter()
         results = engine.generate_batch(prompts, SamplingParams(temperature=0, max_tokens=n_gen))
@@ -115,7 +128,8 @@ def load_test(model: Path, threads: int, n_gen: int, spec: str) -> dict:
         stats = engine.stats()
     n = sum(len(r.tokens) for r in results)
     drafted, accepted = sum(stats.drafted_tokens.values()), sum(stats.accepted_tokens.values())
-    return {"spec": spec, "tokens": n, "tokens_per_second": n / seconds, "drafted": drafted,
+    return {"spec": spec, "task": "free writing" if free else "copy", "tokens": n,
+            "tokens_per_second": n / seconds, "drafted": drafted,
             "accepted": accepted, "step_fixed_s": stats.step_fixed_s,
             "step_per_row_s": stats.step_per_row_s}
 
@@ -244,7 +258,8 @@ def main() -> None:
         }
         print(json.dumps(report["prediction"], indent=1), flush=True)
     if "load" in only:
-        report["load"] = [load_test(smol, args.threads, 128, s) for s in ("none", "ngram")]
+        report["load"] = [load_test(smol, args.threads, 128, s, free) for free in (False, True)
+                          for s in ("none", "ngram")]
         print(json.dumps(report["load"], indent=1), flush=True)
     if "http" in only:
         report["http"] = [http_load(smol, args.threads, 96, s) for s in ("none", "ngram")]
