@@ -4,8 +4,8 @@ model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-specu
 Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
 its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
 with and without speculation (ember only): on the engine (copy tasks, and free writing where
-drafts mostly fail) and through HTTP (`ember serve --parallel 16` and 16 streaming clients). Baselines without speculation: ember's own engine,
-llama.cpp's llama-simple.
+drafts mostly fail) and through HTTP (`ember serve --parallel 16` and 16 streaming clients). Baselines without
+speculation: ember's own engine, llama.cpp's llama-simple.
 
 The prediction rows alternate requests with and without the prediction on one engine (so a
 machine whose load changes moves both alike) and report the median of each, the target steps
