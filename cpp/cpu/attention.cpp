@@ -1,6 +1,6 @@
 // cpu/attention.cpp: causal attention of a sequence's new rows over its KV cache (f16 or q8_0
-// rows), one (row, head) task at a time, threaded over tasks. Each task streams its keys in
-// tiles with an online softmax (flash-attention style), so no [n_keys] score buffer is ever
+// rows), threaded over tasks of (rows, kv head, query heads): attention_block.h streams the keys
+// in tiles with an online softmax (flash-attention style), so no [n_keys] score buffer is ever
 // allocated. Cached values are converted to f32 and everything accumulates in f32.
 #include <algorithm>
 #include <cmath>
@@ -36,43 +36,6 @@ struct Q8Rows {
   }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) { dequantize_row_q8_0(src, dst, n); }
 };
-
-template <typename Rows>
-void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                    int64_t head_dim, float scale, float softcap, float* out) {
-  constexpr int64_t kTile = 64;
-  float acc[kMaxHeadDim];  // [head_dim] Σ p·v, relative to the running max
-  float row[kMaxHeadDim];  // [head_dim] the current key or value, as f32
-  float score[kTile];      // [tile] scaled q·k of the current tile
-  std::memset(acc, 0, sizeof(float) * head_dim);
-  float running_max = -INFINITY, running_sum = 0.0f;
-  for (int64_t t0 = first_key; t0 < n_keys; t0 += kTile) {
-    const int64_t n = std::min(kTile, n_keys - t0);
-    float tile_max = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) {
-      Rows::to_f32(Rows::at(kv.k_row(t0 + j), kv_offset), row, head_dim);
-      float dot = 0.0f;
-      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * row[d];
-      score[j] = dot * scale;
-      tile_max = std::max(tile_max, score[j]);
-    }
-    if (softcap > 0.0f) tile_max = softcap_scores(score, n, tile_max, softcap);
-    if (tile_max > running_max) {
-      const float rescale = std::exp(running_max - tile_max);  // 0 on the first tile
-      for (int64_t d = 0; d < head_dim; ++d) acc[d] *= rescale;
-      running_sum *= rescale;
-      running_max = tile_max;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const float p = std::exp(score[j] - running_max);
-      running_sum += p;
-      Rows::to_f32(Rows::at(kv.v_row(t0 + j), kv_offset), row, head_dim);
-      for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * row[d];
-    }
-  }
-  const float inv_sum = 1.0f / running_sum;  // n_keys >= 1, so the sum is >= 1
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_sum;
-}
 
 // attention_block's primitives in portable C++ (8 partial sums so compilers can vectorize).
 struct ScalarIsa {
@@ -110,14 +73,6 @@ struct ScalarIsa {
 
 }  // namespace
 
-void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                           int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out) {
-  if (kv.type == DType::q8_0) {
-    return attention_head<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
-  }
-  attention_head<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
-}
-
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv) {
   if (kv.type == DType::q8_0) return attention_block<ScalarIsa, Q8Rows>(block, kv);
   attention_block<ScalarIsa, F16Rows>(block, kv);
@@ -127,32 +82,30 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
                const AttentionParams& params, float* out, const OpsIsa& isa, ThreadPool& pool) {
   const int64_t n_head = params.n_head, head_dim = params.head_dim;
   const int64_t group = n_head / params.n_head_kv;  // query heads per kv head
-  const bool simd = isa.avx2_f16c && head_dim % 8 == 0;
+  const auto block_kernel = isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
+                                                               : attention_block_scalar;
   const int64_t max_keys = int64_t{*std::max_element(positions, positions + n_rows)} + 1;
   // Below ~2K multiply-adds per task, waking a worker costs more than the task.
   const bool tiny = n_rows * n_head * max_keys * head_dim < 4096;
 
-  if (n_rows == 1 || group > kMaxBlockQueries) {
-    // Decode: one task per (row, head), so every thread has work even with few kv heads.
-    const auto head_kernel = simd ? attention_head_avx2 : attention_head_scalar;
-    parallel_tasks(pool, n_rows * n_head, tiny, [&](int64_t task) {
-      const int64_t r = task / n_head, h = task % n_head;
-      const int64_t offset = (r * n_head + h) * head_dim;
-      const int64_t n_keys = int64_t{positions[r]} + 1;
-      const int64_t first = params.window > 0 ? std::max<int64_t>(0, n_keys - params.window) : 0;
-      head_kernel(q + offset, first, n_keys, kv, (h / group) * head_dim, head_dim, params.scale,
-                  params.softcap, out + offset);
-    });
-    return;
-  }
-
-  // Prefill: tasks of (block of rows, kv head), each converting a cache tile once for all its
-  // queries. Later rows see more keys, so tasks go out from the last block back (longest first).
-  const auto block_kernel = simd ? attention_block_avx2 : attention_block_scalar;
-  const int64_t rows_per_block = kMaxBlockQueries / group;
+  // Tasks of (block of rows, kv head, part of its query heads), each converting a cache tile once
+  // for all its queries. A query's result does not depend on the rows and heads that share its
+  // block, so decode, prefill chunks and speculative verification agree bit for bit. Parts: as
+  // few as the block size allows, more when there are fewer tasks than threads (decode with few
+  // kv heads). Later rows see more keys, so tasks go out from the last block back (longest first).
+  int64_t n_parts = (group + kMaxBlockQueries - 1) / kMaxBlockQueries;
+  int64_t heads_per_part = (group + n_parts - 1) / n_parts;
+  int64_t rows_per_block = kMaxBlockQueries / heads_per_part;
   const int64_t n_blocks = (n_rows + rows_per_block - 1) / rows_per_block;
-  parallel_tasks(pool, n_blocks * params.n_head_kv, tiny, [&](int64_t task) {
-    const int64_t block = n_blocks - 1 - task / params.n_head_kv, kv_head = task % params.n_head_kv;
+  while (n_blocks * params.n_head_kv * n_parts < pool.n_threads() && heads_per_part > 1) {
+    ++n_parts;
+    heads_per_part = (group + n_parts - 1) / n_parts;
+  }
+  n_parts = (group + heads_per_part - 1) / heads_per_part;
+  const int64_t n_tasks = n_blocks * params.n_head_kv * n_parts;
+  parallel_tasks(pool, n_tasks, tiny, [&](int64_t task) {
+    const int64_t block = n_blocks - 1 - task / (params.n_head_kv * n_parts);
+    const int64_t kv_head = task / n_parts % params.n_head_kv, part = task % n_parts;
     const int64_t r0 = block * rows_per_block;
     AttentionBlock b;
     b.q = q + r0 * n_head * head_dim;
@@ -160,8 +113,8 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.row_stride = n_head * head_dim;
     b.positions = positions + r0;
     b.n_rows = std::min(rows_per_block, n_rows - r0);
-    b.head_begin = kv_head * group;
-    b.n_heads = group;
+    b.head_begin = kv_head * group + part * heads_per_part;
+    b.n_heads = std::min(heads_per_part, group - part * heads_per_part);
     b.kv_offset = kv_head * head_dim;
     b.head_dim = head_dim;
     b.scale = params.scale;

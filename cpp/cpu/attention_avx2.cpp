@@ -16,8 +16,6 @@ namespace ember::cpu {
 
 namespace {
 
-constexpr int64_t kTile = 64;  // keys scored per step of the online softmax
-
 // KVView::slot, restated so that no inline function shared with other files is compiled here.
 inline int64_t slot_of(const KVView& kv, int64_t pos) {
   return kv.block_table ? int64_t{kv.block_table[pos / kv.block_size]} * kv.block_size + pos % kv.block_size
@@ -73,140 +71,6 @@ struct Q8Rows {
     }
   }
 };
-
-// Scores, softmax weights and the V accumulation of one head, for N = head_dim / 8 vectors.
-// N is a template parameter for the common head sizes, so the accumulator lives in registers.
-template <int N>
-struct FixedHead {
-  __m256 acc[N];
-
-  explicit FixedHead(int64_t) {
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-  }
-  void rescale(__m256 r) {
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_mul_ps(acc[i], r);
-  }
-  template <typename Rows>
-  void add_weighted(__m256 p, const uint8_t* v) {
-    for (int g = 0; g < N / Rows::kGroup; ++g) {
-      const uint8_t* vg = Rows::group(v, g);
-      const __m256 d = Rows::scale(vg);
-      for (int e = 0; e < Rows::kGroup; ++e) {
-        __m256& a = acc[g * Rows::kGroup + e];
-        a = _mm256_fmadd_ps(p, Rows::load8(vg, e, d), a);
-      }
-    }
-  }
-  void store(float* out, __m256 inv_sum) const {
-    for (int i = 0; i < N; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv_sum));
-  }
-  static int64_t n_vec(int64_t) { return N; }
-};
-
-// Any head_dim that is a multiple of 8: the accumulator lives on the stack.
-struct AnyHead {
-  alignas(32) float acc[kMaxHeadDim];
-  int64_t n;
-
-  explicit AnyHead(int64_t head_dim) : n(head_dim / 8) { std::memset(acc, 0, sizeof(float) * head_dim); }
-  void rescale(__m256 r) {
-    for (int64_t i = 0; i < n; ++i)
-      _mm256_store_ps(acc + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), r));
-  }
-  template <typename Rows>
-  void add_weighted(__m256 p, const uint8_t* v) {
-    for (int64_t g = 0; g < n / Rows::kGroup; ++g) {
-      const uint8_t* vg = Rows::group(v, g);
-      const __m256 d = Rows::scale(vg);
-      for (int e = 0; e < Rows::kGroup; ++e) {
-        float* a = acc + 8 * (g * Rows::kGroup + e);
-        _mm256_store_ps(a, _mm256_fmadd_ps(p, Rows::load8(vg, e, d), _mm256_load_ps(a)));
-      }
-    }
-  }
-  void store(float* out, __m256 inv_sum) const {
-    for (int64_t i = 0; i < n; ++i)
-      _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), inv_sum));
-  }
-  static int64_t n_vec(int64_t head_dim) { return head_dim / 8; }
-};
-
-template <typename Rows, typename Head>
-void attention_head(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                    int64_t head_dim, float scale, float softcap, float* out) {
-  const int64_t n_vec = Head::n_vec(head_dim);
-  alignas(32) float qs[kMaxHeadDim];   // [head_dim] q * scale
-  alignas(32) float score[kTile + 8];  // [tile] scores, then softmax weights; padded to 8
-  const __m256 scale_v = _mm256_set1_ps(scale);
-  for (int64_t i = 0; i < n_vec; ++i)
-    _mm256_store_ps(qs + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * i), scale_v));
-
-  Head head(head_dim);
-  float running_max = -INFINITY, running_sum = 0.0f;
-  for (int64_t t0 = first_key; t0 < n_keys; t0 += kTile) {
-    const int64_t n = n_keys - t0 < kTile ? n_keys - t0 : kTile;
-    // Scores, four keys at a time for independent FMA chains.
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-      const uint8_t* k0 = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
-      const uint8_t* k1 = Rows::at(kv.k + slot_of(kv, t0 + j + 1) * kv.row_bytes, kv_offset);
-      const uint8_t* k2 = Rows::at(kv.k + slot_of(kv, t0 + j + 2) * kv.row_bytes, kv_offset);
-      const uint8_t* k3 = Rows::at(kv.k + slot_of(kv, t0 + j + 3) * kv.row_bytes, kv_offset);
-      __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
-        const uint8_t *g0 = Rows::group(k0, g), *g1 = Rows::group(k1, g);
-        const uint8_t *g2 = Rows::group(k2, g), *g3 = Rows::group(k3, g);
-        const __m256 s0 = Rows::scale(g0), s1 = Rows::scale(g1), s2 = Rows::scale(g2), s3 = Rows::scale(g3);
-        for (int e = 0; e < Rows::kGroup; ++e) {
-          const __m256 qv = _mm256_load_ps(qs + 8 * (g * Rows::kGroup + e));
-          d0 = _mm256_fmadd_ps(qv, Rows::load8(g0, e, s0), d0);
-          d1 = _mm256_fmadd_ps(qv, Rows::load8(g1, e, s1), d1);
-          d2 = _mm256_fmadd_ps(qv, Rows::load8(g2, e, s2), d2);
-          d3 = _mm256_fmadd_ps(qv, Rows::load8(g3, e, s3), d3);
-        }
-      }
-      _mm_storeu_ps(score + j, hsum4_avx2(d0, d1, d2, d3));
-    }
-    for (; j < n; ++j) {
-      const uint8_t* k = Rows::at(kv.k + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset);
-      __m256 d = _mm256_setzero_ps();
-      for (int64_t g = 0; g < n_vec / Rows::kGroup; ++g) {
-        const uint8_t* kg = Rows::group(k, g);
-        const __m256 s = Rows::scale(kg);
-        for (int e = 0; e < Rows::kGroup; ++e) {
-          d = _mm256_fmadd_ps(_mm256_load_ps(qs + 8 * (g * Rows::kGroup + e)), Rows::load8(kg, e, s), d);
-        }
-      }
-      score[j] = hsum_avx2(d);
-    }
-    if (softcap > 0.0f) softcap_scores(score, n, 0.0f, softcap);
-    const int64_t n_padded = (n + 7) / 8 * 8;
-    for (j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0 for the padding
-
-    __m256 max_v = _mm256_set1_ps(-INFINITY);
-    for (j = 0; j < n_padded; j += 8) max_v = _mm256_max_ps(max_v, _mm256_load_ps(score + j));
-    const float tile_max = hmax_avx2(max_v);
-    if (tile_max > running_max) {
-      const float rescale = std::exp(running_max - tile_max);  // 0 on the first tile
-      head.rescale(_mm256_set1_ps(rescale));
-      running_sum *= rescale;
-      running_max = tile_max;
-    }
-    const __m256 m = _mm256_set1_ps(running_max);
-    __m256 sum_v = _mm256_setzero_ps();
-    for (j = 0; j < n_padded; j += 8) {
-      const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_load_ps(score + j), m));
-      _mm256_store_ps(score + j, p);
-      sum_v = _mm256_add_ps(sum_v, p);
-    }
-    running_sum += hsum_avx2(sum_v);
-    for (j = 0; j < n; ++j) {
-      head.template add_weighted<Rows>(_mm256_set1_ps(score[j]),
-                                       Rows::at(kv.v + slot_of(kv, t0 + j) * kv.row_bytes, kv_offset));
-    }
-  }
-  head.store(out, _mm256_set1_ps(1.0f / running_sum));  // n_keys >= 1, so the sum is >= 1
-}
 
 // attention_block's primitives; head_dim is a multiple of 8.
 struct Avx2Isa {
@@ -277,37 +141,11 @@ struct Avx2Isa {
   }
 };
 
-template <typename Rows>
-void attention_head_rows(const float* q, int64_t first, int64_t n_keys, const KVView& kv, int64_t kv_offset,
-                         int64_t head_dim, float scale, float softcap, float* out) {
-  switch (head_dim) {
-    case 32:
-      return attention_head<Rows, FixedHead<4>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
-                                                out);
-    case 64:
-      return attention_head<Rows, FixedHead<8>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
-                                                out);
-    case 128:
-      return attention_head<Rows, FixedHead<16>>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap,
-                                                 out);
-    default:
-      return attention_head<Rows, AnyHead>(q, first, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
-  }
-}
-
 }  // namespace
 
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv) {
   if (kv.type == DType::q8_0) return attention_block<Avx2Isa, Q8Rows>(block, kv);
   attention_block<Avx2Isa, F16Rows>(block, kv);
-}
-
-void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                         int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out) {
-  if (kv.type == DType::q8_0) {
-    return attention_head_rows<Q8Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
-  }
-  attention_head_rows<F16Rows>(q, first_key, n_keys, kv, kv_offset, head_dim, scale, softcap, out);
 }
 
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int64_t n) {

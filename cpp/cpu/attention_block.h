@@ -1,6 +1,6 @@
-// cpu/attention_block.h: causal attention of a block of query rows x the query heads that share
-// one kv head (prefill), written once as a template over an ISA's vector primitives and
-// instantiated in attention.cpp (scalar) and attention_avx2.cpp, for each KV row format (f16,
+// cpu/attention_block.h: causal attention of a block of query rows x query heads that share one
+// kv head (decode, prefill and verification alike), written once as a template over an ISA's vector
+// primitives and instantiated in attention.cpp (scalar) and attention_avx2.cpp, for each KV row format (f16,
 // q8_0). Each tile of cached keys and values is converted to f32 once and then serves every
 // query of the block, instead of once per query head and row. Everything here has internal
 // linkage (see math_avx2.h for why).
@@ -67,7 +67,9 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
   }
   std::memset(acc, 0, sizeof(float) * n_queries * hd);
 
-  for (int64_t t0 = first_min; t0 < n_keys_max; t0 += kBlockTile) {
+  // Tiles start at multiples of kBlockTile, whatever keys the block's queries see: a query's tiles,
+  // and so its bits, do not depend on which rows and heads share its block.
+  for (int64_t t0 = first_min / kBlockTile * kBlockTile; t0 < n_keys_max; t0 += kBlockTile) {
     const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
     for (int64_t j = 0; j < n_tile; ++j) {
       const int64_t slot = block_slot(kv, t0 + j);

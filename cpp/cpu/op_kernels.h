@@ -9,18 +9,11 @@
 
 namespace ember::cpu {
 
-// out[head_dim] = softmax(cap(scale * q·K[first_key..n_keys)ᵀ)) · V[first_key..n_keys) for one
-// query head, cap(s) = softcap * tanh(s / softcap) when softcap > 0 (else s), reading
-// the head_dim values starting at value kv_offset (kv_head * head_dim) of each cached row, f16 or
-// q8_0 (kv.type; q8_0 needs head_dim and kv_offset multiples of 32). Accumulates in f32.
-void attention_head_scalar(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                           int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out);
-// Same, head_dim a multiple of 8.
-void attention_head_avx2(const float* q, int64_t first_key, int64_t n_keys, const KVView& kv,
-                         int64_t kv_offset, int64_t head_dim, float scale, float softcap, float* out);
-
-// Prefill attention: rows [n_rows] of one sequence x the query heads [head_begin, + n_heads)
-// of one kv head (n_rows * n_heads <= kMaxBlockQueries). See attention_block.h.
+// Attention of rows [n_rows] of one sequence x the query heads [head_begin, + n_heads) of one
+// kv head (n_rows * n_heads <= kMaxBlockQueries): out = softmax(cap(scale * q·Kᵀ)) · V over each
+// row's keys, cap(s) = softcap * tanh(s / softcap) when softcap > 0 (else s), reading the
+// head_dim values at kv_offset of each cached row, f16 or q8_0 (kv.type; q8_0 needs head_dim and
+// kv_offset multiples of 32). Accumulates in f32. See attention_block.h.
 inline constexpr int64_t kMaxBlockQueries = 16;
 struct AttentionBlock {
   const float* q = nullptr;            // [n_rows, row_stride] query rows of the block

@@ -5,11 +5,12 @@
 //     the AVX2 q8_0 quantizer also on hard inputs (ties at many scales, huge and tiny values,
 //     scales that overflow f16 or cannot be inverted, inf and NaN);
 //   * attention — decode (1 row), prefill (many causal rows, starting at 0 or after cached
-//     positions), GQA groups (incl. one above the blocked kernel's limit), contiguous and paged
-//     block tables, head_dim 32/64/128 (fixed-size AVX2 heads) and 96 (the any-size head) —
-//     against a double-precision softmax attention over the SAME cached bytes, dequantized by the
-//     reference dequantizers. So no quantization error enters the comparison: what remains is
-//     f32 rounding of the kernels (see kRelTol).
+//     positions), GQA groups (incl. one above a block's query limit), contiguous and paged
+//     block tables, head_dim 32/64/128 and 96 — against a double-precision softmax attention
+//     over the SAME cached bytes, dequantized by the reference dequantizers. So no quantization
+//     error enters the comparison: what remains is f32 rounding of the kernels (see kRelTol);
+//     and each row of a chunk alone gives the same bits as in the chunk (with and without a
+//     window).
 // Slots no sequence position maps to are filled with 0xff bytes (f16 NaN, q8_0 scale NaN), so a
 // kernel reading a wrong slot produces NaN and fails.
 // Cases (tests/cpp/harness.h): one per ops level, each printing "isa LEVEL: N passed, M failed;
@@ -210,6 +211,32 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
   return worst;
 }
 
+// A row's output is the same bits whether it is computed alone (decode: its heads maybe split
+// across tasks) or among other rows (prefill chunks, speculative verification): speculation is
+// exact only if it is.
+void check_rows_alone(Cache& c, const Shape& s, const std::vector<int32_t>& positions, const OpsIsa& isa,
+                      ThreadPool& pool, std::mt19937_64& rng, const std::string& name, int64_t window) {
+  const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> q(n_rows * n_q);
+  for (float& x : q) x = normal(rng);
+  AttentionParams params;
+  params.n_head = s.n_head;
+  params.n_head_kv = s.n_head_kv;
+  params.head_dim = s.head_dim;
+  params.scale = 1.0f / std::sqrt(float(s.head_dim));
+  params.window = window;
+  std::vector<float> all(n_rows * n_q), one(n_q);
+  attention(q.data(), positions.data(), n_rows, c.view(), params, all.data(), isa, pool);
+  int n_differ = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    attention(q.data() + r * n_q, &positions[r], 1, c.view(), params, one.data(), isa, pool);
+    n_differ += std::memcmp(one.data(), all.data() + r * n_q, n_q * sizeof(float)) != 0;
+  }
+  EXPECT(n_differ == 0, name + ": " + std::to_string(n_differ) + " of " + std::to_string(n_rows) +
+                            " rows differ alone from the same rows together");
+}
+
 // Every store_kv / attention check at one ops level; returns the worst attention error seen.
 double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
   double worst = 0.0;  // largest error / (max |v|) seen, over every attention output
@@ -247,6 +274,8 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
         std::iota(chunk.begin(), chunk.end(), static_cast<int32_t>(n_ctx - 29));
         attend(c, s, first, max_abs_v, name + " prefill 0..36");
         attend(c, s, chunk, max_abs_v, name + " prefill chunk");
+        check_rows_alone(c, s, chunk, isa, pool, rng, name + " rows alone", 0);
+        check_rows_alone(c, s, chunk, isa, pool, rng, name + " rows alone window 45", 45);
         // Sliding windows (gemma3's local layers): shorter than the context, not a multiple of
         // any tile, and one longer than some rows' positions.
         attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode window 77", 77);
