@@ -45,8 +45,8 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
   if (count <= 1) return file;
   const int64_t split_no = file->get_int(k_split_no, -1);
   if (split_no < 0 || split_no >= count) {
-    throw FormatError(cat("[gguf] ", path, ": metadata 'split.no' is ", split_no, ", expected 0 <= split.no < ",
-                          count, " (split.count)"));
+    throw FormatError(cat("[gguf] ", path, ": metadata 'split.no' is ", split_no,
+                          ", expected 0 <= split.no < ", count, " (split.count)"));
   }
   if (split_no == 0) {
     file->join_shards(file, 0);
@@ -84,8 +84,8 @@ void GGUFFile::join_shards(std::shared_ptr<GGUFFile> opened, uint32_t opened_ind
     } else {
       const std::string shard_path = sibling_path(path_, 0, count, i);
       if (::access(shard_path.c_str(), F_OK) != 0) {
-        throw FormatError(cat("[gguf] ", path_, ": shard ", i + 1, " of ", count, " of this split model is missing (",
-                              "expected ", shard_path, ")"));
+        throw FormatError(cat("[gguf] ", path_, ": shard ", i + 1, " of ", count,
+                              " of this split model is missing (", "expected ", shard_path, ")"));
       }
       shard = open_one(shard_path);
     }
@@ -102,8 +102,8 @@ void GGUFFile::join_shards(std::shared_ptr<GGUFFile> opened, uint32_t opened_ind
     other_shards_.push_back(std::move(shard));
   }
   if (static_cast<int64_t>(tensors_.size()) != n_tensors) {
-    throw FormatError(cat("[gguf] ", path_, ": the ", count, " shards of this split model hold ", tensors_.size(),
-                          " tensors, but split.tensors.count is ", n_tensors));
+    throw FormatError(cat("[gguf] ", path_, ": the ", count, " shards of this split model hold ",
+                          tensors_.size(), " tensors, but split.tensors.count is ", n_tensors));
   }
 }
 
