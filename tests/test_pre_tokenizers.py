@@ -408,3 +408,18 @@ def test_raw_bpe_rules(tmp_path, model, pre, text, add_special, expected):
         kv["tokenizer.ggml.normalizer.lowercase"] = True
     tok = core.Tokenizer(str(write_gguf(tmp_path / "rules.gguf", kv)))
     assert tok.encode(text, add_special=add_special) == expected
+
+
+def test_gemma4_turn_tokens_end_generation(tmp_path):
+    """llama.cpp ends generation on Gemma 4's <eos>, <turn|> and <|tool_response>, whatever their
+    type in the file (its convert marks <|tool_response> user-defined so that it prints)."""
+    kv = {
+        "tokenizer.ggml.model": "gemma4",
+        "tokenizer.ggml.tokens": ["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|tool_response>", "a"],
+        "tokenizer.ggml.token_type": [3, 3, 3, 3, 3, 4, 1],
+        "tokenizer.ggml.merges": ["a a"],
+        "tokenizer.ggml.bos_token_id": 2,
+    }
+    tok = core.Tokenizer(str(write_gguf(tmp_path / "gemma4.gguf", kv)))
+    assert [tok.is_eog(i) for i in range(7)] == [False, True, False, False, True, True, False]
+    assert tok.encode("a<turn|>", add_special=True, parse_special=True) == [2, 6, 4]

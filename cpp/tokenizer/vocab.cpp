@@ -23,8 +23,9 @@ constexpr std::string_view k_eot_texts[] = {
     "<end_of_utterance>",
 };
 constexpr std::string_view k_eog_texts[] = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
+    "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>",      "<turn|>",    "<|tool_response>",  // Gemma 4
 };
 
 std::string lower_ascii(std::string s) {
