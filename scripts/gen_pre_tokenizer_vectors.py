@@ -8,6 +8,9 @@ tests/data/pre_tokenizers/inputs.inp under every tokenizer.ggml.pre name ember k
 - "splits": the words llama.cpp's pre-tokenizer cuts each text into (byte lengths), from its
   exported unicode_regex_split() called with the regex list src/llama-vocab.cpp gives that
   name's group; this sees every difference in splitting, which the ids can hide.
+- "llama_cpp_aborts": names llama.cpp knows whose tokenizer aborts on this vocabulary ("whitespace"
+  under tokenizer.ggml.model "gpt2" asserts that no BPE word holds a space); only their splits
+  are recorded.
 
 Both come from small programs built against the llama.cpp checkout. Names that give the same
 result on every text are stored as one group; names llama.cpp does not know are listed apart.
@@ -50,13 +53,14 @@ int main(int argc, char ** argv) {
     struct llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (!model) return 3;
     const struct llama_vocab * vocab = llama_model_get_vocab(model);
+    const int add_special = argc > 3 && atoi(argv[3]);  /* optional third argument */
     FILE * f = fopen(argv[2], "rb");
     fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
     char * buf = malloc(n + 1); if (fread(buf, 1, n, f) != (size_t)n) return 4; buf[n] = 0;
     const char * sep = "\n__ggml_vocab_test__\n";
     int32_t * toks = malloc(sizeof(int32_t) * 1000000);
     for (char * p = buf, * q; (q = strstr(p, sep)); p = q + strlen(sep)) {
-        int k = llama_tokenize(vocab, p, (int)(q - p), toks, 1000000, false, false);
+        int k = llama_tokenize(vocab, p, (int)(q - p), toks, 1000000, add_special, false);
         for (int i = 0; i < k; ++i) printf(i ? " %d" : "%d", toks[i]);
         printf("\n");
     }
@@ -153,6 +157,16 @@ def llama_cpp_regexes(llama_cpp: Path) -> dict[str, list[str]]:
     return {name: by_type[t] for name, (t, _) in llama_cpp_names(llama_cpp).items()}
 
 
+def llama_cpp_version(llama_cpp: Path) -> str:
+    """The checkout's commit, or for a copied checkout the hashes of its tokenizer sources."""
+    commit = subprocess.run(["git", "-C", llama_cpp, "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    return commit or "unknown; sha256 " + ", ".join(
+        f"{f}={hashlib.sha256((llama_cpp / f).read_bytes()).hexdigest()[:16]}"
+        for f in ("src/llama-vocab.cpp", "src/unicode.cpp")
+    )
+
+
 def base_vocab() -> bytes:
     return lzma.decompress((ROOT / "tests/data/vocab/ggml-vocab-qwen2.gguf.xz").read_bytes())
 
@@ -161,18 +175,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=Path, default=Path.home() / ".cache/ember-peer/llama.cpp")
     args = ap.parse_args()
-    commit = subprocess.run(["git", "-C", args.llama_cpp, "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    if not commit:  # a copied checkout: name the sources instead
-        commit = "unknown; sha256 " + ", ".join(
-            f"{f}={hashlib.sha256((args.llama_cpp / f).read_bytes()).hexdigest()[:16]}"
-            for f in ("src/llama-vocab.cpp", "src/unicode.cpp")
-        )
+    commit = llama_cpp_version(args.llama_cpp)
     base = base_vocab()
     regexes = llama_cpp_regexes(args.llama_cpp)
     ids: dict[str, list[str]] = {}
     splits: dict[str, list[str]] = {}
-    unknown = []
+    unknown, aborts = [], []
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         tokenize = build_program(args.llama_cpp, work, PROGRAM, "tok_vectors.c", "cc")
@@ -181,10 +189,13 @@ def main() -> None:
             vocab = work / "vocab.gguf"
             vocab.write_bytes(replace_string(base, "tokenizer.ggml.pre", name))
             run = subprocess.run([tokenize, vocab, DATA / "inputs.inp"], capture_output=True, text=True)
-            if run.returncode != 0 or name not in regexes:
+            if name not in regexes:
                 unknown.append(name)
                 continue
-            ids.setdefault(run.stdout, []).append(name)
+            if run.returncode != 0:  # a known name whose tokenizer fails on this vocabulary
+                aborts.append(name)
+            else:
+                ids.setdefault(run.stdout, []).append(name)
             regex_file = work / "regexes.txt"
             regex_file.write_bytes("".join(r + "\n__ggml_vocab_test__\n" for r in regexes[name]).encode())
             run = subprocess.run([split, regex_file, DATA / "inputs.inp"], capture_output=True, text=True)
@@ -203,13 +214,15 @@ def main() -> None:
         "llama_cpp_commit": commit,
         "base_vocab": "ggml-vocab-qwen2.gguf",
         "unknown_to_llama_cpp": unknown,
+        "llama_cpp_aborts": aborts,
         "llama_cpp_names": {name: flags for name, (_, flags) in llama_cpp_names(args.llama_cpp).items()},
         "ids": groups(ids, "ids"),
         "splits": groups(splits, "byte_lengths"),
     }
     text = json.dumps(out, ensure_ascii=False, separators=(",", ":"))
     (DATA / "llama.cpp.json.xz").write_bytes(lzma.compress(text.encode()))
-    print(f"{len(ids)} id groups, {len(splits)} split groups, unknown to llama.cpp: {unknown}")
+    print(f"{len(ids)} id groups, {len(splits)} split groups, unknown to llama.cpp: {unknown}, "
+          f"aborted: {aborts}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -116,3 +117,43 @@ def replace_string(data: bytes, key: str, value: str) -> bytes:
     start = at + len(needle)
     (n,) = struct.unpack_from("<Q", data, start)
     return data[:start] + _string(value) + data[start + 8 + n :]
+
+
+def split_gguf(src: Path, prefix: Path, max_tensors: int) -> list[Path]:
+    """`src` cut into shards the way llama.cpp's `llama-gguf-split --split-max-tensors` does:
+    PREFIX-0000i-of-0000n.gguf, each with at most `max_tensors` tensors in file order; the first
+    keeps all metadata, and every shard gets split.no (u16, from 0), split.tensors.count (i32,
+    the model's total) and split.count (u16). The shards are byte for byte the tool's."""
+    import gguf  # gguf-py, a test dependency: reads the source file
+
+    reader = gguf.GGUFReader(str(src))
+    kv = []
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        value = f.contents()
+        if f.types[0] == ARRAY:
+            assert f.types[1] != ARRAY, "nested arrays are not copied"
+            value = (int(f.types[1]), value)
+        kv.append((key, int(f.types[0]), value))
+    alignment = int(reader.alignment)
+    tensors = [Tensor(t.name, [int(d) for d in t.shape], int(t.tensor_type), t.data.tobytes())
+               for t in reader.tensors]
+    groups = [tensors[i:i + max_tensors] for i in range(0, len(tensors), max_tensors)]
+    return write_split(prefix, kv, groups, alignment=alignment)
+
+
+def write_split(prefix: Path, kv: list[tuple[str, int, object]], groups: list[list[Tensor]], *,
+                alignment: int = 32, count: int | None = None, n_tensors: int | None = None) -> list[Path]:
+    """Shards PREFIX-0000i-of-0000n.gguf, one per group of tensors, `kv` in the first; split.count
+    and split.tensors.count as given (default: the true ones), to build broken sets too."""
+    count = len(groups) if count is None else count
+    n_tensors = sum(len(g) for g in groups) if n_tensors is None else n_tensors
+    paths = []
+    for no, group in enumerate(groups):
+        split_kv = [("split.no", U16, no), ("split.tensors.count", I32, n_tensors),
+                    ("split.count", U16, count)]  # the tool's order: it sets the count last
+        path = prefix.parent / f"{prefix.name}-{no + 1:05d}-of-{len(groups):05d}.gguf"
+        path.write_bytes(build((kv if no == 0 else []) + split_kv, group, alignment=alignment).data)
+        paths.append(path)
+    return paths

@@ -16,6 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from gguf_builder import split_gguf
 
 import ember
 from ember import _core
@@ -190,6 +191,15 @@ def test_quantize_equals_direct_conversion(out_type: str, tmp_path: Path, storie
     result = quantize_gguf(stories_f32, requant, out_type, progress=False)
     assert result.path == requant
     _same_files(direct, requant)
+
+
+def test_quantize_a_split_model(tmp_path: Path, stories_f32: Path) -> None:
+    """From any shard of a split f32 model: the file quantizing the single one gives, byte for byte
+    (no split.* keys: the output is one file)."""
+    shards = split_gguf(stories_f32, tmp_path / "stories", 20)
+    quantize_gguf(stories_f32, tmp_path / "single.gguf", "q8_0", progress=False)
+    quantize_gguf(shards[1], tmp_path / "split.gguf", "q8_0", progress=False)
+    assert (tmp_path / "split.gguf").read_bytes() == (tmp_path / "single.gguf").read_bytes()
 
 
 def test_quantize_from_bf16_and_f16_files(tmp_path: Path, stories_hf_path: Path) -> None:

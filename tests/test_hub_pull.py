@@ -6,6 +6,7 @@ No network is needed."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub
+from gguf_builder import split_gguf
 
 from ember.hf_hub import HubRef, available, choose, parse_ref, pick_file, quant_tag
 from ember.hub import ModelNotFound, resolve_model
@@ -98,11 +100,16 @@ BIG = 12 << 20  # past huggingface_hub's 10 MiB download chunk, so a cut transfe
 
 
 @pytest.fixture(scope="module")
-def hub(stories_path: Path) -> Iterator[FakeHub]:
+def stories_shards(stories_path: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """stories260K cut as llama-gguf-split --split-max-tensors 20 does: 3 files."""
+    return split_gguf(stories_path, tmp_path_factory.mktemp("split") / "stories260K-F32", 20)
+
+
+@pytest.fixture(scope="module")
+def hub(stories_path: Path, stories_shards: list[Path]) -> Iterator[FakeHub]:
     repos = {
         "ember-test/quants-GGUF": {f: _fake_gguf(f) for f in QUANTS},
-        "ember-test/split-GGUF": {f"big-Q4_K_M-0000{i}-of-00002.gguf": _fake_gguf(f"part{i}")
-                                  for i in (1, 2)},
+        "ember-test/split-GGUF": {p.name: p.read_bytes() for p in stories_shards},
         "ember-test/safetensors": {"config.json": b"{}", "model.safetensors": b"\0" * 16},
         "ember-test/stories260K-GGUF": {"stories260K-F32.gguf": stories_path.read_bytes()},
         "ember-test/big-GGUF": {"big-Q4_K_M.gguf": os.urandom(BIG)},
@@ -206,16 +213,24 @@ def test_pull_errors_are_one_line(hub: FakeHub, tmp_path: Path) -> None:
     assert not (tmp_path / "hub" / "models--ember-test--quants-GGUF" / "blobs").exists()
 
 
-def test_split_gguf_pull_brings_all_parts_run_refuses(hub: FakeHub, tmp_path: Path) -> None:
+def test_split_gguf_pull_brings_all_parts_and_runs(hub: FakeHub, tmp_path: Path,
+                                                   stories_shards: list[Path]) -> None:
     proc = ember("pull", "ember-test/split-GGUF", hf_home=tmp_path, endpoint=hub.endpoint)
     paths = _pulled(proc)
-    assert [p.name for p in paths] == [f"big-Q4_K_M-0000{i}-of-00002.gguf" for i in (1, 2)]
-    assert [p.read_bytes() for p in paths] == [_fake_gguf("part1"), _fake_gguf("part2")]
-    assert "llama-gguf-split --merge" in proc.stderr
-    line = one_error_line(ember("run", "hf://ember-test/split-GGUF", "-p", "x", hf_home=tmp_path,
-                                endpoint=hub.endpoint))
-    assert line.startswith("error: hf://ember-test/split-GGUF is a GGUF split into 2 files "
-                           "(big-Q4_K_M-00001-of-00002.gguf, ...); ember loads single-file GGUFs")
+    assert [p.name for p in paths] == [f"stories260K-F32-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in stories_shards]
+    assert proc.stderr == ""  # no "merge them first" note any more
+    args = ("-p", "Once upon a time", "--temp", "0", "-n", "40", "-t", "1")
+    proc = ember("run", "hf://ember-test/split-GGUF", *args, hf_home=tmp_path, endpoint=hub.endpoint,
+                 offline=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == STORY + "\n"  # what the single file gives (test_run_hf_end_to_end)
+    proc = ember("info", "hf://ember-test/split-GGUF", "--json", hf_home=tmp_path, endpoint=hub.endpoint,
+                 offline=True)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert [Path(p) for p in info["shards"]] == paths
+    assert (info["n_tensors"], info["file_bytes"]) == (48, sum(p.stat().st_size for p in paths))
 
 
 def test_offline_from_the_cache_and_not_cached(hub: FakeHub, tmp_path: Path,

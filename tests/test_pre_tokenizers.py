@@ -6,6 +6,11 @@
 - the regexes themselves, as the models' tokenizer.json files spell them, run by Hugging Face
   `tokenizers` (Oniguruma) as a Sequence of Split(..., "isolated").
 
+- for the names whose vocabularies are BPE over raw UTF-8 (gemma4, granite-embed-multi-311m,
+  sarvam-moe, whitespace): llama.cpp's ids on two small vocabularies of that kind
+  (tests/data/pre_tokenizers/raw_bpe, scripts/gen_raw_bpe_vectors.py), Hugging Face's BPE with
+  byte fallback where it can state the rule, and decoding back to the text.
+
 Where the two disagree, llama.cpp emulates a regex with std::regex over text in which every
 non-ASCII letter counts as both cases and marks as no letter, or blanks non-ASCII whitespace out of
 a range; ember follows the regex, and LLAMA_CPP_DIFFERS names each such text.
@@ -19,7 +24,9 @@ import lzma
 import time
 from pathlib import Path
 
+import gguf
 import pytest
+import tokenizers
 from gguf_builder import replace_string
 from test_tokenizer import GPT2_RE, HF_SPLITS, LLAMA3_RE, random_texts, write_gguf
 from tokenizers import Regex, pre_tokenizers
@@ -31,11 +38,13 @@ SEPARATOR = "\n__ggml_vocab_test__\n"
 TEXTS = (DATA / "pre_tokenizers/inputs.inp").read_bytes().decode().split(SEPARATOR)[:-1]  # keeps \r
 LLAMA_CPP = json.loads(lzma.decompress((DATA / "pre_tokenizers/llama.cpp.json.xz").read_bytes()))
 
-# llama.cpp names ember refuses (with the clear unknown-name error): these are not byte-level BPE.
-# gemma4 / granite-embed-multi-311m / sarvam-moe: SentencePiece-style BPE over raw UTF-8 ("▁" for
-# spaces, <0xXX> byte tokens); whitespace: \S+ words over raw UTF-8 (tokenizer.ggml.model
-# "whitespace").
-NOT_SUPPORTED = {"gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace"}
+# Names whose vocabularies are BPE over raw UTF-8 rather than GPT-2's byte map ("▁" for spaces,
+# <0xXX> byte tokens): besides the Qwen2 vocabulary, their ids are checked on vocabularies of
+# that kind (RAW_BPE).
+# llama-vocab.cpp turns BOS on for its GEMMA4 type even where the file says not ("workaround for
+# Gemma 4"), which its per-name flags do not show.
+FORCED_BOS = {"gemma4", "granite-embed-multi-311m"}
+RAW_BPE = DATA / "pre_tokenizers/raw_bpe"
 
 QWEN2_RE = LLAMA3_RE.replace(r"\p{N}{1,3}", r"\p{N}")
 O200K_RE = (
@@ -139,6 +148,8 @@ HF_REGEXES = {
     "bloom": [BLOOM_RE],
     "viking": [BLOOM_RE, r"\p{N}"],
     "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2_RE, r"\p{N}+", r"[0-9][0-9][0-9]"],
+    "gemma4": [r"[^\n]+|[\n]+"],
+    "whitespace": [r"\S+"],
 }
 
 # (first name of a llama.cpp split group, index into TEXTS): where llama.cpp's split is not the
@@ -187,16 +198,19 @@ def test_every_llama_cpp_name_is_known():
     names = core.pre_tokenizer_names()
     assert len(names) == len(set(names)), "a name in two rows"
     llama_cpp = set(LLAMA_CPP["llama_cpp_names"])
-    assert llama_cpp - set(names) == NOT_SUPPORTED
+    assert len(llama_cpp) == 91
+    assert llama_cpp <= set(names)
     assert set(names) - llama_cpp == {"gpt2"}  # what ember's converter once wrote for "gpt-2"
     covered = {n for g in LLAMA_CPP["splits"] for n in g["names"]}
-    assert covered == llama_cpp - NOT_SUPPORTED
+    assert covered == llama_cpp
+    # llama.cpp aborts on "whitespace" words that hold a space under tokenizer.ggml.model "gpt2"
+    assert LLAMA_CPP["llama_cpp_aborts"] == ["whitespace"]
 
 
 def test_unknown_name_fails_clearly():
-    message = r"pre-tokenizer 'gemma4' is not supported; known: llama3, "
+    message = r"pre-tokenizer 'no-such-pre' is not supported; known: llama3, "
     with pytest.raises(NotImplementedError, match=message):
-        core.pre_tokenize("gemma4", "x")
+        core.pre_tokenize("no-such-pre", "x")
 
 
 @pytest.mark.parametrize("group", LLAMA_CPP["splits"], ids=lambda g: g["names"][0])
@@ -242,7 +256,7 @@ def test_ids_match_llama_cpp(group, qwen2_vocab, tmp_path):
             assert tok.encode(text, add_special=False) == expected, f"{name} #{i} {text!r}"
 
 
-@pytest.mark.parametrize("name", sorted(set(LLAMA_CPP["llama_cpp_names"]) - NOT_SUPPORTED))
+@pytest.mark.parametrize("name", sorted(LLAMA_CPP["llama_cpp_names"]))
 def test_defaults_match_llama_cpp(tmp_path, name):
     """BOS and SEP by default, and whole-word tokens kept (ignore_merges), as llama-vocab.cpp sets
     them per name. "abc" is a token, but the only merge gives "a" + "bc"."""
@@ -260,7 +274,7 @@ def test_defaults_match_llama_cpp(tmp_path, name):
         },
     )
     tok = core.Tokenizer(str(path))
-    assert tok.add_bos == flags.get("add_bos", False)
+    assert tok.add_bos == (flags.get("add_bos", False) or name in FORCED_BOS)
     body = [4] if flags.get("ignore_merges") else [0, 3]
     expected = [5] * tok.add_bos + body + [6] * flags.get("add_sep", False)
     assert tok.encode("abc", add_special=True) == expected
@@ -279,3 +293,133 @@ def test_long_runs_split_in_linear_time():
             elapsed = time.process_time() - start
             assert "".join(words) == text
             assert elapsed < 1.0, f"{name}: {text[:3]!r}... took {elapsed:.2f} s"
+
+
+# --- BPE over raw UTF-8: gemma4, granite-embed-multi-311m, sarvam-moe, whitespace ----------------
+# RAW_BPE holds two small vocabularies trained by scripts/gen_raw_bpe_vectors.py (SentencePiece-style
+# with "▁" for spaces; words between whitespace) and llama.cpp's ids for each text of inputs.inp
+# under each (tokenizer.ggml.model, tokenizer.ggml.pre) pair that needs one.
+RAW_BPE_VECTORS = json.loads((RAW_BPE / "llama.cpp.json").read_text())["variants"]
+
+
+def raw_bpe_tokenizer(tmp_path: Path, variant: dict) -> core.Tokenizer:
+    data = (RAW_BPE / variant["vocab"]).read_bytes()
+    data = replace_string(data, "tokenizer.ggml.model", variant["model"])
+    # llama.cpp ran "gemma4" files without the key; the model implies the name, so "default" stays
+    data = replace_string(data, "tokenizer.ggml.pre", variant["pre"] or "default")
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes(data)
+    return core.Tokenizer(str(path))
+
+
+def variant_id(v: dict) -> str:
+    return f"{v['model']}-{v['pre']}"
+
+
+def hf_raw_bpe(variant: dict) -> tokenizers.Tokenizer:
+    """The same vocabulary and rule in Hugging Face `tokenizers`: BPE with byte fallback, spaces
+    replaced by "▁" and words cut at newline runs, or words cut at whitespace."""
+    reader = gguf.GGUFReader(str(RAW_BPE / variant["vocab"]))
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    merges = [tuple(m.split(" ", 1)) for m in reader.fields["tokenizer.ggml.merges"].contents()]
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.BPE({t: i for i, t in enumerate(tokens)}, merges, byte_fallback=True)
+    )
+    if variant["pre"] == "whitespace":
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    else:
+        tok.normalizer = tokenizers.normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    return tok
+
+
+@pytest.mark.parametrize("variant", RAW_BPE_VECTORS, ids=variant_id)
+def test_raw_bpe_ids_match_llama_cpp(tmp_path, variant):
+    tok = raw_bpe_tokenizer(tmp_path, variant)
+    for i, text in enumerate(TEXTS):
+        assert tok.encode(text, add_special=False) == variant["ids"][i], f"#{i} {text!r}"
+        assert tok.encode(text, add_special=True) == variant["ids_special"][i], f"#{i} {text!r}"
+    byte_tokens = [t for ids in variant["ids"] for t in ids if 4 <= t < 260]
+    assert len(byte_tokens) > 100  # the vectors exercise the <0xXX> fallback
+
+
+HF_STATES = [v for v in RAW_BPE_VECTORS if v["pre"] in ("sarvam-moe", "whitespace")]
+
+
+@pytest.mark.parametrize("variant", HF_STATES, ids=variant_id)  # one per vocabulary
+def test_raw_bpe_matches_hugging_face(tmp_path, variant):
+    """Where Hugging Face can state the rule, it gives the same ids, also on random texts. (Gemma 4
+    differs from Sarvam only in its whole newline words and BOS, test_raw_bpe_rules.)"""
+    tok, hf = raw_bpe_tokenizer(tmp_path, variant), hf_raw_bpe(variant)
+    for text in TEXTS + random_texts(29, 300):
+        expected = hf.encode(text, add_special_tokens=False).ids
+        assert tok.encode(text, add_special=False) == expected, repr(text)
+
+
+@pytest.mark.parametrize("variant", RAW_BPE_VECTORS, ids=variant_id)
+def test_raw_bpe_decodes_back(tmp_path, variant):
+    """decode and the stream give the text back (the vocabularies have all 256 byte tokens);
+    "whitespace" drops the whitespace between words."""
+    tok = raw_bpe_tokenizer(tmp_path, variant)
+    split = pre_tokenizers.WhitespaceSplit()
+    for text in TEXTS + random_texts(31, 200):
+        ids = tok.encode(text, add_special=True)
+        kept = "".join(w for w, _ in split.pre_tokenize_str(text)) if variant["pre"] == "whitespace" else text
+        assert tok.decode(ids) == kept, repr(text)
+        stream = core.StreamDecoder(tok)
+        assert "".join(stream.push(i) for i in ids) + stream.flush() == kept, repr(text)
+
+
+# (model, pre, text, add_special) -> ids, as llama.cpp's llama_tokenize gives them for the
+# vocabulary of test_raw_bpe_rules (checked with llama.cpp at the commit llama.cpp.json names).
+RAW_BPE_RULES = [
+    # Gemma 4 keeps a word of newlines whole when it is a token, and adds BOS though the file says not
+    ("gpt2", "gemma4", "a\n\na a", False, [4, 3, 4, 6]),
+    ("gpt2", "gemma4", "a\n\na a", True, [0, 4, 3, 4, 6]),
+    ("gpt2", "granite-embed-multi-311m", "a\n\na a", True, [0, 4, 3, 4, 6]),
+    ("gemma4", "default", "a\n\na a", True, [0, 4, 3, 4, 6]),
+    # Sarvam merges it (there is no "\n \n" merge) and honours add_bos_token = false
+    ("gpt2", "sarvam-moe", "a\n\na a", True, [4, 2, 2, 4, 6]),
+    # "▁▁a": "▁" + "▁a"; "\t" has neither a token nor a byte token, so it is dropped
+    ("gpt2", "gemma4", " a\n\n\nb\tA  a", False, [6, 2, 2, 2, 9, 10, 5, 6]),
+    ("gpt2", "sarvam-moe", " a\n\n\nb\tA  a", False, [6, 2, 2, 2, 9, 10, 5, 6]),
+    # "whitespace" drops all whitespace (U+3000 too) and lower-cases with normalizer.lowercase
+    ("whitespace", "whitespace", " a\n\n\nb\tA  a", True, [4, 9, 10, 4]),
+    ("whitespace-lowercase", "whitespace", "A b\u3000\u00c4", True, [4, 9, 11]),
+]
+
+
+RULES_TOKENS = ["<bos>", "<eos>", "\n", "\n\n", "a", "▁", "▁a", "<0x20>", "<0x0A>", "b", "A", "ä"]
+
+
+@pytest.mark.parametrize("model, pre, text, add_special, expected", RAW_BPE_RULES)
+def test_raw_bpe_rules(tmp_path, model, pre, text, add_special, expected):
+    kv = {
+        "tokenizer.ggml.model": model.removesuffix("-lowercase"),
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": RULES_TOKENS,
+        "tokenizer.ggml.token_type": [3, 3, 1, 1, 1, 1, 1, 6, 6, 1, 1, 1],
+        "tokenizer.ggml.merges": ["\u2581 a"],
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.add_bos_token": False,
+    }
+    if model.endswith("-lowercase"):
+        kv["tokenizer.ggml.normalizer.lowercase"] = True
+    tok = core.Tokenizer(str(write_gguf(tmp_path / "rules.gguf", kv)))
+    assert tok.encode(text, add_special=add_special) == expected
+
+
+def test_gemma4_turn_tokens_end_generation(tmp_path):
+    """llama.cpp ends generation on Gemma 4's <eos>, <turn|> and <|tool_response>, whatever their
+    type in the file (its convert marks <|tool_response> user-defined so that it prints)."""
+    kv = {
+        "tokenizer.ggml.model": "gemma4",
+        "tokenizer.ggml.tokens": ["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|tool_response>", "a"],
+        "tokenizer.ggml.token_type": [3, 3, 3, 3, 3, 4, 1],
+        "tokenizer.ggml.merges": ["a a"],
+        "tokenizer.ggml.bos_token_id": 2,
+    }
+    tok = core.Tokenizer(str(write_gguf(tmp_path / "gemma4.gguf", kv)))
+    assert [tok.is_eog(i) for i in range(7)] == [False, True, False, False, True, True, False]
+    assert tok.encode("a<turn|>", add_special=True, parse_special=True) == [2, 6, 4]

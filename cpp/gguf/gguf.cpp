@@ -231,7 +231,7 @@ bool GGUFValue::as_bool() const {
   throw FormatError(cat("[gguf] expected a bool, got ", gguf_type_name(type)));
 }
 
-std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
+std::shared_ptr<GGUFFile> GGUFFile::open_one(const std::string& path) {
   std::shared_ptr<GGUFFile> file(new GGUFFile());
   file->path_ = path;
   file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -368,6 +368,7 @@ void GGUFFile::parse() {
               cat("data [", t.offset, ", +", t.n_bytes, ") ends past the end of the file (data section at ",
                   data_offset_, ", file has ", size_, " bytes)"));
     }
+    t.file_offset = begin;
     t.data = base_ + begin;
   }
 }
@@ -482,7 +483,9 @@ void GGUFFile::drop_pages(const void* data, size_t n_bytes) const {
   const auto map_begin = reinterpret_cast<uintptr_t>(base_), map_end = map_begin + size_;
   if (begin < end && begin >= map_begin && end <= map_end) {
     madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is harmless
+    return;
   }
+  for (const auto& shard : other_shards_) shard->drop_pages(data, n_bytes);  // the one holding it acts
 }
 
 }  // namespace ember

@@ -1,5 +1,6 @@
-// gguf/gguf.h: a validated, read-only view of a GGUF file (versions 2 and 3) mapped into memory.
-// Owns the mapping; knows the container format only, nothing about models or tokenizers.
+// gguf/gguf.h: a validated, read-only view of a GGUF file (versions 2 and 3) mapped into memory,
+// or of a model split into several (llama.cpp's gguf-split shards, read as one). Owns the
+// mappings; knows the container format only, nothing about models or tokenizers.
 #pragma once
 
 #include <cstdint>
@@ -61,25 +62,31 @@ struct GGUFTensorInfo {
   DType type;
   std::vector<int64_t> shape;  // ggml order: shape[0] is the contiguous (fastest) dimension
   int64_t n_elements = 0;
-  uint64_t offset = 0;  // from the start of the data section
+  uint64_t offset = 0;       // from the start of its shard's data section
+  uint64_t file_offset = 0;  // from the start of its shard's file
   uint64_t n_bytes = 0;
-  const uint8_t* data = nullptr;  // inside the mapping, aligned to the file's alignment
+  const uint8_t* data = nullptr;  // inside its shard's mapping, aligned to the file's alignment
+  uint32_t shard = 0;             // which file of a split model holds it (0: the first or only one)
 };
 
 class GGUFFile {
  public:
   // Maps and validates the whole directory; throws FormatError naming the file, the field and
   // the problem. Tensor data is not read (it is checked to lie inside the file).
+  // A shard of a split model (split.count > 1, files named PREFIX-0000i-of-0000n.gguf side by
+  // side) opens the whole model: the metadata of the first shard, the tensors of all of them.
   static std::shared_ptr<GGUFFile> open(const std::string& path);
   ~GGUFFile();
   GGUFFile(const GGUFFile&) = delete;
   GGUFFile& operator=(const GGUFFile&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the first shard's for a split model
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t file_bytes() const { return size_; }
-  uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
+  uint64_t file_bytes() const;                           // all shards together
+  uint64_t data_offset() const { return data_offset_; }  // start of the (first shard's) tensor data
+  // The files of the model: just path() unless it is split.
+  std::vector<std::string> shard_paths() const;
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, GGUFValue>>& metadata() const { return kv_; }
@@ -103,7 +110,10 @@ class GGUFFile {
 
  private:
   GGUFFile() = default;
+  static std::shared_ptr<GGUFFile> open_one(const std::string& path);  // one file, shard or not
   void parse();
+  // gguf_split.cpp: with `this` the first shard, opens the others and takes in their tensors.
+  void join_shards(std::shared_ptr<GGUFFile> opened, uint32_t opened_index);
 
   std::string path_;
   int fd_ = -1;
@@ -116,6 +126,7 @@ class GGUFFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GGUFTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  std::vector<std::shared_ptr<const GGUFFile>> other_shards_;  // shards 1..n-1 of a split model
 };
 
 }  // namespace ember

@@ -19,9 +19,14 @@ struct NamedSpec {
   bool ignore_merges = false;
   bool adds_bos = false;
   bool adds_sep = false;
+  bool forces_bos = false;
+  bool raw_utf8 = false;
+  bool escape_spaces = false;
+  bool whole_newline_runs = false;
+  bool drops_whitespace = false;
 };
 
-// Every tokenizer.ggml.pre value llama.cpp's llama-vocab.cpp knows for byte-level BPE, with its
+// Every tokenizer.ggml.pre value llama.cpp's llama-vocab.cpp knows for BPE, with its
 // regexes and defaults. Names sharing a row use the same regexes; the comments give llama.cpp's
 // group names (a group whose regexes equal another's shares that row).
 const NamedSpec k_specs[] = {
@@ -104,6 +109,21 @@ const NamedSpec k_specs[] = {
     {.names = {"bloom", "poro-chat", "gpt3-finnish"}, .passes = {p::bloom}},
     // VIKING: BLOOM's, then digits one by one.
     {.names = {"viking"}, .passes = {p::bloom, p::one_number}},
+    // GEMMA4: SentencePiece-style BPE over lines ("▁" for spaces, <0xXX> byte fallback), with BOS
+    // even where the file turns it off. tokenizer.ggml.model "gemma4" implies this name.
+    {.names = {"gemma4", "granite-embed-multi-311m"},
+     .passes = {p::newline_runs},
+     .adds_bos = true,
+     .forces_bos = true,
+     .raw_utf8 = true,
+     .escape_spaces = true,
+     .whole_newline_runs = true},
+    // SARVAM_MOE: the same BPE over lines, without Gemma 4's newline and BOS rules.
+    {.names = {"sarvam-moe"}, .passes = {p::newline_runs}, .raw_utf8 = true, .escape_spaces = true},
+    // WHITESPACE: \S+ words over raw UTF-8; the whitespace between them is dropped (llama.cpp drops
+    // it for tokenizer.ggml.model "whitespace", the model its converter always pairs with this name,
+    // and aborts on it under "gpt2").
+    {.names = {"whitespace"}, .passes = {p::non_whitespace_run}, .raw_utf8 = true, .drops_whitespace = true},
     // DEFAULT: what llama.cpp uses when a BPE file names no pre-tokenizer.
     {.names = {"default"}, .passes = {p::punctuation_run, p::gpt2, p::numbers, p::three_ascii_digits}},
 };
@@ -113,7 +133,15 @@ const NamedSpec k_specs[] = {
 std::optional<PreTokenizerSpec> find_pre_tokenizer(std::string_view name) {
   for (const NamedSpec& s : k_specs) {
     if (std::find(s.names.begin(), s.names.end(), name) != s.names.end()) {
-      return PreTokenizerSpec{std::vector<Pass>(s.passes), s.ignore_merges, s.adds_bos, s.adds_sep};
+      return PreTokenizerSpec{std::vector<Pass>(s.passes),
+                              s.ignore_merges,
+                              s.adds_bos,
+                              s.adds_sep,
+                              s.forces_bos,
+                              s.raw_utf8,
+                              s.escape_spaces,
+                              s.whole_newline_runs,
+                              s.drops_whitespace};
     }
   }
   return std::nullopt;

@@ -1,4 +1,4 @@
-// tokenizer/pre_tokenizer.h: splits text into words before byte-level BPE, the way the
+// tokenizer/pre_tokenizer.h: splits text into words before BPE, the way the
 // tokenizer named by tokenizer.ggml.pre does (a list of regexes applied one after another, each
 // splitting every piece into its matches and the gaps between them, as llama.cpp does).
 #pragma once
@@ -19,6 +19,13 @@ struct PreTokenizerSpec {
   bool ignore_merges = false;  // a word that is itself a token is not merged (Llama 3)
   bool adds_bos = false;       // BOS is added by default when the file does not say
   bool adds_sep = false;       // ... and so is SEP after the text (BERT-like encoders)
+  bool forces_bos = false;     // BOS is added even where the file says not (llama.cpp's Gemma 4 override)
+  // SentencePiece-style BPE: tokens spell raw UTF-8 (not GPT-2's byte map), merging starts from
+  // characters, and a character no token spells becomes its <0xXX> byte tokens.
+  bool raw_utf8 = false;
+  bool escape_spaces = false;       // spaces are spelled "▁" before splitting (and back in decoding)
+  bool whole_newline_runs = false;  // a word of newlines that is a token stays whole (Gemma 4)
+  bool drops_whitespace = false;    // the whitespace between words becomes no token ("whitespace")
 };
 
 // The spec for a tokenizer.ggml.pre value; nullopt when unknown.

@@ -226,6 +226,12 @@ size_t newline_runs(const CodepointText& t, size_t pos, size_t end) {
   return n;
 }
 
+size_t non_whitespace_run(const CodepointText& t, size_t pos, size_t end) {
+  size_t n = 0;
+  while (pos + n < end && !t.flags[pos + n].is_whitespace()) ++n;
+  return n;
+}
+
 size_t space_letters(const CodepointText& t, size_t pos, size_t end) {
   return optional_whitespace_then_run(t, pos, end, is_letter);
 }

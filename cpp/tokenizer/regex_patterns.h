@@ -103,6 +103,8 @@ size_t youtu_scripts(const CodepointText& t, size_t pos, size_t end);
 size_t newline(const CodepointText& t, size_t pos, size_t end);
 // [^\n]+|[\n]+
 size_t newline_runs(const CodepointText& t, size_t pos, size_t end);
+// \S+   (the "whitespace" pre-tokenizer: words are what lies between whitespace)
+size_t non_whitespace_run(const CodepointText& t, size_t pos, size_t end);
 // \s?\p{L}+
 size_t space_letters(const CodepointText& t, size_t pos, size_t end);
 // \s?\p{P}+

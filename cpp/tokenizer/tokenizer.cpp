@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/utf8.h"
 
@@ -65,6 +66,11 @@ std::shared_ptr<const Tokenizer> Tokenizer::open(const std::string& path) {
 
 void Tokenizer::render_pieces() {
   const Vocab& v = *vocab_;
+  // BPE tokens spell bytes in GPT-2's map, or raw UTF-8 with "▁" for spaces (SentencePiece-style).
+  std::optional<PreTokenizerSpec> spec;
+  if (v.kind() == VocabKind::bpe) spec = find_pre_tokenizer(v.pre_name());
+  const bool byte_level_bpe = spec && !spec->raw_utf8;
+  const bool escaped_spaces = v.kind() != VocabKind::bpe || (spec && spec->escape_spaces);
   pieces_.resize(v.size());
   for (int32_t id = 0; id < v.size(); ++id) {
     const TokenInfo& t = v.token(id);
@@ -78,10 +84,12 @@ void Tokenizer::render_pieces() {
       case TokenType::normal:
       case TokenType::undefined:
       case TokenType::unused:
-        if (v.kind() == VocabKind::bpe) {
+        if (byte_level_bpe) {
           byte_level::decode(t.text, piece);
-        } else {
+        } else if (escaped_spaces) {
           piece = unescape_spaces(t.text);
+        } else {
+          piece = t.text;
         }
         break;
       default:  // control, unknown, user-defined: their text as written

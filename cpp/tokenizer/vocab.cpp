@@ -23,8 +23,9 @@ constexpr std::string_view k_eot_texts[] = {
     "<end_of_utterance>",
 };
 constexpr std::string_view k_eog_texts[] = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
+    "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>",      "<turn|>",    "<|tool_response>",  // Gemma 4
 };
 
 std::string lower_ascii(std::string s) {
@@ -50,28 +51,33 @@ std::unique_ptr<const Vocab> Vocab::from_gguf(const GGUFFile& file) {
   }
   if (v->model_ == "llama") {
     v->kind_ = VocabKind::spm;
-  } else if (v->model_ == "gpt2") {
-    v->kind_ = VocabKind::bpe;
+  } else if (v->model_ == "gpt2" || v->model_ == "whitespace") {
+    v->kind_ = VocabKind::bpe;  // "whitespace": BPE that drops the whitespace between words (bpe.cpp)
+  } else if (v->model_ == "gemma4") {
+    v->kind_ = VocabKind::bpe;  // SentencePiece-style BPE; llama.cpp ignores tokenizer.ggml.pre here
+    v->pre_ = "gemma4";
   } else if (v->model_ == "bert") {
     v->kind_ = VocabKind::wpm;
   } else if (v->model_.empty()) {
     throw FormatError(cat("[tokenizer] ", file.path(), ": metadata 'tokenizer.ggml.model' is missing",
-                          " (expected \"llama\", \"gpt2\" or \"bert\")"));
+                          " (expected \"llama\", \"gpt2\", \"gemma4\", \"whitespace\" or \"bert\")"));
   } else {
-    throw Unsupported(cat("[tokenizer] ", file.path(), ": tokenizer.ggml.model '", v->model_,
-                          "' is not supported (supported: \"llama\", \"gpt2\", \"bert\")"));
+    throw Unsupported(
+        cat("[tokenizer] ", file.path(), ": tokenizer.ggml.model '", v->model_,
+            "' is not supported (supported: \"llama\", \"gpt2\", \"gemma4\", \"whitespace\", \"bert\")"));
   }
   v->read_tokens(file);
   v->read_special_ids(file);
 
   const bool spm = v->kind_ == VocabKind::spm, wpm = v->kind_ == VocabKind::wpm;
-  bool bos_default = spm || wpm, sep_default = wpm;
+  bool bos_default = spm || wpm, sep_default = wpm, bos_forced = false;
   if (v->kind_ == VocabKind::bpe) {
     const auto spec = find_pre_tokenizer(v->pre_);
     bos_default = spec && spec->adds_bos;
     sep_default = spec && spec->adds_sep;
+    bos_forced = spec && spec->forces_bos;
   }
-  v->add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", bos_default);
+  v->add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", bos_default) || bos_forced;
   v->add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token", false);
   v->add_sep_ = file.get_bool("tokenizer.ggml.add_sep_token", sep_default);
   v->add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", spm);

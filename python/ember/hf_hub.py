@@ -242,10 +242,9 @@ def _not_cached(ref: HubRef, listing: Listing) -> ModelNotFound:
 
 # --- fetching -------------------------------------------------------------------------------------
 
-def fetch(ref: HubRef, *, split_ok: bool) -> list[Path]:
+def fetch(ref: HubRef) -> list[Path]:
     """The local paths of the file(s) `ref` names, downloaded into the cache when missing (all
-    parts of a split GGUF, in order). split_ok=False refuses a split GGUF before downloading:
-    ember loads single-file GGUFs."""
+    parts of a split GGUF, in order: the loader opens the model from any of them)."""
     listing = list_repo(ref.repo_id)
     try:
         names = choose(ref, listing.files)
@@ -253,11 +252,6 @@ def fetch(ref: HubRef, *, split_ok: bool) -> list[Path]:
         if listing.offline is not None:
             raise _not_cached(ref, listing) from None
         raise
-    if len(names) > 1 and not split_ok:
-        raise ModelNotFound(f"{ref} is a GGUF split into {len(names)} files ({names[0]}, ...); ember "
-                            f"loads single-file GGUFs: fetch the parts with `ember pull "
-                            f"{str(ref)[len(HF_SCHEME):]}`, merge them with llama.cpp's "
-                            f"`llama-gguf-split --merge FIRST-PART merged.gguf` and run merged.gguf")
     return [_download(ref, name, listing) for name in names]
 
 

@@ -75,7 +75,7 @@ def resolve_model(model: str | os.PathLike | None) -> Path:
     if isinstance(model, str) and model.startswith("hf://"):
         from ember.hf_hub import fetch, parse_ref
 
-        return fetch(parse_ref(model), split_ok=False)[0]
+        return fetch(parse_ref(model))[0]  # a split model opens from its first part
     path = Path(model).expanduser()
     if path.is_file():
         return path

@@ -103,7 +103,9 @@ void init_gguf(nb::module_& m) {
           "shape", [](const GGUFTensorInfo& t) { return nb::tuple(nb::cast(numpy_shape(t))); },
           "shape in numpy order (slowest dimension first)")
       .def_ro("n_elements", &GGUFTensorInfo::n_elements)
-      .def_ro("offset", &GGUFTensorInfo::offset, "byte offset from the start of the data section")
+      .def_ro("offset", &GGUFTensorInfo::offset, "byte offset from the start of its shard's data section")
+      .def_ro("file_offset", &GGUFTensorInfo::file_offset, "byte offset from the start of its shard's file")
+      .def_ro("shard", &GGUFTensorInfo::shard, "the file of a split model that holds it (0: the first)")
       .def_ro("n_bytes", &GGUFTensorInfo::n_bytes)
       .def("__repr__", [](const GGUFTensorInfo& t) {
         std::string shape;
@@ -126,7 +128,9 @@ void init_gguf(nb::module_& m) {
       .def_prop_ro("version", &GGUFFile::version)
       .def_prop_ro("alignment", &GGUFFile::alignment)
       .def_prop_ro("data_offset", &GGUFFile::data_offset)
-      .def_prop_ro("file_bytes", &GGUFFile::file_bytes)
+      .def_prop_ro("file_bytes", &GGUFFile::file_bytes,
+                   "bytes of all its files (all shards of a split model)")
+      .def_prop_ro("shard_paths", &GGUFFile::shard_paths, "its files: [path] unless the model is split")
       .def_prop_ro(
           "metadata",
           [](const GGUFFile& f) {

@@ -77,7 +77,7 @@ void init_tokenizer(nb::module_& m) {
       .def_prop_ro("add_eos", [](const Tokenizer& t) { return t.vocab().add_eos(); })
       .def_prop_ro(
           "model", [](const Tokenizer& t) { return t.vocab().model_name(); },
-          "tokenizer.ggml.model: 'llama', 'gpt2' or 'bert'.")
+          "tokenizer.ggml.model: 'llama', 'gpt2', 'gemma4', 'whitespace' or 'bert'.")
       .def_prop_ro(
           "pre", [](const Tokenizer& t) { return t.vocab().pre_name(); },
           "tokenizer.ggml.pre, 'default' when absent.")

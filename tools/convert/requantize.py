@@ -25,7 +25,7 @@ from .writer import TensorPlan, check_target, write_gguf
 
 Q = GGMLQuantizationType
 _SKIPPED_KEYS = ("general.architecture", "general.file_type", "general.quantization_version",
-                 "general.alignment")
+                 "general.alignment", "split.no", "split.count", "split.tensors.count")
 # ember.GGUFFile type name -> stored numpy dtype
 _FLOATS = {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}
 
@@ -66,7 +66,7 @@ def quantize_gguf(src: str | Path, out: str | Path, out_type: str, *, force: boo
         f = GGUFFile(str(src))  # validates the whole header and tensor directory
     except GGUFError as err:
         raise ConvertError(f"{src}: not a readable GGUF file ({err})") from None
-    metadata = {e.key: e for e in read_metadata(src)}
+    metadata = {e.key: e for e in read_metadata(Path(f.path))}  # the first shard of a split model
     arch_entry = metadata.get("general.architecture")
     if arch_entry is None or not isinstance(arch_entry.value, bytes):
         raise ConvertError(f"{src}: no general.architecture key")
@@ -89,7 +89,8 @@ def quantize_gguf(src: str | Path, out: str | Path, out_type: str, *, force: boo
         shape = tuple(int(d) for d in t.shape)
         qtype = tensor_type(target, t.name, shape, shape_info)
         plans.append(TensorPlan(t.name, shape, qtype,
-                                _loader(src, f.data_offset + t.offset, dtype, shape, t.name)))
+                                _loader(Path(f.shard_paths[t.shard]), t.file_offset, dtype, shape,
+                                        t.name)))
     check_available({p.qtype for p in plans}, f"quantizing to {target.name}")
     entries = [e for e in metadata.values() if e.key not in _SKIPPED_KEYS]
 

@@ -57,6 +57,7 @@ def describe(path: Path) -> dict[str, Any]:
     tokens = md.get("tokenizer.ggml.tokens")
     return {
         "path": str(path),
+        "shards": f.shard_paths,  # every file of a split model, the first holding the metadata
         "gguf_version": f.version,
         "file_bytes": f.file_bytes,
         "name": md.get("general.name"),
@@ -120,6 +121,8 @@ def info(
         return
     rows = [
         ("file", d["path"]),
+        *([("split into", f"{len(d['shards'])} files: " + ", ".join(Path(p).name for p in d["shards"]))]
+          if len(d["shards"]) > 1 else []),
         ("name", d["name"] or "-"),
         ("architecture", d["architecture"]),
         ("parameters", human_count(d["n_params"])),

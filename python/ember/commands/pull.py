@@ -17,8 +17,8 @@ def pull(
         show_default=False)] = None,
 ) -> None:
     """Download a GGUF model into the cache (the Hugging Face one for Hub repos) and print its
-    path; all parts of a split GGUF. Offline (HF_HUB_OFFLINE=1 or no network), finds it in the
-    cache."""
+    path; all parts of a split GGUF (any of them opens the model). Offline (HF_HUB_OFFLINE=1 or
+    no network), finds it in the cache."""
     from ember.hub import demo_model_path
 
     if ref is None:
@@ -26,13 +26,8 @@ def pull(
         return
     from ember.hf_hub import fetch, parse_ref
 
-    paths = fetch(parse_ref(ref), split_ok=True)
-    for path in paths:
+    for path in fetch(parse_ref(ref)):
         typer.echo(str(path))
-    if len(paths) > 1:
-        typer.echo(f"note: a GGUF split into {len(paths)} files; ember loads single-file GGUFs: "
-                   f"merge them with llama.cpp's `llama-gguf-split --merge {paths[0]} "
-                   f"merged.gguf`", err=True)
 
 
 def register(app: typer.Typer) -> None:
