@@ -195,9 +195,10 @@ def _detokenize(engine: Engine, body: dict[str, Any]) -> str:
             isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise bad_request("'tokens' must be an array of token ids", param="tokens",
                           code="invalid_type")
-    bad = next((t for t in tokens if not 0 <= t < engine.n_vocab), None)
+    n_vocab = engine.n_vocab
+    bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
     if bad is not None:
-        raise bad_request(f"token id {bad} is out of range [0, {engine.n_vocab})",
+        raise bad_request(f"token id {bad} is out of range [0, {n_vocab})",
                           param="tokens", code="invalid_value")
     return engine.tokenizer.decode(tokens, skip_special=True)
 
