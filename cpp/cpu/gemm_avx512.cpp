@@ -311,15 +311,20 @@ void gemm_quant(const GemmArgs& g) {
   }
 }
 
-// Float weights: y[R][16] += x[R][k] * panel[k][16], one broadcast FMA per row and element.
-template <int R>
-void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
+// Float weights, packed at load (weight_pack.h: a column group is [n_in][16] values, the panel
+// itself): y[R][16] = x[R][k] * group[k][16], one broadcast FMA per row and element, in k order from
+// zero, so a row's result does not depend on the rows that come with it. Load converts 16 values.
+template <typename Load, int R>
+void tile_float(const uint8_t* group, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
                 int nc) {
   __m512 acc[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n_in; ++k) {
-    const __m512 w = _mm512_load_ps(panel + k * kCols);
+    // The group is one contiguous stream: ask for the bytes kPackedPrefetchBytes ahead.
+    _mm_prefetch(reinterpret_cast<const char*>(group) + k * kCols * Load::kBytes + kPackedPrefetchBytes,
+                 _MM_HINT_T0);
+    const __m512 w = Load::load16(group, k);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * ldx + k]), acc[r]);
   }
@@ -328,34 +333,56 @@ void tile_float(const float* panel, int64_t n_in, const float* x, int64_t ldx, f
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
-using FloatTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
-constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {
-    nullptr,       tile_float<1>, tile_float<2>, tile_float<3>,  tile_float<4>,  tile_float<5>, tile_float<6>,
-    tile_float<7>, tile_float<8>, tile_float<9>, tile_float<10>, tile_float<11>, tile_float<12>};
+using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*, int64_t, int);
+template <typename Load>
+constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {nullptr,
+                                                   tile_float<Load, 1>,
+                                                   tile_float<Load, 2>,
+                                                   tile_float<Load, 3>,
+                                                   tile_float<Load, 4>,
+                                                   tile_float<Load, 5>,
+                                                   tile_float<Load, 6>,
+                                                   tile_float<Load, 7>,
+                                                   tile_float<Load, 8>,
+                                                   tile_float<Load, 9>,
+                                                   tile_float<Load, 10>,
+                                                   tile_float<Load, 11>,
+                                                   tile_float<Load, 12>};
 
 template <typename Load>
 void gemm_float(const GemmArgs& g) {
-  auto* panel = static_cast<float*>(g.panel);
   const auto* x = reinterpret_cast<const float*>(g.act);
   const int64_t ldx = g.act_row_bytes / static_cast<int64_t>(sizeof(float));
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
-    pack_float_panel<kCols, Load>(g.w, g.w_row_bytes, c0, nc, g.n_in, panel);
+    const uint8_t* group = g.w + c0 * g.w_row_bytes;  // column group c0 / 16 of the packed layout
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
-      kFloatTiles[nr](panel, g.n_in, x + r0 * ldx, ldx, g.y + r0 * g.ldy + c0, g.ldy, nc);
+      kFloatTiles<Load>[nr](group, g.n_in, x + r0 * ldx, ldx, g.y + r0 * g.ldy + c0, g.ldy, nc);
     }
   }
 }
 
 struct LoadF32 {
-  static float load1(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+  static constexpr int64_t kBytes = 4;
+  static __m512 load16(const uint8_t* group, int64_t k) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(group) + k * kCols);
+  }
 };
 struct LoadF16 {
-  static float load1(const void* w, int64_t i) { return _cvtsh_ss(static_cast<const uint16_t*>(w)[i]); }
+  static constexpr int64_t kBytes = 2;
+  static __m512 load16(const uint8_t* group, int64_t k) {
+    return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group) + k));
+  }
 };
 struct LoadBF16 {
-  static float load1(const void* w, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(w)[i]); }
+  static constexpr int64_t kBytes = 2;
+  // bf16 is the top half of an f32: widen and shift, exact. (Zero-masked forms here and in
+  // LoadF16: GCC 12 warns, falsely, about the plain intrinsics' undefined pass-through operand.)
+  static __m512 load16(const uint8_t* group, int64_t k) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group) + k);
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+  }
 };
 
 struct GemmEntry {
@@ -375,7 +402,10 @@ constexpr GemmEntry kGemms[] = {
 }  // namespace
 
 WeightPackFn gemm_weight_packer_avx512(DType type) {
-  switch (type) {  // the types with a Packed16Reader
+  switch (type) {  // the types with a Packed16Reader, and the floats (gemm_float)
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
     case DType::q4_0:
     case DType::q4_1:
     case DType::q8_0:
@@ -392,9 +422,6 @@ GemmFn gemm_kernel_avx512(DType type) {
   return nullptr;
 }
 
-int64_t panel_bytes_avx512(int64_t n_in) {
-  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel)) * (n_in / 32),
-                           static_cast<int64_t>(sizeof(float)) * kCols * n_in);
-}
+int64_t panel_bytes_avx512(int64_t n_in) { return static_cast<int64_t>(sizeof(Panel)) * (n_in / 32); }
 
 }  // namespace ember::cpu

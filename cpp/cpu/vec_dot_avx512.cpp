@@ -47,9 +47,10 @@ IsaKernels make_table() {
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx512(static_cast<DType>(i));
-    // The quantized GEMMs take 1..3 rows without packing (gemm_avx512.cpp: gemv_quant).
-    t.types[i].gemm_any_rows = t.types[i].act == ActFormat::q8a;
     t.types[i].pack = gemm_weight_packer_avx512(static_cast<DType>(i));
+    // The quantized GEMMs take few rows without panels (gemm_avx512.cpp: gemv_quant), the float GEMMs
+    // read their weights packed at load: any row count, the same bits.
+    t.types[i].gemm_any_rows = t.types[i].act == ActFormat::q8a || t.types[i].pack != nullptr;
   }
   return t;
 }

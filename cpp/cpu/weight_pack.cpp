@@ -43,7 +43,12 @@ void put(const BlockQ6_K& x, int c, PackedQ6_K& p) {
   p.d[c] = x.d;
 }
 
-// kElements: weights per Block (32, or 256 for K-quants).
+template <typename T>
+void put(const T& x, int c, PackedFloat<T>& p) {
+  p.v[c] = x;
+}
+
+// kElements: weights per Block (32, or 256 for K-quants, 1 for floats).
 template <typename Block, typename Packed, int64_t kElements>
 void pack(const void* w, int64_t n_in, int64_t n_out, void* out, int64_t group_begin, int64_t group_end) {
   const int64_t n_blocks = n_in / kElements;        // Blocks per row
@@ -66,9 +71,14 @@ struct PackerEntry {
   WeightPackFn fn;
 };
 constexpr PackerEntry kPackers[] = {
-    {DType::q4_0, pack<BlockQ4_0, PackedQ4_0, 32>},  {DType::q4_1, pack<BlockQ4_1, PackedQ4_1, 32>},
-    {DType::q8_0, pack<BlockQ8_0, PackedQ8_0, 32>},  {DType::q4_k, pack<BlockQ4_K, PackedQ4_K, 256>},
+    {DType::q4_0, pack<BlockQ4_0, PackedQ4_0, 32>},
+    {DType::q4_1, pack<BlockQ4_1, PackedQ4_1, 32>},
+    {DType::q8_0, pack<BlockQ8_0, PackedQ8_0, 32>},
+    {DType::q4_k, pack<BlockQ4_K, PackedQ4_K, 256>},
     {DType::q6_k, pack<BlockQ6_K, PackedQ6_K, 256>},
+    {DType::f32, pack<float, PackedFloat<float>, 1>},
+    {DType::f16, pack<uint16_t, PackedFloat<uint16_t>, 1>},
+    {DType::bf16, pack<uint16_t, PackedFloat<uint16_t>, 1>},
 };
 
 }  // namespace

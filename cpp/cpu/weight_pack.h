@@ -1,5 +1,5 @@
 // cpu/weight_pack.h: the column-interleaved weight layout the avx512 / amx matmul kernels read
-// for some quantized types, built once at load from the file's rows (CpuBackend::
+// for some quantized types and the float types, built once at load from the file's rows (CpuBackend::
 // prepare_matmul_weight). Knows nothing of ISAs: the packers are plain byte moves.
 //
 // Why: decode (one activation row) reads every weight once, and in the file's layout a kernel
@@ -9,10 +9,10 @@
 // broadcast 4-byte activation group, and a thread's columns are one contiguous stream.
 //
 // Layout of a packed {n_in, n_out} tensor: [ceil(n_out / 16) column groups][n_in / block_size
-// blocks (32, or 256 for K-quants)] of the type's Packed struct below; group g holds columns 16g .. 16g + 15
-// (past n_out: zero). Each group is 16 * row_bytes(type, n_in) bytes, so group g starts at byte 16g *
-// row_bytes: the same offset as column 16g's row in the file, and the tensor is as large as the file's (plus
-// the zero columns of a last partial group).
+// blocks (32, or 256 for K-quants, 1 for floats)] of the type's Packed struct below; group g holds columns
+// 16g .. 16g + 15 (past n_out: zero). Each group is 16 * row_bytes(type, n_in) bytes, so group g starts at
+// byte 16g * row_bytes: the same offset as column 16g's row in the file, and the tensor is as large as the
+// file's (plus the zero columns of a last partial group).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,13 @@ struct PackedQ6_K {
   uint16_t d[kPackCols];            // f16 super-block scales
 };
 static_assert(sizeof(PackedQ6_K) == kPackCols * sizeof(BlockQ6_K));
+
+// Float weights (f32, f16, bf16 bits): element k of 16 columns side by side, one "block" per element, so
+// a column group is [n_in][16] values: the GEMM's panel as it is, read without packing per call.
+template <typename T>
+struct PackedFloat {
+  T v[kPackCols];
+};
 
 // Writes column groups [group_begin, group_end) of the packed layout of w (the file's rows,
 // n_out rows of n_in elements) into out (the whole packed tensor).
