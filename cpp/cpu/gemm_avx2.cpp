@@ -42,11 +42,17 @@ struct Block8 {
   __m256 scale0, scale1, coef_s, coef_s_lo;
 };
 
+// A source hands tile_quant its blocks kStep at a time: prefetch(b0) once per step, then
+// load(b0, j, x) for j < kStep (block b0 + j), with j a constant once tile_quant's loop over it
+// is unrolled (the K-quants' field offsets and shifts depend on the block's place in its
+// super-block).
+
 // Blocks from packed panels (the GEMM's).
 struct PanelSource {
+  static constexpr int kStep = 1;
   const Panel* panel;
   void prefetch(int64_t) const {}  // the panel is in L1
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     const Panel& p = panel[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
@@ -95,10 +101,11 @@ inline void packed_nibbles8(const Packed& p, int h, Block8* x) {
 
 template <>
 struct PackedSource<FormatQ4_0> {
+  static constexpr int kStep = 1;
   const PackedQ4_0* blocks;  // the group's [n_blocks]
   int h;                     // which 8 of its 16 columns
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_0, FormatQ4_0>(blocks[b], h, nullptr, x);
   }
@@ -106,10 +113,11 @@ struct PackedSource<FormatQ4_0> {
 
 template <>
 struct PackedSource<FormatQ4_1> {
+  static constexpr int kStep = 1;
   const PackedQ4_1* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_1, FormatQ4_1>(blocks[b], h, blocks[b].m, x);
   }
@@ -117,10 +125,11 @@ struct PackedSource<FormatQ4_1> {
 
 template <>
 struct PackedSource<FormatQ8_0> {
+  static constexpr int kStep = 1;
   const PackedQ8_0* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     static_assert(kSigned<FormatQ8_0>);  // the panel holds q = u - 128
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -184,7 +193,8 @@ inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
   for (int j = 0; j < 8; ++j) {
     __m256 corr[2], scale[2];
     for (int hh = 0; hh < 2; ++hh) {  // int8 scales[2j + hh], sign-extended; min 0
-      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(byte8(sc, 2 * j + hh), 24), 24);
+      const int k = 2 * j + hh;
+      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(sc[k / 4], 24 - 8 * (k % 4)), 24);
       scale[hh] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8));
       corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale[hh]));
     }
@@ -197,15 +207,14 @@ inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
 
 template <>
 struct PackedSource<FormatQ4_K> {
-  const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
+  static constexpr int kStep = 8;  // one super-block
+  const PackedQ4_K* blocks;        // the group's [n_blocks / 8] super-blocks
   int h;
   mutable SuperScales8 scales;
-  void prefetch(int64_t b) const {
-    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
-  }
-  void load(int64_t b, Block8* x) const {
-    const PackedQ4_K& p = blocks[b / 8];
-    const int j = static_cast<int>(b % 8);
+  void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
+  // Block j: the low (j even) or high nibbles of qs[j / 2].
+  void load(int64_t b0, int j, Block8* x) const {
+    const PackedQ4_K& p = blocks[b0 / 8];
     if (j == 0) decode_q4_k_scales8(p, h, &scales);
     const __m256i mask = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
@@ -222,27 +231,26 @@ struct PackedSource<FormatQ4_K> {
 
 template <>
 struct PackedSource<FormatQ6_K> {
+  static constexpr int kStep = 8;
   const PackedQ6_K* blocks;
   int h;
   mutable SuperScales8 scales;
-  void prefetch(int64_t b) const {
-    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
-  }
-  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g].
-  void load(int64_t b, Block8* x) const {
-    const PackedQ6_K& p = blocks[b / 8];
-    const int j = static_cast<int>(b % 8), hh = j / 4, k = j % 4;
+  void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
+  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g]
+  // (moved to bits 4 .. 5 by one shift; no bit crosses a byte).
+  void load(int64_t b0, int j, Block8* x) const {
+    const PackedQ6_K& p = blocks[b0 / 8];
+    const int hh = j / 4, k = j % 4;
     if (j == 0) decode_q6_k_scales8(p, h, &scales);
-    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
     const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       const __m256i ql = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
-      const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, low_shift), m15);
-      const __m256i high = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, high_shift), 4), m48);
-      x->w[g] = _mm256_or_si256(low, high);
+      const __m256i low = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m15);
+      const __m256i high_at4 = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2 * k - 4);
+      x->w[g] = _mm256_or_si256(low, _mm256_and_si256(high_at4, m48));
     }
     x->scale0 = scales.scale0[j];
     x->scale1 = scales.scale1[j];
@@ -271,42 +279,45 @@ void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int6
   const BlockQ8A* rows[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    source.prefetch(b);
-    Block8 p;
-    source.load(b, &p);
-    const __m256i* w = p.w;
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += Source::kStep) {
+    source.prefetch(b0);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8A& a = rows[r][b];
-      __m256i half[2];
+    for (int j = 0; j < Source::kStep; ++j) {
+      Block8 p;
+      source.load(b0, j, &p);
+      const __m256i* w = p.w;
 #pragma GCC unroll 8
-      for (int h = 0; h < 2; ++h) {
-        __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8A& a = rows[r][b0 + j];
+        __m256i half[2];
 #pragma GCC unroll 8
-        for (int g = 4 * h; g < 4 * h + 4; ++g) {
-          const __m256i av = bcast_group(a, g);
-          __m256i prod;
-          if constexpr (kSigned<F>) {
-            prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
-          } else {
-            prod = _mm256_maddubs_epi16(w[g], av);
+        for (int h = 0; h < 2; ++h) {
+          __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int g = 4 * h; g < 4 * h + 4; ++g) {
+            const __m256i av = bcast_group(a, g);
+            __m256i prod;
+            if constexpr (kSigned<F>) {
+              prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
+            } else {
+              prod = _mm256_maddubs_epi16(w[g], av);
+            }
+            sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
+            if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
           }
-          sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
-          if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+          half[h] = sum32;
         }
-        half[h] = sum32;
+        if constexpr (F::kSub16) {
+          __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
+          t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
+          acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), acc[r]);
+          acc[r] = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), acc[r]);
+        } else {
+          const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
+          acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
+        }
+        acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
       }
-      if constexpr (F::kSub16) {
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
-        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), acc[r]);
-        acc[r] = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), acc[r]);
-      } else {
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
-        acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
-      }
-      acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
     }
   }
   alignas(32) float out[kCols];
@@ -320,15 +331,19 @@ void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int6
 // A panel from the packed layout: what PackedSource gives, stored.
 template <typename F>
 void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Panel* panel) {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    Block8 x;
-    source.load(b, &x);
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += PackedSource<F>::kStep) {
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
-    _mm256_store_ps(panel[b].scale[0], x.scale0);
-    _mm256_store_ps(panel[b].scale[1], x.scale1);
-    _mm256_store_ps(panel[b].coef_s, x.coef_s);
-    _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+    for (int j = 0; j < PackedSource<F>::kStep; ++j) {
+      const int64_t b = b0 + j;
+      Block8 x;
+      source.load(b0, j, &x);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
+      _mm256_store_ps(panel[b].scale[0], x.scale0);
+      _mm256_store_ps(panel[b].scale[1], x.scale1);
+      _mm256_store_ps(panel[b].coef_s, x.coef_s);
+      _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+    }
   }
 }
 
