@@ -208,9 +208,10 @@ inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
 template <>
 struct PackedSource<FormatQ4_K> {
   static constexpr int kStep = 8;  // one super-block
-  const PackedQ4_K* blocks;        // the group's [n_blocks / 8] super-blocks
+  PackedSource(const PackedQ4_K* b, int half) : blocks(b), h(half) {}
+  const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
   int h;
-  mutable SuperScales8 scales;
+  mutable SuperScales8 scales;  // of blocks[b0 / 8], decoded at j == 0
   void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
   // Block j: the low (j even) or high nibbles of qs[j / 2].
   void load(int64_t b0, int j, Block8* x) const {
@@ -232,9 +233,10 @@ struct PackedSource<FormatQ4_K> {
 template <>
 struct PackedSource<FormatQ6_K> {
   static constexpr int kStep = 8;
+  PackedSource(const PackedQ6_K* b, int half) : blocks(b), h(half) {}
   const PackedQ6_K* blocks;
   int h;
-  mutable SuperScales8 scales;
+  mutable SuperScales8 scales;  // as PackedSource<FormatQ4_K>
   void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
   // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g]
   // (moved to bits 4 .. 5 by one shift; no bit crosses a byte).
@@ -268,63 +270,100 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
                          std::is_same_v<F, FormatQ8_0> || std::is_same_v<F, FormatQ4_K> ||
                          std::is_same_v<F, FormatQ6_K>;
 
-template <int R, typename F, typename Source>
-void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
-                int64_t ldy, int nc) {
+// y[R][8 kHalves] = R activation rows · the columns sources[0..kHalves) give (8 each: the
+// halves of one 16-column group in decode, so its bytes stream once with two independent
+// accumulator chains); only the first nc[h] columns of half h are stored. Every column gets
+// the same operations in the same order whatever R, kHalves or the source.
+template <int R, int kHalves, typename F, typename Source>
+void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+                int64_t ldy, const int* nc) {
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
+  __m256 acc[kHalves][R];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
+  }
   const BlockQ8A* rows[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b0 = 0; b0 < n_blocks; b0 += Source::kStep) {
-    source.prefetch(b0);
+    sources[0].prefetch(b0);
 #pragma GCC unroll 8
     for (int j = 0; j < Source::kStep; ++j) {
-      Block8 p;
-      source.load(b0, j, &p);
-      const __m256i* w = p.w;
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        Block8 p;
+        sources[h].load(b0, j, &p);
+        const __m256i* w = p.w;
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const BlockQ8A& a = rows[r][b0 + j];
-        __m256i half[2];
+        for (int r = 0; r < R; ++r) {
+          const BlockQ8A& a = rows[r][b0 + j];
+          __m256i half[2];
 #pragma GCC unroll 8
-        for (int h = 0; h < 2; ++h) {
-          __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+          for (int e = 0; e < 2; ++e) {  // elements 16e .. 16e + 15
+            __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-          for (int g = 4 * h; g < 4 * h + 4; ++g) {
-            const __m256i av = bcast_group(a, g);
-            __m256i prod;
-            if constexpr (kSigned<F>) {
-              prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
-            } else {
-              prod = _mm256_maddubs_epi16(w[g], av);
+            for (int g = 4 * e; g < 4 * e + 4; ++g) {
+              const __m256i av = bcast_group(a, g);
+              __m256i prod;
+              if constexpr (kSigned<F>) {
+                prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
+              } else {
+                prod = _mm256_maddubs_epi16(w[g], av);
+              }
+              sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
+              if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
             }
-            sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
-            if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+            half[e] = sum32;
           }
-          half[h] = sum32;
+          __m256& out = acc[h][r];
+          if constexpr (F::kSub16) {
+            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
+            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
+            out = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), out);
+            out = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), out);
+          } else {
+            const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
+            out = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), out);
+          }
+          out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
         }
-        if constexpr (F::kSub16) {
-          __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
-          t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
-          acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), acc[r]);
-          acc[r] = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), acc[r]);
-        } else {
-          const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
-          acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
-        }
-        acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
       }
     }
   }
   alignas(32) float out[kCols];
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    _mm256_store_ps(out, acc[r]);
-    std::memcpy(y + r * ldy, out, sizeof(float) * nc);
+    for (int r = 0; r < R; ++r) {
+      _mm256_store_ps(out, acc[h][r]);
+      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
+    }
+  }
+}
+
+// Decode (1 .. kMaxRows - 1 rows) straight from the packed layout, columns [c0, c_end): whole
+// 16-column groups in one pass each, a lone half (a range edge inside a group) alone.
+template <int R, typename F>
+void decode_packed(const GemmArgs& g, int64_t c0, int64_t c_end) {
+  using Block = std::remove_cvref_t<PackedBlock<F>>;
+  const int64_t n_blocks = g.n_in / 32;
+  while (c0 < c_end) {
+    const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes);
+    const int h = static_cast<int>(c0 % 16 / 8);
+    const int nc[2] = {static_cast<int>(std::min<int64_t>(kCols, c_end - c0)),
+                       static_cast<int>(std::clamp<int64_t>(c_end - c0 - kCols, 0, kCols))};
+    if (h == 0 && nc[1] > 0) {  // the group's zero columns past n_out make the second half safe to read
+      const PackedSource<F> sources[2] = {{blocks, 0}, {blocks, 1}};
+      tile_quant<R, 2, F>(sources, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      c0 += 2 * kCols;
+    } else {
+      const PackedSource<F> source{blocks, h};
+      tile_quant<R, 1, F>(&source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      c0 += kCols;
+    }
   }
 }
 
@@ -352,25 +391,27 @@ void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Pan
 // run tile_quant on the same values, so a row's result never depends on the row count.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
+  if constexpr (kPacked<F>) {
+    if (g.n_rows < kMaxRows) {
+      switch (g.n_rows) {
+        case 1: decode_packed<1, F>(g, g.col_begin, g.col_end); break;
+        case 2: decode_packed<2, F>(g, g.col_begin, g.col_end); break;
+        default: decode_packed<3, F>(g, g.col_begin, g.col_end); break;
+      }
+      return;
+    }
+  }
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
-    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
     if constexpr (kPacked<F>) {
       using Block = std::remove_cvref_t<PackedBlock<F>>;
       const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
                                    static_cast<int>(c0 % 16 / 8)};
-      if (g.n_rows < kMaxRows) {
-        switch (g.n_rows) {
-          case 1: tile_quant<1, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-          case 2: tile_quant<2, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-          default: tile_quant<3, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-        }
-        continue;
-      }
       pack_panel_from_packed<F>(source, n_blocks, panel);
     } else {
-      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc[0], n_blocks, panel);
     }
     const PanelSource panels{panel};
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
@@ -378,10 +419,10 @@ void gemm_quant(const GemmArgs& g) {
       const uint8_t* act = g.act + r0 * g.act_row_bytes;
       float* y = g.y + r0 * g.ldy + c0;
       switch (nr) {
-        case 1: tile_quant<1, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 2: tile_quant<2, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 3: tile_quant<3, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        default: tile_quant<4, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 1: tile_quant<1, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 2: tile_quant<2, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 3: tile_quant<3, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        default: tile_quant<4, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
       }
     }
   }
