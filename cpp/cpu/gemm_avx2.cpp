@@ -26,7 +26,7 @@ template <typename F>
 constexpr int groups_per_widen() {
   if (kSigned<F>) return 1;
   const int per = 32767 / (2 * F::kMaxU * 127);
-  return per >= 4 ? 4 : per >= 2 ? 2 : 1;
+  return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
 }
 
 inline __m256i bcast_group(const BlockQ8A& a, int g) {
@@ -300,12 +300,15 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const BlockQ8A& a = rows[r][b0 + j];
-          __m256i half[2];
+          // half[e]: Σ u a over elements 16e .. 16e + 15 where the halves have their own
+          // scales (kSub16), else half[0] over all 32 (up to 8 groups summed in int16).
+          constexpr int kParts = F::kSub16 ? 2 : 1, kPer = 8 / kParts;
+          __m256i half[kParts];
 #pragma GCC unroll 8
-          for (int e = 0; e < 2; ++e) {  // elements 16e .. 16e + 15
+          for (int e = 0; e < kParts; ++e) {
             __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int g = 4 * e; g < 4 * e + 4; ++g) {
+            for (int g = kPer * e; g < kPer * e + kPer; ++g) {
               const __m256i av = bcast_group(a, g);
               __m256i prod;
               if constexpr (kSigned<F>) {
@@ -313,8 +316,11 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
               } else {
                 prod = _mm256_maddubs_epi16(w[g], av);
               }
-              sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
-              if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+              const int i = g - kPer * e;  // the group's place in its part
+              sum16 = i % kGroups == 0 ? prod : _mm256_add_epi16(sum16, prod);
+              if (i % kGroups == kGroups - 1 || i == kPer - 1) {
+                sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+              }
             }
             half[e] = sum32;
           }
@@ -325,10 +331,11 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
             out = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), out);
             out = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), out);
           } else {
-            const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
+            const __m256 dot = _mm256_cvtepi32_ps(half[0]);
             out = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), out);
           }
-          out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
+          // Signed types (kBias 0, no min) have coef_s = 0: adding 0 * s changes no sum.
+          if constexpr (!kSigned<F>) out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
         }
       }
     }
