@@ -17,8 +17,7 @@ inline constexpr int64_t kGemmColsAvx512 = 16;
 GemmFn gemm_kernel_avx2(DType type);
 GemmFn gemm_kernel_avx512(DType type);
 GemmFn gemm_kernel_amx(DType type);
-GemmFn gemm_kernel_neon(DType type);  // packed types only (q4_0, q4_1, q8_0), any row count  // quantized
-                                      // types only (16 columns, avx512's panels)
+GemmFn gemm_kernel_neon(DType type);  // packed types only (q4_0, q4_1, q8_0, q4_k, q6_k), any row count
 
 // The packer of the layout the avx512 (and amx) GEMMs read a type's weights in (weight_pack.h),
 // nullptr where they read the file's rows.

@@ -26,7 +26,7 @@ template <typename F>
 constexpr int groups_per_widen() {
   if (kSigned<F>) return 1;
   const int per = 32767 / (2 * F::kMaxU * 127);
-  return per >= 4 ? 4 : per >= 2 ? 2 : 1;
+  return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
 }
 
 inline __m256i bcast_group(const BlockQ8A& a, int g) {
@@ -42,11 +42,17 @@ struct Block8 {
   __m256 scale0, scale1, coef_s, coef_s_lo;
 };
 
+// A source hands tile_quant its blocks kStep at a time: prefetch(b0) once per step, then
+// load(b0, j, x) for j < kStep (block b0 + j), with j a constant once tile_quant's loop over it
+// is unrolled (the K-quants' field offsets and shifts depend on the block's place in its
+// super-block).
+
 // Blocks from packed panels (the GEMM's).
 struct PanelSource {
+  static constexpr int kStep = 1;
   const Panel* panel;
   void prefetch(int64_t) const {}  // the panel is in L1
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     const Panel& p = panel[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
@@ -95,10 +101,11 @@ inline void packed_nibbles8(const Packed& p, int h, Block8* x) {
 
 template <>
 struct PackedSource<FormatQ4_0> {
+  static constexpr int kStep = 1;
   const PackedQ4_0* blocks;  // the group's [n_blocks]
   int h;                     // which 8 of its 16 columns
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_0, FormatQ4_0>(blocks[b], h, nullptr, x);
   }
@@ -106,10 +113,11 @@ struct PackedSource<FormatQ4_0> {
 
 template <>
 struct PackedSource<FormatQ4_1> {
+  static constexpr int kStep = 1;
   const PackedQ4_1* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_1, FormatQ4_1>(blocks[b], h, blocks[b].m, x);
   }
@@ -117,10 +125,11 @@ struct PackedSource<FormatQ4_1> {
 
 template <>
 struct PackedSource<FormatQ8_0> {
+  static constexpr int kStep = 1;
   const PackedQ8_0* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, Block8* x) const {
+  void load(int64_t b, int, Block8* x) const {
     static_assert(kSigned<FormatQ8_0>);  // the panel holds q = u - 128
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -184,7 +193,8 @@ inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
   for (int j = 0; j < 8; ++j) {
     __m256 corr[2], scale[2];
     for (int hh = 0; hh < 2; ++hh) {  // int8 scales[2j + hh], sign-extended; min 0
-      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(byte8(sc, 2 * j + hh), 24), 24);
+      const int k = 2 * j + hh;
+      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(sc[k / 4], 24 - 8 * (k % 4)), 24);
       scale[hh] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8));
       corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale[hh]));
     }
@@ -197,15 +207,15 @@ inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
 
 template <>
 struct PackedSource<FormatQ4_K> {
+  static constexpr int kStep = 8;  // one super-block
+  PackedSource(const PackedQ4_K* b, int half) : blocks(b), h(half) {}
   const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
   int h;
-  mutable SuperScales8 scales;
-  void prefetch(int64_t b) const {
-    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
-  }
-  void load(int64_t b, Block8* x) const {
-    const PackedQ4_K& p = blocks[b / 8];
-    const int j = static_cast<int>(b % 8);
+  mutable SuperScales8 scales;  // of blocks[b0 / 8], decoded at j == 0
+  void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
+  // Block j: the low (j even) or high nibbles of qs[j / 2].
+  void load(int64_t b0, int j, Block8* x) const {
+    const PackedQ4_K& p = blocks[b0 / 8];
     if (j == 0) decode_q4_k_scales8(p, h, &scales);
     const __m256i mask = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
@@ -222,27 +232,27 @@ struct PackedSource<FormatQ4_K> {
 
 template <>
 struct PackedSource<FormatQ6_K> {
+  static constexpr int kStep = 8;
+  PackedSource(const PackedQ6_K* b, int half) : blocks(b), h(half) {}
   const PackedQ6_K* blocks;
   int h;
-  mutable SuperScales8 scales;
-  void prefetch(int64_t b) const {
-    if (b % 8 == 0) packed_prefetch(blocks + b / 8, h);
-  }
-  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g].
-  void load(int64_t b, Block8* x) const {
-    const PackedQ6_K& p = blocks[b / 8];
-    const int j = static_cast<int>(b % 8), hh = j / 4, k = j % 4;
+  mutable SuperScales8 scales;  // as PackedSource<FormatQ4_K>
+  void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
+  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g]
+  // (moved to bits 4 .. 5 by one shift; no bit crosses a byte).
+  void load(int64_t b0, int j, Block8* x) const {
+    const PackedQ6_K& p = blocks[b0 / 8];
+    const int hh = j / 4, k = j % 4;
     if (j == 0) decode_q6_k_scales8(p, h, &scales);
-    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
     const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       const __m256i ql = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
-      const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, low_shift), m15);
-      const __m256i high = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, high_shift), 4), m48);
-      x->w[g] = _mm256_or_si256(low, high);
+      const __m256i low = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m15);
+      const __m256i high_at4 = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2 * k - 4);
+      x->w[g] = _mm256_or_si256(low, _mm256_and_si256(high_at4, m48));
     }
     x->scale0 = scales.scale0[j];
     x->scale1 = scales.scale1[j];
@@ -260,75 +270,126 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
                          std::is_same_v<F, FormatQ8_0> || std::is_same_v<F, FormatQ4_K> ||
                          std::is_same_v<F, FormatQ6_K>;
 
-template <int R, typename F, typename Source>
-void tile_quant(const Source& source, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
-                int64_t ldy, int nc) {
+// y[R][8 kHalves] = R activation rows · the columns sources[0..kHalves) give (8 each: the
+// halves of one 16-column group in decode, so its bytes stream once with two independent
+// accumulator chains); only the first nc[h] columns of half h are stored. Every column gets
+// the same operations in the same order whatever R, kHalves or the source.
+template <int R, int kHalves, typename F, typename Source>
+void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+                int64_t ldy, const int* nc) {
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
+  __m256 acc[kHalves][R];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
+  }
   const BlockQ8A* rows[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    source.prefetch(b);
-    Block8 p;
-    source.load(b, &p);
-    const __m256i* w = p.w;
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += Source::kStep) {
+    sources[0].prefetch(b0);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8A& a = rows[r][b];
-      __m256i half[2];
+    for (int j = 0; j < Source::kStep; ++j) {
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        Block8 p;
+        sources[h].load(b0, j, &p);
+        const __m256i* w = p.w;
 #pragma GCC unroll 8
-      for (int h = 0; h < 2; ++h) {
-        __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+        for (int r = 0; r < R; ++r) {
+          const BlockQ8A& a = rows[r][b0 + j];
+          // half[e]: Σ u a over elements 16e .. 16e + 15 where the halves have their own
+          // scales (kSub16), else half[0] over all 32 (up to 8 groups summed in int16).
+          constexpr int kParts = F::kSub16 ? 2 : 1, kPer = 8 / kParts;
+          __m256i half[kParts];
 #pragma GCC unroll 8
-        for (int g = 4 * h; g < 4 * h + 4; ++g) {
-          const __m256i av = bcast_group(a, g);
-          __m256i prod;
-          if constexpr (kSigned<F>) {
-            prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
-          } else {
-            prod = _mm256_maddubs_epi16(w[g], av);
+          for (int e = 0; e < kParts; ++e) {
+            __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int g = kPer * e; g < kPer * e + kPer; ++g) {
+              const __m256i av = bcast_group(a, g);
+              __m256i prod;
+              if constexpr (kSigned<F>) {
+                prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
+              } else {
+                prod = _mm256_maddubs_epi16(w[g], av);
+              }
+              const int i = g - kPer * e;  // the group's place in its part
+              sum16 = i % kGroups == 0 ? prod : _mm256_add_epi16(sum16, prod);
+              if (i % kGroups == kGroups - 1 || i == kPer - 1) {
+                sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+              }
+            }
+            half[e] = sum32;
           }
-          sum16 = (g % kGroups == 0) ? prod : _mm256_add_epi16(sum16, prod);
-          if (g % kGroups == kGroups - 1) sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+          __m256& out = acc[h][r];
+          if constexpr (F::kSub16) {
+            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
+            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
+            out = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), out);
+            out = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), out);
+          } else {
+            const __m256 dot = _mm256_cvtepi32_ps(half[0]);
+            out = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), out);
+          }
+          // Signed types (kBias 0, no min) have coef_s = 0: adding 0 * s changes no sum.
+          if constexpr (!kSigned<F>) out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
         }
-        half[h] = sum32;
       }
-      if constexpr (F::kSub16) {
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
-        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), acc[r]);
-        acc[r] = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), acc[r]);
-      } else {
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]));
-        acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
-      }
-      acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
     }
   }
   alignas(32) float out[kCols];
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    _mm256_store_ps(out, acc[r]);
-    std::memcpy(y + r * ldy, out, sizeof(float) * nc);
+    for (int r = 0; r < R; ++r) {
+      _mm256_store_ps(out, acc[h][r]);
+      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
+    }
+  }
+}
+
+// Decode (1 .. kMaxRows - 1 rows) straight from the packed layout, columns [c0, c_end): whole
+// 16-column groups in one pass each, a lone half (a range edge inside a group) alone.
+template <int R, typename F>
+void decode_packed(const GemmArgs& g, int64_t c0, int64_t c_end) {
+  using Block = std::remove_cvref_t<PackedBlock<F>>;
+  const int64_t n_blocks = g.n_in / 32;
+  while (c0 < c_end) {
+    const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes);
+    const int h = static_cast<int>(c0 % 16 / 8);
+    const int nc[2] = {static_cast<int>(std::min<int64_t>(kCols, c_end - c0)),
+                       static_cast<int>(std::clamp<int64_t>(c_end - c0 - kCols, 0, kCols))};
+    if (h == 0 && nc[1] > 0) {  // the group's zero columns past n_out make the second half safe to read
+      const PackedSource<F> sources[2] = {{blocks, 0}, {blocks, 1}};
+      tile_quant<R, 2, F>(sources, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      c0 += 2 * kCols;
+    } else {
+      const PackedSource<F> source{blocks, h};
+      tile_quant<R, 1, F>(&source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      c0 += kCols;
+    }
   }
 }
 
 // A panel from the packed layout: what PackedSource gives, stored.
 template <typename F>
 void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Panel* panel) {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    Block8 x;
-    source.load(b, &x);
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += PackedSource<F>::kStep) {
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
-    _mm256_store_ps(panel[b].scale[0], x.scale0);
-    _mm256_store_ps(panel[b].scale[1], x.scale1);
-    _mm256_store_ps(panel[b].coef_s, x.coef_s);
-    _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+    for (int j = 0; j < PackedSource<F>::kStep; ++j) {
+      const int64_t b = b0 + j;
+      Block8 x;
+      source.load(b0, j, &x);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
+      _mm256_store_ps(panel[b].scale[0], x.scale0);
+      _mm256_store_ps(panel[b].scale[1], x.scale1);
+      _mm256_store_ps(panel[b].coef_s, x.coef_s);
+      _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+    }
   }
 }
 
@@ -337,25 +398,27 @@ void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Pan
 // run tile_quant on the same values, so a row's result never depends on the row count.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
+  if constexpr (kPacked<F>) {
+    if (g.n_rows < kMaxRows) {
+      switch (g.n_rows) {
+        case 1: decode_packed<1, F>(g, g.col_begin, g.col_end); break;
+        case 2: decode_packed<2, F>(g, g.col_begin, g.col_end); break;
+        default: decode_packed<3, F>(g, g.col_begin, g.col_end); break;
+      }
+      return;
+    }
+  }
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
-    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
     if constexpr (kPacked<F>) {
       using Block = std::remove_cvref_t<PackedBlock<F>>;
       const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
                                    static_cast<int>(c0 % 16 / 8)};
-      if (g.n_rows < kMaxRows) {
-        switch (g.n_rows) {
-          case 1: tile_quant<1, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-          case 2: tile_quant<2, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-          default: tile_quant<3, F>(source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc); break;
-        }
-        continue;
-      }
       pack_panel_from_packed<F>(source, n_blocks, panel);
     } else {
-      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc[0], n_blocks, panel);
     }
     const PanelSource panels{panel};
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
@@ -363,10 +426,10 @@ void gemm_quant(const GemmArgs& g) {
       const uint8_t* act = g.act + r0 * g.act_row_bytes;
       float* y = g.y + r0 * g.ldy + c0;
       switch (nr) {
-        case 1: tile_quant<1, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 2: tile_quant<2, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 3: tile_quant<3, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        default: tile_quant<4, F>(panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 1: tile_quant<1, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 2: tile_quant<2, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        case 3: tile_quant<3, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
+        default: tile_quant<4, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
       }
     }
   }

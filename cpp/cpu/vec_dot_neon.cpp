@@ -1,7 +1,7 @@
 // cpu/vec_dot_neon.cpp: aarch64 NEON + dotprod dot products and the neon kernel table.
 // sdot multiplies s8 x s8, so each block's u = q + kBias is turned back into the signed q before
 // the dot product and no bias term is needed; only the formats' real mins remain.
-// q4_0, q4_1 and q8_0 weights are packed at load and run gemm_neon.cpp's kernel for every row
+// q4_0, q4_1, q8_0, q4_k and q6_k weights are packed at load and run gemm_neon.cpp's kernel for every row
 // count; the other types loop over vec_dot for every shape.
 #include <arm_neon.h>
 
@@ -198,7 +198,7 @@ IsaKernels make_table() {
   set(DType::q4_k, quant_kernels<FormatQ4_K>());
   set(DType::q5_k, quant_kernels<FormatQ5_K>());
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
-  for (DType type : {DType::q4_0, DType::q4_1, DType::q8_0}) {
+  for (DType type : {DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k, DType::q6_k}) {
     TypeKernels& k = t.types[static_cast<uint32_t>(type)];
     k.gemm = gemm_kernel_neon(type);
     k.gemm_cols = kPackCols;
