@@ -182,14 +182,15 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
   return out;
 }
 
-// Returns the error relative to max|v|, after EXPECTing it within kRelTol.
-double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
-                       int64_t window = 0, float softcap = 0.0f) {
-  const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
-  std::normal_distribution<float> normal(0.0f, 2.0f);  // peaked softmax: scores of a few units
-  std::vector<float> q(n_rows * n_q);
+// n query values of a peaked softmax (scores of a few units).
+std::vector<float> random_queries(int64_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> q(n);
   for (float& x : q) x = normal(rng);
+  return q;
+}
+
+AttentionParams params_of(const Shape& s, int64_t window, float softcap) {
   AttentionParams params;
   params.n_head = s.n_head;
   params.n_head_kv = s.n_head_kv;
@@ -197,6 +198,16 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
   params.scale = 1.0f / std::sqrt(float(s.head_dim));
   params.window = window;
   params.softcap = softcap;
+  return params;
+}
+
+// Returns the error relative to max|v|, after EXPECTing it within kRelTol.
+double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
+                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
+                       int64_t window = 0, float softcap = 0.0f) {
+  const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
+  const std::vector<float> q = random_queries(n_rows * n_q, rng);
+  const AttentionParams params = params_of(s, window, softcap);
   std::vector<float> out(n_rows * n_q, NAN);
   attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), isa, pool);
   const std::vector<double> want = reference_attention(c, s, q, positions, params.scale, window, softcap);
@@ -217,15 +228,8 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
 void check_rows_alone(Cache& c, const Shape& s, const std::vector<int32_t>& positions, const OpsIsa& isa,
                       ThreadPool& pool, std::mt19937_64& rng, const std::string& name, int64_t window) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
-  std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> q(n_rows * n_q);
-  for (float& x : q) x = normal(rng);
-  AttentionParams params;
-  params.n_head = s.n_head;
-  params.n_head_kv = s.n_head_kv;
-  params.head_dim = s.head_dim;
-  params.scale = 1.0f / std::sqrt(float(s.head_dim));
-  params.window = window;
+  const std::vector<float> q = random_queries(n_rows * n_q, rng);
+  const AttentionParams params = params_of(s, window, 0.0f);
   std::vector<float> all(n_rows * n_q), one(n_q);
   attention(q.data(), positions.data(), n_rows, c.view(), params, all.data(), isa, pool);
   int n_differ = 0;
