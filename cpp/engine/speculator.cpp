@@ -190,7 +190,17 @@ void Speculator::propose(Scheduler& scheduler) {
     for (size_t q = 0; q < queries.size(); ++q) candidates[query_of[q]].drafts = std::move(queries[q].drafts);
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (depth[i] < min_drafts) continue;
+    if (depth[i] < min_drafts) {
+      // Not drafted although it could have been: its evidence fades toward the prior, so a few
+      // early rejections do not stop a request from speculating for good (nothing else would
+      // ever bring new evidence).
+      RequestState& s = *candidates[i].state;
+      for (int bin = 0; bin < kRunBins; ++bin) {
+        s.kept[bin] *= kUndraftedForget;
+        s.rejected[bin] *= kUndraftedForget;
+      }
+      continue;
+    }
     std::vector<int32_t>& d = candidates[i].drafts;
     d.resize(std::min<size_t>(d.size(), static_cast<size_t>(depth[i])));
     if (static_cast<int64_t>(d.size()) >= min_drafts)

@@ -113,6 +113,8 @@ class Speculator {
  private:
   // Bins of agreement-run length m: 0, 1, 2-3, 4-7, 8-15, 16 and more.
   static constexpr int kRunBins = 6;
+  // Per step a request could draft but is not given drafts, its evidence is multiplied by this.
+  static constexpr double kUndraftedForget = 0.9;
   struct RequestState {
     DraftSource source = DraftSource::none;
     PredictionCursor prediction;
