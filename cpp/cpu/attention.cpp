@@ -17,12 +17,10 @@ namespace ember::cpu {
 
 namespace {
 
-// The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): where a head's
-// values start in a row, and those values as f32.
+// The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): the bytes of n
+// values, and a head's values as f32.
 struct F16Rows {
-  static const uint8_t* at(const uint8_t* row, int64_t first) {
-    return row + first * int64_t{sizeof(uint16_t)};
-  }
+  static int64_t bytes(int64_t n) { return n * int64_t{sizeof(uint16_t)}; }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) {
     const auto* h = reinterpret_cast<const uint16_t*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
@@ -31,9 +29,7 @@ struct F16Rows {
 
 // Blocks of 32 values (first and n are multiples of 32): value i of a block is d * qs[i].
 struct Q8Rows {
-  static const uint8_t* at(const uint8_t* row, int64_t first) {
-    return row + first / kQK * int64_t{sizeof(BlockQ8_0)};
-  }
+  static int64_t bytes(int64_t n) { return n / kQK * int64_t{sizeof(BlockQ8_0)}; }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) { dequantize_row_q8_0(src, dst, n); }
 };
 
@@ -82,8 +78,9 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
                const AttentionParams& params, float* out, const OpsIsa& isa, ThreadPool& pool) {
   const int64_t n_head = params.n_head, head_dim = params.head_dim;
   const int64_t group = n_head / params.n_head_kv;  // query heads per kv head
-  const auto block_kernel = isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
-                                                               : attention_block_scalar;
+  const auto block_kernel = isa.avx512 && head_dim % 16 == 0     ? attention_block_avx512
+                            : isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
+                                                                 : attention_block_scalar;
   const int64_t max_keys = int64_t{*std::max_element(positions, positions + n_rows)} + 1;
   // Below ~2K multiply-adds per task, waking a worker costs more than the task.
   const bool tiny = n_rows * n_head * max_keys * head_dim < 4096;

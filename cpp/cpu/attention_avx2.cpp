@@ -16,22 +16,14 @@ namespace ember::cpu {
 
 namespace {
 
-// KVView::slot, restated so that no inline function shared with other files is compiled here.
-inline int64_t slot_of(const KVView& kv, int64_t pos) {
-  return kv.block_table ? int64_t{kv.block_table[pos / kv.block_size]} * kv.block_size + pos % kv.block_size
-                        : pos;
-}
-
-// The KV row formats (scalar twins in attention.cpp): where a head's values start in a row, and
+// The KV row formats (scalar twins in attention.cpp): the bytes of n values, and
 // the head's values as f32 — 8 at a time in a register, or n at a time into memory. A head's
 // vectors come in groups of kGroup that share one scale: vector g * kGroup + e (values 8 times
 // that, 8 of them) is load8(group(head, g), e, scale(group(head, g))), so the kernels fetch a
 // q8_0 block's scale once for its four vectors.
 struct F16Rows {
   static constexpr int kGroup = 1;
-  static const uint8_t* at(const uint8_t* row, int64_t first) {
-    return row + first * int64_t{sizeof(uint16_t)};
-  }
+  static int64_t bytes(int64_t n) { return n * int64_t{sizeof(uint16_t)}; }
   static const uint8_t* group(const uint8_t* head, int64_t g) {
     return head + 8 * g * int64_t{sizeof(uint16_t)};
   }
@@ -49,9 +41,7 @@ struct F16Rows {
 // as dequantize_row_q8_0 (exact: an 11-bit d times a 7-bit integer), formed in registers.
 struct Q8Rows {
   static constexpr int kGroup = kQK / 8;
-  static const uint8_t* at(const uint8_t* row, int64_t first) {
-    return row + first / kQK * int64_t{sizeof(BlockQ8_0)};
-  }
+  static int64_t bytes(int64_t n) { return n / kQK * int64_t{sizeof(BlockQ8_0)}; }
   static const uint8_t* group(const uint8_t* head, int64_t g) {
     return head + g * int64_t{sizeof(BlockQ8_0)};
   }
@@ -102,18 +92,7 @@ struct Avx2Isa {
     }
     return max;
   }
-  static float exp_and_sum(float* score, int64_t n, float max) {
-    const int64_t n_padded = (n + 7) / 8 * 8;
-    for (int64_t j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0
-    const __m256 m = _mm256_set1_ps(max);
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n_padded; j += 8) {
-      const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(score + j), m));
-      _mm256_storeu_ps(score + j, p);
-      sum = _mm256_add_ps(sum, p);
-    }
-    return hsum_avx2(sum);
-  }
+  static float exp_and_sum(float* score, int64_t n, float max) { return exp_and_sum_avx2(score, n, max); }
   static void accumulate(const float* p, const float* values, int64_t n, int64_t hd, float* acc) {
     int64_t d = 0;
     for (; d + 32 <= hd; d += 32) {  // 4 columns of vectors, 4 independent chains over keys

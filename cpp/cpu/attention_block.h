@@ -25,11 +25,39 @@ inline float softcap_scores(float* score, int64_t n, float max, float cap) {
   return cap * std::tanh(max * inv_cap);
 }
 
-// KVView::slot, restated so that no inline function shared with other files is compiled with
-// a different ISA's flags.
-inline int64_t block_slot(const KVView& kv, int64_t pos) {
-  return kv.block_table ? int64_t{kv.block_table[pos / kv.block_size]} * kv.block_size + pos % kv.block_size
-                        : pos;
+// slots[j] = the cache slot of position first + j, j < n (KVView::slot without a division per
+// position, restated so that no inline function shared with other files is compiled with a
+// different ISA's flags).
+inline void tile_slots(const KVView& kv, int64_t first, int64_t n, int64_t* slots) {
+  if (!kv.block_table) {
+    for (int64_t j = 0; j < n; ++j) slots[j] = first + j;
+    return;
+  }
+  int64_t block = first / kv.block_size, in_block = first % kv.block_size;
+  for (int64_t j = 0; j < n; ++j) {
+    slots[j] = int64_t{kv.block_table[block]} * kv.block_size + in_block;
+    if (++in_block == kv.block_size) {
+      in_block = 0;
+      ++block;
+    }
+  }
+}
+
+// Asks for the cache lines of one head's keys and values of the tile at `first` (n positions),
+// so that they arrive while the tile before it is computed: a head's rows are short and strided
+// (one of n_head_kv heads of each slot's row), which the hardware prefetchers follow poorly.
+inline void prefetch_tile(const KVView& kv, int64_t first, int64_t n, int64_t offset_bytes,
+                          int64_t head_bytes) {
+  int64_t slots[kBlockTile];
+  tile_slots(kv, first, n, slots);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* k = kv.k + slots[j] * kv.row_bytes + offset_bytes;
+    const uint8_t* v = kv.v + slots[j] * kv.row_bytes + offset_bytes;
+    for (int64_t b = 0; b < head_bytes; b += 64) {
+      __builtin_prefetch(k + b);
+      __builtin_prefetch(v + b);
+    }
+  }
 }
 
 // Isa provides, for head_dim-long f32 vectors (head_dim a multiple of the ISA's vector width):
@@ -37,7 +65,8 @@ inline int64_t block_slot(const KVView& kv, int64_t pos) {
 //   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
 //   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
 // Rows provides, for the cache's row format (kv.type):
-//   at(row, first) -> bytes             where value `first` of a row starts (first of a head)
+//   bytes(n)                            bytes of n values (n a multiple of 32 or of head_dim):
+//                                       value `first` of a row starts bytes(first) in
 //   to_f32(src, dst, n)                 dst[n] = the n values starting at src, as f32
 template <typename Isa, typename Rows>
 void attention_block(const AttentionBlock& b, const KVView& kv) {
@@ -69,12 +98,18 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
 
   // Tiles start at multiples of kBlockTile, whatever keys the block's queries see: a query's tiles,
   // and so its bits, do not depend on which rows and heads share its block.
+  const int64_t head_bytes = Rows::bytes(hd), offset_bytes = Rows::bytes(b.kv_offset);
+  int64_t slots[kBlockTile];
   for (int64_t t0 = first_min / kBlockTile * kBlockTile; t0 < n_keys_max; t0 += kBlockTile) {
     const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
+    if (t0 + kBlockTile < n_keys_max) {
+      const int64_t n_next = n_keys_max - t0 - kBlockTile;
+      prefetch_tile(kv, t0 + kBlockTile, n_next < kBlockTile ? n_next : kBlockTile, offset_bytes, head_bytes);
+    }
+    tile_slots(kv, t0, n_tile, slots);
     for (int64_t j = 0; j < n_tile; ++j) {
-      const int64_t slot = block_slot(kv, t0 + j);
-      Rows::to_f32(Rows::at(kv.k + slot * kv.row_bytes, b.kv_offset), keys + j * hd, hd);
-      Rows::to_f32(Rows::at(kv.v + slot * kv.row_bytes, b.kv_offset), values + j * hd, hd);
+      Rows::to_f32(kv.k + slots[j] * kv.row_bytes + offset_bytes, keys + j * hd, hd);
+      Rows::to_f32(kv.v + slots[j] * kv.row_bytes + offset_bytes, values + j * hd, hd);
     }
     for (int64_t i = 0; i < n_queries; ++i) {
       if (n_keys[i] <= t0) continue;              // the tile is entirely in this query's future
