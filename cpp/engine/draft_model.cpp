@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "model/forward.h"
@@ -34,6 +35,9 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
         return c;
       }()) {
   if (!model_) throw InvalidArgument("[speculation] no draft model");
+  if (!(config.p_min >= 0.0f && config.p_min <= 1.0f)) {
+    throw InvalidArgument(cat("[speculation] the draft's p_min must be in [0, 1], got ", config.p_min));
+  }
   if (config.max_batch_rows < 1) {
     throw InvalidArgument(cat("[speculation] max_batch_rows must be >= 1, got ", config.max_batch_rows));
   }
@@ -74,7 +78,14 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
   for (const Rows& r : rows) {
     if (!r.wants_logits) continue;
     const float* row = logits_.data() + k++ * n_vocab;
-    next[r.query] = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+    const float* top = std::max_element(row, row + n_vocab);
+    // The top token's softmax probability; logits 16 below the top add < 1.2e-7 each, so the
+    // sum skips them (what they could add in all moves p by well under 1% of p_min).
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n_vocab; ++t) {
+      if (row[t] > *top - 16.0f) sum += std::exp(row[t] - *top);
+    }
+    next[r.query] = 1.0f / sum >= config_.p_min ? static_cast<int32_t>(top - row) : -1;
   }
 }
 
@@ -87,8 +98,10 @@ void ModelDrafter::propose(std::span<Query> queries) {
   for (size_t q = 0; q < n_q; ++q) {
     Query& query = queries[q];
     query.drafts.clear();
-    const int64_t n = static_cast<int64_t>(query.tokens.size());
-    if (query.n_draft < 1 || n < 1) continue;
+    // Catching up only (a new prompt): every token but the last, whose row gives the first guess
+    // at the next call.
+    const int64_t n = static_cast<int64_t>(query.tokens.size()) - (query.n_draft == 0 ? 1 : 0);
+    if (query.n_draft < 0 || n < 1) continue;
     SequenceDraft& s = seqs_[query.id];
     // Guesses of the last call that came true kept valid K/V; at least the last token runs again
     // (its row gives the first guess).
@@ -97,9 +110,10 @@ void ModelDrafter::propose(std::span<Query> queries) {
       if (c >= n || query.tokens[c] != g) break;
       ++c;
     }
-    c = std::min(c, n - 1);
+    c = std::min(c, query.n_draft == 0 ? n : n - 1);
     // Slots up to the last guess fed back: positions [0, n + n_draft - 1).
-    if (!kv_.allocate_slots({query.id, query.tokens, c}, n + query.n_draft - 1 - c)) continue;
+    const int64_t n_slots = query.n_draft == 0 ? n - c : n + query.n_draft - 1 - c;
+    if (n_slots > 0 && !kv_.allocate_slots({query.id, query.tokens, c}, n_slots)) continue;
     work[q].assign(query.tokens.begin(), query.tokens.end());
     work[q].reserve(static_cast<size_t>(n + query.n_draft));
     n_known[q] = n;
@@ -121,14 +135,16 @@ void ModelDrafter::propose(std::span<Query> queries) {
     if (!active[q]) continue;
     for (int64_t p = start[q]; p < n_known[q];) {
       const int64_t count = std::min(n_known[q] - p, config_.max_batch_rows - n_rows);
-      rows.push_back({q, p, count, p + count == n_known[q]});
+      rows.push_back({q, p, count, p + count == n_known[q] && queries[q].n_draft > 0});
       n_rows += count;
       p += count;
       if (n_rows == config_.max_batch_rows) flush();
     }
   }
   flush();
-  // Then one row per query and guess: each guess is fed back to get the next.
+  // Then one row per query and guess: each guess is fed back to get the next, until a query has
+  // its drafts or the draft is unsure of the next guess (next is -1 then).
+  std::vector<int64_t> n_fed(n_q, 0);  // guesses fed back, whose K/V is valid if they come true
   for (int64_t round = 0;; ++round) {
     for (size_t q = 0; q < n_q; ++q) {
       if (!active[q] || next[q] < 0) continue;
@@ -137,6 +153,7 @@ void ModelDrafter::propose(std::span<Query> queries) {
       next[q] = -1;
       if (static_cast<int64_t>(queries[q].drafts.size()) < queries[q].n_draft) {
         rows.push_back({q, n_known[q] + round, 1, true});
+        ++n_fed[q];
       }
     }
     if (rows.empty()) break;
@@ -146,7 +163,7 @@ void ModelDrafter::propose(std::span<Query> queries) {
     if (!active[q]) continue;
     SequenceDraft& s = seqs_[queries[q].id];
     s.n_computed = n_known[q];
-    s.speculative.assign(queries[q].drafts.begin(), queries[q].drafts.end() - 1);  // those fed back
+    s.speculative.assign(queries[q].drafts.begin(), queries[q].drafts.begin() + n_fed[q]);
   }
 }
 

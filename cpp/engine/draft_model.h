@@ -1,7 +1,9 @@
 // engine/draft_model.h: the draft-model source of speculation — a small model with the target's
 // vocabulary guessing requests' next tokens greedily, over a paged KV cache of its own (its own
 // block tables and pool, no prefix caching). Batches every request's catch-up rows and then one
-// row per request per guessed token. Engine thread only; knows nothing of the scheduler.
+// row per request per guessed token, and stops a request's guesses where the draft itself is
+// unsure (its top token's probability below p_min; llama.cpp's --draft-p-min, same default).
+// Engine thread only; knows nothing of the scheduler.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@ struct DraftModelConfig {
   int64_t n_blocks = 0;  // KV blocks of the draft's own cache
   int block_size = 16;
   int64_t max_batch_rows = 512;  // rows of one draft forward pass at most (catch-up is chunked)
+  float p_min = 0.75f;           // a guess the draft gives less probability than this ends the drafts
 };
 
 // Throws InvalidArgument when `draft` cannot draft for `target`: another vocabulary size, or
@@ -44,7 +47,8 @@ class ModelDrafter : public DraftModel {
     std::vector<int32_t> speculative;  // guesses whose K/V follows n_computed (valid if they come true)
   };
   // Runs rows[i] = (query, first position, count) through the draft, writing their K/V; for each
-  // query whose last row is included, logits of that row give its next guess (argmax) in `next`.
+  // row that wants logits, they give its query's next guess (argmax) in `next`, or -1 when the
+  // guess's probability is below p_min.
   struct Rows {
     size_t query;
     int64_t start, count;

@@ -156,6 +156,7 @@ void Engine::step() {
     sampled = runner_->execute(batch);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     speculator_.observe(plan, sampled, took.count());
+    speculator_.catch_up(plan, scheduler_);
     outputs = scheduler_.update_from_output(plan, sampled);
   } catch (const std::exception& e) {
     // The step's requests can't trust their cache any more: fail them, keep serving the rest.

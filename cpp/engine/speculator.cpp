@@ -49,10 +49,12 @@ int run_bin(int64_t m, int n_bins) {
 double Speculator::RequestState::keep_chance(int64_t run) const {
   const bool by_run = source == DraftSource::prediction;
   const int bin = by_run ? run_bin(run, kRunBins) : 0;
-  // Before any evidence: even odds; a prediction is the caller's own guess of the output, so
-  // there the longer the output has followed it, the likelier its next token (runs of 0 and 1
-  // token: 1/2, 2-3: 2/3, ... 16 and more: 5/6).
-  const double prior_kept = by_run ? std::max(1, bin) : 1.0, prior_rejected = 1.0;
+  // Before any evidence: even odds for prompt lookup; 3/4 for a draft model, whose drafts stop
+  // where its own probability falls below p_min (0.75 by default); a prediction is the caller's
+  // own guess of the output, so there the longer the output has followed it, the likelier its
+  // next token (runs of 0 and 1 token: 1/2, 2-3: 2/3, ... 16 and more: 5/6).
+  const double prior_kept = by_run ? std::max(1, bin) : source == DraftSource::draft_model ? 3.0 : 1.0;
+  const double prior_rejected = 1.0;
   const double p = (kept[bin] + prior_kept) / (kept[bin] + rejected[bin] + prior_kept + prior_rejected);
   return std::clamp(p, 0.02, 0.98);
 }
@@ -236,6 +238,18 @@ void Speculator::observe(const StepPlan& plan, std::span<const SampledTokens> sa
     stats_.n_drafted[source] += p.n_drafts();
     stats_.n_accepted[source] += got.n_accepted();
   }
+}
+
+void Speculator::catch_up(const StepPlan& plan, const Scheduler& scheduler) {
+  if (!draft_model_) return;
+  std::vector<DraftModel::Query> queries;
+  for (const ScheduledSequence& p : plan.seqs) {
+    if (!p.needs_sample || states_.contains(p.id)) continue;  // mid-prompt, or decoding already
+    const Request* r = scheduler.find(p.id);
+    if (r == nullptr || state_of(*r).source != DraftSource::draft_model) continue;
+    queries.push_back({r->id, r->token_ids, 0, {}});
+  }
+  if (!queries.empty()) draft_model_->propose(queries);
 }
 
 void Speculator::release(std::span<const RequestId> ids) {

@@ -49,7 +49,8 @@ struct SpeculationConfig {
   int draft_min = 1;                       // a request given fewer drafts than this gets none
   int ngram_min = 2;                       // prompt lookup matches suffixes of ngram_min..ngram_max
   int ngram_max = 4;
-  bool adaptive = true;  // the back-off above; false: always draft_max (tests, benchmarks)
+  bool adaptive = true;  // the back-off above (and a draft model's p_min); false: always
+                         // draft_max (tests, benchmarks)
 };
 
 // Step time = fixed_s + per_row_s · rows, least squares over recent steps (exponentially
@@ -75,8 +76,8 @@ class DraftModel {
   struct Query {
     RequestId id = 0;
     std::span<const int32_t> tokens;  // the request's tokens so far (prompt, then output)
-    int64_t n_draft = 0;              // drafts wanted
-    std::vector<int32_t> drafts;      // filled: at most n_draft tokens
+    int64_t n_draft = 0;              // drafts wanted; 0: only catch up on tokens (a new prompt)
+    std::vector<int32_t> drafts;      // filled: at most n_draft tokens (fewer where the draft is unsure)
   };
   virtual ~DraftModel() = default;
   // Throws InvalidArgument when the draft model cannot serve this target (another vocabulary).
@@ -102,6 +103,10 @@ class Speculator {
   void propose(Scheduler& scheduler);
   // After the step: its cost, and how each request's drafts fared.
   void observe(const StepPlan& plan, std::span<const SampledTokens> sampled, double seconds);
+  // After the step, before its tokens go out: the draft model reads the prompts that were
+  // completed in it, so that this is part of the prompt's time (as the target's prefill is, and
+  // as in llama.cpp) and the first drafting step reads only the token sampled after it.
+  void catch_up(const StepPlan& plan, const Scheduler& scheduler);
   // Requests that left the engine.
   void release(std::span<const RequestId> ids);
 

@@ -155,10 +155,50 @@ TEST(speculator_counts_the_draft_models_cost) {
     }
     speculator.propose(scheduler);
     const int64_t n_drafts = static_cast<int64_t>(scheduler.running().front()->draft_token_ids.size());
-    // Even odds per draft: the j-th draft adds 2^-(j+1) tokens for 0.1 ms + 0.2 ms of drafting.
+    // A draft model's prior odds, 3/4 per draft: the j-th draft adds 0.75^(j+1) tokens for
+    // 0.1 ms + 0.2 ms of drafting.
     if (pass_s < 0.001) CHECK(n_drafts >= 4);
-    else CHECK_EQ(n_drafts, 0);  // 0.5 * 10.1 ms < 50.1 ms
+    else CHECK_EQ(n_drafts, 0);  // 0.75 * 10.1 ms < 50.1 ms
   }
+}
+
+// Records what it is asked for.
+struct RecordingDrafter : FixedCostDrafter {
+  RecordingDrafter() : FixedCostDrafter(0.001) {}
+  void propose(std::span<Query> queries) override {
+    for (const Query& q : queries) asked.push_back({q.id, static_cast<int64_t>(q.tokens.size()), q.n_draft});
+    FixedCostDrafter::propose(queries);
+  }
+  struct Ask {
+    RequestId id;
+    int64_t n_tokens, n_draft;
+  };
+  std::vector<Ask> asked;
+};
+
+// The draft model reads a prompt in the step that completes it (after the target's prefill, before
+// the first token goes out), once: a prompt prefilled over two steps is read after the second,
+// and a decoding request is not read again by catch_up.
+TEST(draft_model_reads_a_prompt_when_its_prefill_completes) {
+  SpeculationConfig c;
+  c.source = DraftSource::draft_model;
+  KVCacheManager kv(kv_config(512, 16));
+  Scheduler scheduler(sched_config(64, 16), kv);  // 64 tokens a step: a 100-token prompt takes two
+  auto drafter = std::make_unique<RecordingDrafter>();
+  RecordingDrafter& asked = *drafter;
+  Speculator speculator(c, std::move(drafter));
+  scheduler.add_request(Request(1, iota_tokens(100, 1000), opts(50)));
+  FakeRunner runner(512 * 16);
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) speculator.propose(scheduler);  // decoding now: drafts, no catch-up
+    const StepPlan plan = scheduler.schedule();
+    const std::vector<SampledTokens> sampled = runner.execute(build_batch(plan, scheduler));
+    speculator.catch_up(plan, scheduler);
+    CHECK_EQ(asked.asked.size(), size_t{step == 0 ? 0u : step == 1 ? 1u : 2u});
+    scheduler.update_from_output(plan, sampled);
+  }
+  CHECK(asked.asked[0].id == 1 && asked.asked[0].n_tokens == 100 && asked.asked[0].n_draft == 0);
+  CHECK(asked.asked[1].id == 1 && asked.asked[1].n_draft > 0);
 }
 
 std::pair<Tokens, TokenEvent> read_stream(EventQueue& events) {
