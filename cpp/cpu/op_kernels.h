@@ -15,7 +15,7 @@ namespace ember::cpu {
 // row's keys, cap(s) = softcap * tanh(s / softcap) when softcap > 0 (else s), reading the
 // head_dim values at kv_offset of each cached row, f16 or q8_0 (kv.type; q8_0 needs head_dim and
 // kv_offset multiples of 32). Accumulates in f32. See attention_block.h.
-inline constexpr int64_t kMaxBlockQueries = 16;
+inline constexpr int64_t kMaxBlockQueries = 32;
 struct AttentionBlock {
   const float* q = nullptr;            // [n_rows, row_stride] query rows of the block
   float* out = nullptr;                // [n_rows, row_stride] attention output rows of the block

@@ -251,7 +251,8 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
   };
   const std::vector<Shape> shapes = {
       {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
-      {20, 1, 64},                                       // a group past kMaxBlockQueries
+      {40, 1, 64},                                       // a group past kMaxBlockQueries
+      {4, 1, 256},                                       // Gemma 3
   };
   for (DType type : {DType::f16, DType::q8_0}) {
     for (const Shape& s : shapes) {
