@@ -43,7 +43,8 @@ struct Q8Rows {
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(blocks[b].d));
       for (int h = 0; h < 2; ++h) {
         const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + 16 * h));
-        _mm512_store_ps(dst + b * kQK + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d));
+        _mm512_store_ps(dst + b * kQK + 16 * h,
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d));
       }
     }
   }
