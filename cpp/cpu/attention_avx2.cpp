@@ -92,7 +92,18 @@ struct Avx2Isa {
     }
     return max;
   }
-  static float exp_and_sum(float* score, int64_t n, float max) { return exp_and_sum_avx2(score, n, max); }
+  static float exp_and_sum(float* score, int64_t n, float max) {
+    const int64_t n_padded = (n + 7) / 8 * 8;
+    for (int64_t j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0
+    const __m256 m = _mm256_set1_ps(max);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n_padded; j += 8) {
+      const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(score + j), m));
+      _mm256_storeu_ps(score + j, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    return hsum_avx2(sum);
+  }
   static void accumulate(const float* p, const float* values, int64_t n, int64_t hd, float* acc) {
     int64_t d = 0;
     for (; d + 32 <= hd; d += 32) {  // 4 columns of vectors, 4 independent chains over keys

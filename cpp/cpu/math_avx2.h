@@ -5,7 +5,6 @@
 
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstdint>
 
 namespace ember::cpu {
@@ -55,20 +54,6 @@ inline float hmax_avx2(__m256 v) {
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   return _mm_cvtss_f32(m);
-}
-
-// score[j] = exp(score[j] - max) for j < n, returns Σ; score has room for n rounded up to 8.
-inline float exp_and_sum_avx2(float* score, int64_t n, float max) {
-  const int64_t n_padded = (n + 7) / 8 * 8;
-  for (int64_t j = n; j < n_padded; ++j) score[j] = -INFINITY;  // exp gives 0
-  const __m256 m = _mm256_set1_ps(max);
-  __m256 sum = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n_padded; j += 8) {
-    const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(score + j), m));
-    _mm256_storeu_ps(score + j, p);
-    sum = _mm256_add_ps(sum, p);
-  }
-  return hsum_avx2(sum);
 }
 
 inline __m256 load_f16x8(const uint16_t* p) {

@@ -97,7 +97,7 @@ Speculator::RequestState& Speculator::state_of(const Request& r) {
 std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, int64_t n_plain_rows,
                                         int64_t n_samples, int64_t budget) const {
   std::vector<int64_t> depth(candidates.size(), 0);
-  if (!config_.adaptive || !cost_.known()) {
+  if (!config_.adaptive || !cost_.known()) {  // (known after the engine's first decode step)
     int64_t rows = n_plain_rows;
     for (size_t i = 0; i < depth.size(); ++i) {
       depth[i] = std::clamp<int64_t>(budget - rows, 0, static_cast<int64_t>(candidates[i].value.size()));
@@ -211,7 +211,12 @@ void Speculator::propose(Scheduler& scheduler) {
 }
 
 void Speculator::observe(const StepPlan& plan, std::span<const SampledTokens> sampled, double seconds) {
-  if (plan.n_tokens > 0) cost_.add(plan.n_tokens, seconds);
+  // Only steps of decoding rows price a draft row: a prompt chunk's rows (a GEMM, with less
+  // attention each) cost far less apiece, and one long prompt would outweigh every decode step
+  // in the fit for long after.
+  const bool decoding = std::ranges::all_of(
+      plan.seqs, [](const ScheduledSequence& p) { return p.needs_sample && p.n_tokens == 1 + p.n_drafts(); });
+  if (plan.n_tokens > 0 && decoding) cost_.add(plan.n_tokens, seconds);
   size_t k = 0;
   for (const ScheduledSequence& p : plan.seqs) {
     if (!p.needs_sample) continue;

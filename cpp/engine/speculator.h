@@ -5,7 +5,8 @@
 // only.
 //
 // How many drafts pay off (the back-off): a step of n rows takes about a + b·n seconds, and a
-// draft model's pass over m rows about a_d + b_d·m (both fitted online to measured passes). A
+// draft model's pass over m rows about a_d + b_d·m (both fitted online to measured passes, the
+// target's to steps of decoding rows only; the engine's first decode step drafts all it can). A
 // request's j-th draft adds v_j expected tokens — the chance that it and every draft before it
 // are kept — and costs one target row, b, plus for a draft model one draft row, b_d, and a_d
 // more when it needs a draft pass no other request's drafts already pay for. Drafts are handed

@@ -189,6 +189,11 @@ TEST(draft_model_reads_a_prompt_when_its_prefill_completes) {
   Speculator speculator(c, std::move(drafter));
   scheduler.add_request(Request(1, iota_tokens(100, 1000), opts(50)));
   FakeRunner runner(512 * 16);
+  StepPlan timed;  // decode steps of 10 ms + 0.1 ms a row, for the back-off
+  for (int64_t n : {1, 2, 4, 1}) {
+    timed.n_tokens = n;
+    speculator.observe(timed, {}, 0.010 + 0.0001 * static_cast<double>(n));
+  }
   for (int step = 0; step < 3; ++step) {
     if (step == 2) speculator.propose(scheduler);  // decoding now: drafts, no catch-up
     const StepPlan plan = scheduler.schedule();
