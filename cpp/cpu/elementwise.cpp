@@ -46,7 +46,11 @@ void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* y) {
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa, ThreadPool& pool) {
+#if EMBER_HAS_X86
   const auto kernel = isa.avx2_f16c ? silu_mul_avx2 : silu_mul_scalar;
+#else
+  const auto kernel = silu_mul_scalar;
+#endif
   // The exp makes this worth threading sooner than a plain add.
   parallel_for(pool, n, 4096,
                [&](int64_t begin, int64_t end) { kernel(gate + begin, up + begin, end - begin, y + begin); });

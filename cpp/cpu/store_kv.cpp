@@ -17,7 +17,11 @@ void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_
   const int64_t grain = 16384 / n_kv_dim + 1;
   if (kv.type == DType::q8_0) {
     // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.
+#if EMBER_HAS_X86
     const auto quantize = isa.avx2_f16c ? quantize_row_q8_0_avx2 : quantize_row_q8_0;
+#else
+    const auto quantize = quantize_row_q8_0;
+#endif
     parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t slot = kv.slot(positions[r]);
@@ -27,7 +31,11 @@ void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_
     });
     return;
   }
+#if EMBER_HAS_X86
   const auto convert = isa.avx2_f16c && n_kv_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
+#else
+  const auto convert = f32_to_f16_row_scalar;
+#endif
   parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t slot = kv.slot(positions[r]);
