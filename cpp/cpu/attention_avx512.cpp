@@ -22,7 +22,8 @@ struct F16Rows16 : F16Rows {
     const auto* h = reinterpret_cast<const uint16_t*>(src);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(
+                                    0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
     if (i < n) F16Rows::to_f32(src + 2 * i, dst + i, n - i);
   }
 };
@@ -41,8 +42,8 @@ struct Avx512Isa : Avx2Isa {
   }
   // Avx2Isa::scores's arithmetic (each key's 8 partial sums over d in order, then its horizontal
   // sums of four keys), two keys per instruction where a group of four starts at an even key.
-  static float scores_paired(const float* q, const float* keys, const float* paired, int64_t j0, int64_t n_keys,
-                             int64_t hd, float* score) {
+  static float scores_paired(const float* q, const float* keys, const float* paired, int64_t j0,
+                             int64_t n_keys, int64_t hd, float* score) {
     __m128 max4 = _mm_set1_ps(-INFINITY);
     int64_t j = 0;
     for (; j + 4 <= n_keys; j += 4) {
