@@ -61,36 +61,49 @@ struct Q8Rows {
   }
 };
 
+// The 8-lane partial sums of q · key for four keys (key k at keys + k * hd): independent FMA
+// chains over d in order.
+inline void dots4(const float* q, const float* keys, int64_t hd, __m256 (&dot)[4]) {
+  for (__m256& x : dot) x = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; d += 8) {
+    const __m256 qv = _mm256_load_ps(q + d);
+    for (int k = 0; k < 4; ++k) dot[k] = _mm256_fmadd_ps(qv, _mm256_load_ps(keys + k * hd + d), dot[k]);
+  }
+}
+
+// score[j] = q · keys[j] for j < n_keys, returns the max: four keys at a time from
+// four_dots(j, dot) (dots4's partial sums of keys j .. j + 3) and their horizontal sums, then one
+// at a time. The avx512 kernel passes its own four_dots with the same bits.
+template <typename FourDots>
+float scores_by_fours(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score,
+                      FourDots four_dots) {
+  __m128 max4 = _mm_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 4 <= n_keys; j += 4) {
+    __m256 dot[4];
+    four_dots(j, dot);
+    const __m128 s4 = hsum4_avx2(dot[0], dot[1], dot[2], dot[3]);
+    _mm_storeu_ps(score + j, s4);
+    max4 = _mm_max_ps(max4, s4);
+  }
+  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+  float max = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
+  for (; j < n_keys; ++j) {
+    __m256 dot = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8)
+      dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + j * hd + d), dot);
+    score[j] = hsum_avx2(dot);
+    max = score[j] > max ? score[j] : max;
+  }
+  return max;
+}
+
 // attention_block's primitives; head_dim is a multiple of 8.
 struct Avx2Isa {
   static constexpr bool kPairedKeys = false;
   static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
-    __m128 max4 = _mm_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 4 <= n_keys; j += 4) {  // four keys at a time: independent FMA chains
-      const float* k = keys + j * hd;
-      __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-      for (int64_t d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_load_ps(q + d);
-        d0 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + d), d0);
-        d1 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + hd + d), d1);
-        d2 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 2 * hd + d), d2);
-        d3 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 3 * hd + d), d3);
-      }
-      const __m128 s4 = hsum4_avx2(d0, d1, d2, d3);
-      _mm_storeu_ps(score + j, s4);
-      max4 = _mm_max_ps(max4, s4);
-    }
-    max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
-    float max = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
-    for (; j < n_keys; ++j) {
-      __m256 dot = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8)
-        dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + j * hd + d), dot);
-      score[j] = hsum_avx2(dot);
-      max = score[j] > max ? score[j] : max;
-    }
-    return max;
+    return scores_by_fours(q, keys, n_keys, hd, score,
+                           [&](int64_t j, __m256(&dot)[4]) { dots4(q, keys + j * hd, hd, dot); });
   }
   static float exp_and_sum(float* score, int64_t n, float max) {
     const int64_t n_padded = (n + 7) / 8 * 8;

@@ -44,49 +44,22 @@ struct Avx512Isa : Avx2Isa {
   // sums of four keys), two keys per instruction where a group of four starts at an even key.
   static float scores_paired(const float* q, const float* keys, const float* paired, int64_t j0,
                              int64_t n_keys, int64_t hd, float* score) {
-    __m128 max4 = _mm_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 4 <= n_keys; j += 4) {
+    return scores_by_fours(q, keys + j0 * hd, n_keys, hd, score, [&](int64_t j, __m256(&dot)[4]) {
       const int64_t a = j0 + j;
-      __m256 d0, d1, d2, d3;
-      if (a % 2 == 0) {
-        const float* p0 = paired + (a / 2) * 2 * hd;
-        const float* p1 = p0 + 2 * hd;
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-        for (int64_t c = 0; c < hd / 8; ++c) {
-          const __m512 qv = _mm512_maskz_broadcast_f32x8(0xffff, _mm256_load_ps(q + 8 * c));
-          s0 = _mm512_fmadd_ps(qv, _mm512_load_ps(p0 + 16 * c), s0);
-          s1 = _mm512_fmadd_ps(qv, _mm512_load_ps(p1 + 16 * c), s1);
-        }
-        d0 = _mm512_maskz_extractf32x8_ps(0xff, s0, 0);
-        d1 = _mm512_maskz_extractf32x8_ps(0xff, s0, 1);
-        d2 = _mm512_maskz_extractf32x8_ps(0xff, s1, 0);
-        d3 = _mm512_maskz_extractf32x8_ps(0xff, s1, 1);
-      } else {
-        const float* k = keys + a * hd;
-        d0 = d1 = d2 = d3 = _mm256_setzero_ps();
-        for (int64_t d = 0; d < hd; d += 8) {
-          const __m256 qv = _mm256_load_ps(q + d);
-          d0 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + d), d0);
-          d1 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + hd + d), d1);
-          d2 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 2 * hd + d), d2);
-          d3 = _mm256_fmadd_ps(qv, _mm256_load_ps(k + 3 * hd + d), d3);
-        }
+      if (a % 2 != 0) return dots4(q, keys + a * hd, hd, dot);
+      const float* p0 = paired + (a / 2) * 2 * hd;
+      const float* p1 = p0 + 2 * hd;
+      __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+      for (int64_t c = 0; c < hd / 8; ++c) {
+        const __m512 qv = _mm512_maskz_broadcast_f32x8(0xffff, _mm256_load_ps(q + 8 * c));
+        s0 = _mm512_fmadd_ps(qv, _mm512_load_ps(p0 + 16 * c), s0);
+        s1 = _mm512_fmadd_ps(qv, _mm512_load_ps(p1 + 16 * c), s1);
       }
-      const __m128 s4 = hsum4_avx2(d0, d1, d2, d3);
-      _mm_storeu_ps(score + j, s4);
-      max4 = _mm_max_ps(max4, s4);
-    }
-    max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
-    float max = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
-    for (; j < n_keys; ++j) {
-      __m256 dot = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8)
-        dot = _mm256_fmadd_ps(_mm256_load_ps(q + d), _mm256_load_ps(keys + (j0 + j) * hd + d), dot);
-      score[j] = hsum_avx2(dot);
-      max = score[j] > max ? score[j] : max;
-    }
-    return max;
+      dot[0] = _mm512_maskz_extractf32x8_ps(0xff, s0, 0);
+      dot[1] = _mm512_maskz_extractf32x8_ps(0xff, s0, 1);
+      dot[2] = _mm512_maskz_extractf32x8_ps(0xff, s1, 0);
+      dot[3] = _mm512_maskz_extractf32x8_ps(0xff, s1, 1);
+    });
   }
   // acc[d] = fma(p[j], values[j][d], acc[d]) for j = 0, 1, ... in order, as Avx2Isa::accumulate
   // does 8 values at a time.
