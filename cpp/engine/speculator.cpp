@@ -30,7 +30,10 @@ void StepCostModel::add(int64_t n_rows, double seconds) {
   const double mean_n = sn_ / s0_, mean_t = st_ / s0_;
   const double var_n = snn_ / s0_ - mean_n * mean_n;
   double b = mean_t / (mean_n + kPriorRows);
-  if (var_n > 1.0) b = std::clamp((snt_ / s0_ - mean_n * mean_t) / var_n, 0.0, mean_t / mean_n);
+  // A step's fixed cost is taken to be at least one row's: with steps of a few rows and
+  // millisecond noise (a small model), the fit can otherwise put all of the time in the rows, and
+  // then no draft ever pays.
+  if (var_n > 1.0) b = std::clamp((snt_ / s0_ - mean_n * mean_t) / var_n, 0.0, mean_t / (mean_n + 1.0));
   per_row_s_ = b;
   fixed_s_ = std::max(0.0, mean_t - b * mean_n);
 }

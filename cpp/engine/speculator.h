@@ -55,8 +55,8 @@ struct SpeculationConfig {
 };
 
 // Step time = fixed_s + per_row_s · rows, least squares over recent steps (exponentially
-// forgotten). Until the rows have varied enough to tell the two apart, a step is assumed to
-// cost as much as kPriorRows extra rows in fixed overhead.
+// forgotten), with fixed_s >= per_row_s. Until the rows have varied enough to tell the two
+// apart, a step is assumed to cost as much as kPriorRows extra rows in fixed overhead.
 class StepCostModel {
  public:
   void add(int64_t n_rows, double seconds);
