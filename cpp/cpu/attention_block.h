@@ -62,10 +62,6 @@ inline void prefetch_tile(const KVView& kv, int64_t first, int64_t n, int64_t of
 
 // Isa provides, for head_dim-long f32 vectors (head_dim a multiple of the ISA's vector width):
 //   scores(q, keys, n_keys, hd, s)      s[j] = q · keys[j * hd ...], returns max_j s[j]
-//   kPairedKeys                         true: the ISA also wants the tile's keys in pairs,
-//                                       pair_keys(keys, n, hd, paired), and takes them in
-//                                       scores_paired(q, keys, paired, j0, n_keys, hd, s), keys
-//                                       and s from the tile's key j0 on
 //   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
 //   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
 // Rows provides, for the cache's row format (kv.type):
@@ -80,7 +76,6 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
   alignas(64) float queries[kMaxBlockQueries * kMaxHeadDim];  // [n_queries, hd] q * scale
   alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];      // [n_queries, hd] Σ p·v
   alignas(64) float score[kBlockTile + 8];
-  alignas(64) float paired[Isa::kPairedKeys ? kBlockTile * kMaxHeadDim : 1];
   float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries];
   int64_t n_keys[kMaxBlockQueries];  // keys query i may see: [first_key[i], n_keys[i])
   int64_t first_key[kMaxBlockQueries];
@@ -116,18 +111,12 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
       Rows::to_f32(kv.k + slots[j] * kv.row_bytes + offset_bytes, keys + j * hd, hd);
       Rows::to_f32(kv.v + slots[j] * kv.row_bytes + offset_bytes, values + j * hd, hd);
     }
-    if constexpr (Isa::kPairedKeys) Isa::pair_keys(keys, n_tile, hd, paired);
     for (int64_t i = 0; i < n_queries; ++i) {
       if (n_keys[i] <= t0) continue;              // the tile is entirely in this query's future
       if (first_key[i] >= t0 + n_tile) continue;  // entirely before its window
       const int64_t j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;  // window start in the tile
       const int64_t n = (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - j0;
-      float tile_max;
-      if constexpr (Isa::kPairedKeys) {
-        tile_max = Isa::scores_paired(queries + i * hd, keys, paired, j0, n, hd, score);
-      } else {
-        tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
-      }
+      float tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
       if (b.softcap > 0.0f) tile_max = softcap_scores(score, n, tile_max, b.softcap);
       if (tile_max > running_max[i]) {
         const float rescale = std::exp(running_max[i] - tile_max);  // 0 on the first tile
