@@ -1,10 +1,10 @@
 // cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. Weight columns are packed 16 at a time
 // (layout: PanelBlock in gemm_pack_x86.h), one K chunk at a time small enough to stay in L1, and
 // right after a chunk is packed, R x 16 tiles of outputs are computed over it: per 32-element
-// block and row, 8 vpdpbusd (16 columns x 4 elements against the row's broadcast 4-byte
-// activation group), then one float scale and the min / offset terms. The block's 8 weight
-// vectors stay in registers while all R rows use them; R <= 12 because 12 accumulators + 8
-// weight vectors + temporaries fit the 32 zmm registers (16 rows spill and run slower).
+// block, 8 vpdpbusd per row (16 columns x 4 elements against the row's broadcast 4-byte
+// activation group), group by group across the R rows, then per row one float scale and the min
+// / offset terms. R <= 12: 12 float accumulators + 12 int32 dots + a weight vector and
+// temporaries fit the 32 zmm registers.
 #include <algorithm>
 
 #include "cpu/gemm.h"
@@ -28,8 +28,26 @@ inline __m512i bcast_group(const BlockQ8A& a, int g) {
   return _mm512_set1_epi32(v);
 }
 
+// dot[r] += the int32 dots of groups [G0, G0 + N) of a block of panel p with rows[r]'s block:
+// one vpdpbusd per group and row, group-major, so that the R rows' chains are independent and
+// each step of every chain waits on nothing but its own last step.
+template <int G0, int N, int R>
+inline void group_dots(const Panel& p, const BlockQ8A* const* rows, int64_t b, __m512i* dot) {
+#pragma GCC unroll 8
+  for (int g = G0; g < G0 + N; ++g) {
+    const __m512i w = _mm512_load_si512(p.u[g]);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_dpbusd_epi32(dot[r], w, bcast_group(rows[r][b], g));
+  }
+}
+
 // y[R rows][nc of 16 cols] (row stride ldy) (+)= act[R rows] · panel over n_blocks blocks;
-// accumulate adds to what y holds (later K chunks).
+// accumulate adds to what y holds (later K chunks). Per block, all R rows' integer dots first
+// (R independent vpdpbusd chains, the weight vector loaded once per group), then each row's
+// float steps. Computing a row's block dot in one go instead (two chains of four for the 8
+// groups, rows one after another) kept the dependent chains in the scheduler and measured
+// 9.1 cycles a row-block against 6.6 this way (L1-resident panel, 12 rows, one thread, Sapphire
+// Rapids; per-16 types 10.3 against 8.6). The int32 sums are exact, so the order changes no bit.
 template <int R, bool kSub16>
 void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
                 int64_t ldy, int nc, bool accumulate) {
@@ -44,35 +62,36 @@ void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Panel& p = panel[b];
-    __m512i w[8];
+    if constexpr (kSub16) {
+      __m512i lo[R], hi[R];
+      __m512 t[R];
 #pragma GCC unroll 12
-    for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.u[g]);
-    const __m512 scale0 = _mm512_load_ps(p.scale[0]);
-    const __m512 coef_s = _mm512_load_ps(p.coef_s);
+      for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+      group_dots<0, 4, R>(p, rows, b, lo);
+      const __m512 scale0 = _mm512_load_ps(p.scale[0]);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8A& a = rows[r][b];
-      if constexpr (kSub16) {
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) t[r] = _mm512_mul_ps(to_float(lo[r]), scale0);
+      group_dots<4, 4, R>(p, rows, b, hi);
+      const __m512 scale1 = _mm512_load_ps(p.scale[1]);
+      const __m512 coef_s = _mm512_load_ps(p.coef_s), coef_s_lo = _mm512_load_ps(p.coef_s_lo);
 #pragma GCC unroll 12
-        for (int g = 0; g < 4; ++g) {
-          lo = _mm512_dpbusd_epi32(lo, w[g], bcast_group(a, g));
-          hi = _mm512_dpbusd_epi32(hi, w[g + 4], bcast_group(a, g + 4));
-        }
-        __m512 t = _mm512_mul_ps(to_float(lo), scale0);
-        t = _mm512_fmadd_ps(to_float(hi), _mm512_load_ps(p.scale[1]), t);
-        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), acc[r]);
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8A& a = rows[r][b];
+        t[r] = _mm512_fmadd_ps(to_float(hi[r]), scale1, t[r]);
+        acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a.d), acc[r]);
         acc[r] = _mm512_fmadd_ps(coef_s, _mm512_set1_ps(a.s), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_load_ps(p.coef_s_lo), _mm512_set1_ps(a.s_lo), acc[r]);
-      } else {
-        __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+        acc[r] = _mm512_fmadd_ps(coef_s_lo, _mm512_set1_ps(a.s_lo), acc[r]);
+      }
+    } else {
+      __m512i dot[R];
 #pragma GCC unroll 12
-        for (int g = 0; g < 4; ++g) {
-          dot0 = _mm512_dpbusd_epi32(dot0, w[2 * g], bcast_group(a, 2 * g));
-          dot1 = _mm512_dpbusd_epi32(dot1, w[2 * g + 1], bcast_group(a, 2 * g + 1));
-        }
-        const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
-        acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(scale0, _mm512_set1_ps(a.d)), acc[r]);
+      for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+      group_dots<0, 8, R>(p, rows, b, dot);
+      const __m512 scale0 = _mm512_load_ps(p.scale[0]), coef_s = _mm512_load_ps(p.coef_s);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8A& a = rows[r][b];
+        acc[r] = _mm512_fmadd_ps(to_float(dot[r]), _mm512_mul_ps(scale0, _mm512_set1_ps(a.d)), acc[r]);
         acc[r] = _mm512_fmadd_ps(coef_s, _mm512_set1_ps(a.s), acc[r]);
       }
     }
