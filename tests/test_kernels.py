@@ -95,19 +95,21 @@ def test_attention_exe() -> Path:
 
 def test_attention_kernels_f16_and_q8_0(test_attention_exe: Path) -> None:
     """Decode and prefill attention, GQA, paged tables, head_dim 32/64/128/96, f16 and q8_0
-    caches, at the scalar level and (where the CPU has it) the AVX2 one."""
+    caches, at the scalar level and (where the CPU has them) the AVX2 and AVX-512 ones."""
     result = subprocess.run([str(test_attention_exe)], check=False, capture_output=True, text=True,
                             timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert re.findall(r"^ok\s+(\S+)$", out, re.MULTILINE) == [
-        "store_kv_and_attention_scalar", "store_kv_and_attention_avx2",
+        "store_kv_and_attention_scalar", "store_kv_and_attention_avx2", "store_kv_and_attention_avx512",
         "cpu_backend_supports_f16_and_q8_0_kv", "paged_kv_cache_checks_types_and_sizes"], out[-4000:]
     levels = {name: (int(ok), int(bad)) for name, ok, bad in
               re.findall(r"^isa (\w+): (\d+) passed, (\d+) failed", out, re.MULTILINE)}
     expected = ["scalar"]
     if "avx2=1 fma=1 f16c=1" in out and "active isa scalar" not in out:
         expected.append("avx2")
+    if "avx512=1" in out and re.search(r"active isa (avx512|amx)$", out, re.MULTILINE):
+        expected.append("avx512")
     assert sorted(levels) == sorted(expected), out[-4000:]
     for name in expected:
         assert levels[name][0] > 100 and levels[name][1] == 0, (name, out[-4000:])

@@ -35,6 +35,7 @@ struct Q8Rows {
 
 // attention_block's primitives in portable C++ (8 partial sums so compilers can vectorize).
 struct ScalarIsa {
+  static constexpr bool kQueryPairs = false;
   static float scores(const float* q, const float* keys, int64_t n_keys, int64_t hd, float* score) {
     float max = -INFINITY;
     for (int64_t j = 0; j < n_keys; ++j) {
@@ -79,9 +80,10 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
   const int64_t n_head = params.n_head, head_dim = params.head_dim;
   const int64_t group = n_head / params.n_head_kv;  // query heads per kv head
 #if EMBER_HAS_X86
-  const auto block_kernel = isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
-                                                               : attention_block_scalar;
-#else  // the *_avx2 files are not built here (OpsIsa's flags are never set)
+  const auto block_kernel = isa.avx512 && head_dim % 8 == 0      ? attention_block_avx512
+                            : isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
+                                                                 : attention_block_scalar;
+#else  // the *_avx2 / *_avx512 files are not built here (OpsIsa's flags are never set)
   const auto block_kernel = attention_block_scalar;
 #endif
   const int64_t max_keys = int64_t{*std::max_element(positions, positions + n_rows)} + 1;

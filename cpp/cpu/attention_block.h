@@ -64,6 +64,11 @@ inline void prefetch_tile(const KVView& kv, int64_t first, int64_t n, int64_t of
 //   scores(q, keys, n_keys, hd, s)      s[j] = q · keys[j * hd ...], returns max_j s[j]
 //   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
 //   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
+//   kQueryPairs                         whether it has these two, each giving both queries the
+//                                       bits of the one-query primitive:
+//   scores2(q0, q1, keys, n, hd, s0, s1, &max0, &max1)   scores of two queries
+//   exp_and_sum2(s0, s1, n, max0, max1, &sum0, &sum1)     exp_and_sum of two queries
+//   accumulate2(p0, p1, values, n, hd, acc0, acc1)       accumulate for two queries
 // Rows provides, for the cache's row format (kv.type):
 //   bytes(n)                            bytes of n values (n a multiple of 32 or of head_dim):
 //                                       value `first` of a row starts bytes(first) in
@@ -76,6 +81,7 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
   alignas(64) float queries[kMaxBlockQueries * kMaxHeadDim];  // [n_queries, hd] q * scale
   alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];      // [n_queries, hd] Σ p·v
   alignas(64) float score[kBlockTile + 8];
+  alignas(64) float score2[kBlockTile + 8];  // the second query's of a pair (Isa::kQueryPairs)
   float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries];
   int64_t n_keys[kMaxBlockQueries];  // keys query i may see: [first_key[i], n_keys[i])
   int64_t first_key[kMaxBlockQueries];
@@ -111,19 +117,47 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
       Rows::to_f32(kv.k + slots[j] * kv.row_bytes + offset_bytes, keys + j * hd, hd);
       Rows::to_f32(kv.v + slots[j] * kv.row_bytes + offset_bytes, values + j * hd, hd);
     }
-    for (int64_t i = 0; i < n_queries; ++i) {
-      if (n_keys[i] <= t0) continue;              // the tile is entirely in this query's future
-      if (first_key[i] >= t0 + n_tile) continue;  // entirely before its window
-      const int64_t j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;  // window start in the tile
-      const int64_t n = (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - j0;
-      float tile_max = Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score);
-      if (b.softcap > 0.0f) tile_max = softcap_scores(score, n, tile_max, b.softcap);
+    // The keys [j0, j0 + n) of the tile that query i sees (n <= 0: none).
+    auto visible = [&](int64_t i, int64_t* j0) {
+      if (n_keys[i] <= t0 || first_key[i] >= t0 + n_tile) return int64_t{0};  // future / before its window
+      *j0 = first_key[i] > t0 ? first_key[i] - t0 : 0;
+      return (n_keys[i] - t0 < n_tile ? n_keys[i] - t0 : n_tile) - *j0;
+    };
+    // Query i's online-softmax step over its n scores s of this tile (tile_max their max): cap
+    // them, and rescale what it has summed if the max grew; then s = exp(s - max) (exp_and_sum).
+    auto rescale_step = [&](int64_t i, float* s, int64_t n, float tile_max) {
+      if (b.softcap > 0.0f) tile_max = softcap_scores(s, n, tile_max, b.softcap);
       if (tile_max > running_max[i]) {
         const float rescale = std::exp(running_max[i] - tile_max);  // 0 on the first tile
         for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] *= rescale;
         running_sum[i] *= rescale;
         running_max[i] = tile_max;
       }
+    };
+    for (int64_t i = 0; i < n_queries; ++i) {
+      int64_t j0 = 0;
+      const int64_t n = visible(i, &j0);
+      if (n <= 0) continue;
+      if constexpr (Isa::kQueryPairs) {
+        // Two queries that see the same keys go through the tile together (Isa's pair
+        // primitives give each query the bits of the single ones).
+        int64_t j1 = 0;
+        if (i + 1 < n_queries && visible(i + 1, &j1) == n && j1 == j0) {
+          float max0, max1;
+          Isa::scores2(queries + i * hd, queries + (i + 1) * hd, keys + j0 * hd, n, hd, score, score2, &max0,
+                       &max1);
+          rescale_step(i, score, n, max0);
+          rescale_step(i + 1, score2, n, max1);
+          float sum0, sum1;
+          Isa::exp_and_sum2(score, score2, n, running_max[i], running_max[i + 1], &sum0, &sum1);
+          running_sum[i] += sum0;
+          running_sum[i + 1] += sum1;
+          Isa::accumulate2(score, score2, values + j0 * hd, n, hd, acc + i * hd, acc + (i + 1) * hd);
+          ++i;
+          continue;
+        }
+      }
+      rescale_step(i, score, n, Isa::scores(queries + i * hd, keys + j0 * hd, n, hd, score));
       running_sum[i] += Isa::exp_and_sum(score, n, running_max[i]);
       Isa::accumulate(score, values + j0 * hd, n, hd, acc + i * hd);
     }

@@ -20,6 +20,7 @@ cpu::OpsIsa detect_ops_isa() {
   const cpu::IsaLevel level = cpu::active_isa_level();
   cpu::OpsIsa isa;
   isa.avx2_f16c = level != cpu::IsaLevel::scalar && cpu::isa_within(cpu::IsaLevel::avx2, level);
+  isa.avx512 = isa.avx2_f16c && cpu::isa_within(cpu::IsaLevel::avx512, level);
   return isa;
 }
 

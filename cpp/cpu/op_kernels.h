@@ -1,6 +1,7 @@
 // cpu/op_kernels.h: the per-ISA inner kernels of the ops (attention.cpp, store_kv.cpp,
 // elementwise.cpp). Private to cpu/: the *_avx2 variants live in *_avx2.cpp files compiled with
-// AVX2/FMA/F16C flags and are only called when OpsIsa::avx2_f16c says the CPU has them.
+// AVX2/FMA/F16C flags and are only called when OpsIsa::avx2_f16c says the CPU has them; the
+// *_avx512 ones likewise behind OpsIsa::avx512.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ struct AttentionBlock {
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.
 void attention_block_avx2(const AttentionBlock& block, const KVView& kv);
+// The same bits as attention_block_avx2, faster where two queries see the same keys; head_dim a
+// multiple of 8.
+void attention_block_avx512(const AttentionBlock& block, const KVView& kv);
 
 // dst = n / 32 q8_0 blocks of src[n], byte for byte as the reference quantize_row_q8_0 (which
 // handles the blocks with inf or NaN values, or too small to invert their scale).

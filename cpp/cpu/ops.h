@@ -14,6 +14,7 @@ namespace ember::cpu {
 // Which instruction-set variants the ops may use; chosen once, when the backend is made.
 struct OpsIsa {
   bool avx2_f16c = false;  // AVX2 + FMA + F16C kernels (*_avx2.cpp)
+  bool avx512 = false;     // AVX-512 F/BW/VL/DQ kernels (*_avx512.cpp); implies avx2_f16c
 };
 
 // y[n_ids, n_cols] = rows ids[] of table {n_cols, *} of `type`, dequantized.

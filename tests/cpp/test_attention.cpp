@@ -210,6 +210,14 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
   const AttentionParams params = params_of(s, window, softcap);
   std::vector<float> out(n_rows * n_q, NAN);
   attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), isa, pool);
+  if (isa.avx512) {  // the AVX-512 kernel gives the AVX2 kernel's bits (so no model output moves)
+    OpsIsa avx2 = isa;
+    avx2.avx512 = false;
+    std::vector<float> out2(out.size(), NAN);
+    attention(q.data(), positions.data(), n_rows, c.view(), params, out2.data(), avx2, pool);
+    EXPECT(std::memcmp(out.data(), out2.data(), out.size() * sizeof(float)) == 0,
+           name + ": the avx512 kernel's bits differ from the avx2 kernel's");
+  }
   const std::vector<double> want = reference_attention(c, s, q, positions, params.scale, window, softcap);
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -359,8 +367,9 @@ uint64_t run_seed() {
     uint64_t s = std::random_device{}();
     if (const char* env = std::getenv("EMBER_TEST_SEED")) s = std::strtoull(env, nullptr, 10);
     const CpuFeatures& f = cpu_features();
-    std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d; active isa %s\n", static_cast<unsigned long long>(s),
-                f.avx2, f.fma, f.f16c, isa_name(active_isa_level()));
+    std::printf("seed %llu; cpu: avx2=%d fma=%d f16c=%d avx512=%d; active isa %s\n",
+                static_cast<unsigned long long>(s), f.avx2, f.fma, f.f16c,
+                isa_supported(IsaLevel::avx512) ? 1 : 0, isa_name(active_isa_level()));
     return s;
   }();
   return seed;
@@ -368,30 +377,34 @@ uint64_t run_seed() {
 
 // One ops level's case: every check of run_level (and, for avx2, the quantizer's), summed up in
 // an "isa LEVEL: N passed, M failed" line.
-void check_level(bool simd) {
-  std::mt19937_64 rng(run_seed() + (simd ? 1 : 0));
+void check_level(IsaLevel level) {
+  std::mt19937_64 rng(run_seed() + static_cast<uint64_t>(level));
   ThreadPool pool(2);  // tasks really split across threads
   OpsIsa isa;
-  isa.avx2_f16c = simd;
-  const double worst = run_level(isa, pool, rng, simd ? "avx2" : "scalar");
-  if (simd) check_quantizer_avx2(rng);
-  std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n",
-              simd ? "avx2" : "scalar", test::n_expects_passed(), test::n_expects_failed(), worst);
+  isa.avx2_f16c = level != IsaLevel::scalar;
+  isa.avx512 = level == IsaLevel::avx512;
+  const double worst = run_level(isa, pool, rng, isa_name(level));
+  if (level == IsaLevel::avx2) check_quantizer_avx2(rng);
+  std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n", isa_name(level),
+              test::n_expects_passed(), test::n_expects_failed(), worst);
 }
 
-TEST(store_kv_and_attention_scalar) { check_level(false); }
-
-// The ops have two levels: portable C++, and AVX2+FMA+F16C (the avx2 and avx512 ISA levels).
-// Where only the first runs, this case runs nothing (tests/test_kernels.py knows from the
-// printed features whether an "isa avx2" line must appear).
-TEST(store_kv_and_attention_avx2) {
-  if (!isa_supported(IsaLevel::avx2) || active_isa_level() == IsaLevel::scalar) {
-    std::printf("avx2 level not run: %s\n",
-                isa_supported(IsaLevel::avx2) ? "capped by EMBER_CPU_ISA" : "no AVX2");
+// Where the CPU lacks a level, or EMBER_CPU_ISA caps it below, its case runs nothing
+// (tests/test_kernels.py knows from the printed features which "isa LEVEL" lines must appear).
+void check_level_if_active(IsaLevel level) {
+  if (!isa_supported(level) || !isa_within(level, active_isa_level())) {
+    std::printf("%s level not run: %s\n", isa_name(level),
+                isa_supported(level) ? "capped by EMBER_CPU_ISA" : "not on this CPU");
     return;
   }
-  check_level(true);
+  check_level(level);
 }
+
+// The ops have three levels: portable C++, AVX2+FMA+F16C, and AVX-512 (the avx512 and amx ISA
+// levels; its attention gives the AVX2 bits, faster).
+TEST(store_kv_and_attention_scalar) { check_level(IsaLevel::scalar); }
+TEST(store_kv_and_attention_avx2) { check_level_if_active(IsaLevel::avx2); }
+TEST(store_kv_and_attention_avx512) { check_level_if_active(IsaLevel::avx512); }
 
 TEST(cpu_backend_supports_f16_and_q8_0_kv) {
   CpuBackend backend(1);

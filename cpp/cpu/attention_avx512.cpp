@@ -1,0 +1,181 @@
+// cpu/attention_avx512.cpp: attention_block with two queries per instruction. Where two queries
+// of a block see the same keys of a tile (the heads of one row, and rows both past the tile),
+// each 16-lane FMA does the 8-lane step of the AVX2 kernel (attention_avx2.h) for both: query 0
+// in lanes 0-7, query 1 in lanes 8-15, against the key's or value's 8 values broadcast to both
+// halves. Every lane sees the AVX2 kernel's operations in its order, and the horizontal sums are
+// the AVX2 hadd tree per half, so each query gets the AVX2 kernel's bits: the ISA levels agree and
+// no model's output moves (greedy near-ties in small models flip on any change of rounding).
+// Half the FMAs and key / value loads of the AVX2 kernel; the exponentials stay AVX2's.
+// Compiled with AVX-512 flags and called only behind OpsIsa::avx512.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu/attention_avx2.h"
+#include "cpu/attention_block.h"
+#include "cpu/op_kernels.h"
+
+namespace ember::cpu {
+
+namespace {
+
+// (Masked forms of the broadcasts and conversions: GCC 12 warns, falsely, about the plain
+// intrinsics' undefined pass-through operands.)
+inline __m512 dup8(const float* p) { return _mm512_maskz_broadcast_f32x8(0xffff, _mm256_load_ps(p)); }
+
+inline __m512 join8(__m256 low, __m256 high) {
+  return _mm512_maskz_insertf32x8(0xffff, _mm512_castps256_ps512(low), high, 1);
+}
+inline __m256 low8(__m512 v) { return _mm512_maskz_extractf32x8_ps(0xff, v, 0); }
+inline __m256 high8(__m512 v) { return _mm512_maskz_extractf32x8_ps(0xff, v, 1); }
+
+// _mm256_hadd_ps of each 256-bit half: per 128-bit lane {a0 + a1, a2 + a3, b0 + b1, b2 + b3}.
+inline __m512 hadd_halves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+}
+
+// exp_avx2 (math_avx2.h) on 16 lanes: the same operations lane by lane, so the same values.
+inline __m512 exp16(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f);
+  const __m512 ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  x = _mm512_maskz_min_ps(0xffff, x, _mm512_set1_ps(88.3762626647949f));
+  x = _mm512_maskz_max_ps(0xffff, x, _mm512_set1_ps(-87.3365478515625f));
+  const __m512 k = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(x, log2e),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, ln2_hi, x);
+  r = _mm512_fnmadd_ps(k, ln2_lo, r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i pow2k = _mm512_maskz_slli_epi32(
+      0xffff, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xffff, k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(pow2k));
+}
+
+// f16 rows converted 16 values at a time (the conversion is exact: the same values).
+struct F16Rows16 : F16Rows {
+  static void to_f32(const uint8_t* src, float* dst, int64_t n) {
+    const auto* h = reinterpret_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(dst + i,
+                      _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+    }
+    if (i < n) F16Rows::to_f32(src + 2 * i, dst + i, n - i);
+  }
+};
+
+// acc0 / acc1[d0, d0 + 8 NC) += Σ_j p0 / p1[j] * values[j][...]: Avx2Isa::accumulate's FMAs, j in
+// order, both queries at once.
+template <int NC>
+inline void accumulate2_chunks(const float* p0, const float* p1, const float* values, int64_t n, int64_t hd,
+                               int64_t d0, float* acc0, float* acc1) {
+  __m512 a[NC];
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) a[c] = join8(_mm256_load_ps(acc0 + d0 + 8 * c), _mm256_load_ps(acc1 + d0 + 8 * c));
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 p = join8(_mm256_set1_ps(p0[j]), _mm256_set1_ps(p1[j]));
+    const float* v = values + j * hd + d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) a[c] = _mm512_fmadd_ps(p, dup8(v + 8 * c), a[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) {
+    _mm256_store_ps(acc0 + d0 + 8 * c, low8(a[c]));
+    _mm256_store_ps(acc1 + d0 + 8 * c, high8(a[c]));
+  }
+}
+
+struct Avx512Isa : Avx2Isa {
+  static constexpr bool kQueryPairs = true;
+
+  // Avx2Isa::scores for q0 and q1: per key its 8 partial sums over d in order, the hadd tree of
+  // four keys at a time (the leftover keys one at a time), and the same max steps.
+  static void scores2(const float* q0, const float* q1, const float* keys, int64_t n_keys, int64_t hd,
+                      float* score0, float* score1, float* max0, float* max1) {
+    alignas(64) float q01[2 * kMaxHeadDim];  // 8 values of q0, then the same 8 of q1, ...
+    for (int64_t c = 0; c < hd / 8; ++c) {
+      _mm512_store_ps(q01 + 16 * c, join8(_mm256_load_ps(q0 + 8 * c), _mm256_load_ps(q1 + 8 * c)));
+    }
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0;
+    int64_t j = 0;
+    for (; j + 4 <= n_keys; j += 4) {
+      const float* k = keys + j * hd;
+      __m512 d0 = _mm512_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+      for (int64_t c = 0; c < hd / 8; ++c) {
+        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
+        d0 = _mm512_fmadd_ps(qv, dup8(k + 8 * c), d0);
+        d1 = _mm512_fmadd_ps(qv, dup8(k + hd + 8 * c), d1);
+        d2 = _mm512_fmadd_ps(qv, dup8(k + 2 * hd + 8 * c), d2);
+        d3 = _mm512_fmadd_ps(qv, dup8(k + 3 * hd + 8 * c), d3);
+      }
+      // hsum4_avx2 per half: the hadd tree, then its two 128-bit lanes added.
+      const __m512 abcd = hadd_halves(hadd_halves(d0, d1), hadd_halves(d2, d3));
+      const __m512 sums = _mm512_add_ps(abcd, _mm512_maskz_shuffle_f32x4(0xffff, abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
+      const __m128 s0 = _mm512_maskz_extractf32x4_ps(0xf, sums, 0), s1 = _mm512_maskz_extractf32x4_ps(0xf, sums, 2);
+      _mm_storeu_ps(score0 + j, s0);
+      _mm_storeu_ps(score1 + j, s1);
+      m0 = _mm_max_ps(m0, s0);
+      m1 = _mm_max_ps(m1, s1);
+    }
+    m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
+    m1 = _mm_max_ps(m1, _mm_movehl_ps(m1, m1));
+    float x0 = _mm_cvtss_f32(_mm_max_ss(m0, _mm_movehdup_ps(m0)));
+    float x1 = _mm_cvtss_f32(_mm_max_ss(m1, _mm_movehdup_ps(m1)));
+    for (; j < n_keys; ++j) {
+      __m512 dot = _mm512_setzero_ps();
+      for (int64_t c = 0; c < hd / 8; ++c) {
+        dot = _mm512_fmadd_ps(_mm512_load_ps(q01 + 16 * c), dup8(keys + j * hd + 8 * c), dot);
+      }
+      score0[j] = hsum_avx2(low8(dot));
+      score1[j] = hsum_avx2(high8(dot));
+      x0 = score0[j] > x0 ? score0[j] : x0;
+      x1 = score1[j] > x1 ? score1[j] : x1;
+    }
+    *max0 = x0;
+    *max1 = x1;
+  }
+
+  // Avx2Isa::exp_and_sum for two queries' scores (each with its own max): 8 of each per exp.
+  static void exp_and_sum2(float* score0, float* score1, int64_t n, float max0, float max1, float* sum0,
+                           float* sum1) {
+    const int64_t n_padded = (n + 7) / 8 * 8;
+    for (int64_t j = n; j < n_padded; ++j) score0[j] = score1[j] = -INFINITY;  // exp gives 0
+    const __m512 m = join8(_mm256_set1_ps(max0), _mm256_set1_ps(max1));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n_padded; j += 8) {
+      const __m512 p = exp16(_mm512_sub_ps(join8(_mm256_loadu_ps(score0 + j), _mm256_loadu_ps(score1 + j)), m));
+      _mm256_storeu_ps(score0 + j, low8(p));
+      _mm256_storeu_ps(score1 + j, high8(p));
+      sum = _mm512_add_ps(sum, p);
+    }
+    *sum0 = hsum_avx2(low8(sum));
+    *sum1 = hsum_avx2(high8(sum));
+  }
+
+  static void accumulate2(const float* p0, const float* p1, const float* values, int64_t n, int64_t hd,
+                          float* acc0, float* acc1) {
+    int64_t d = 0;
+    for (; d + 64 <= hd; d += 64) accumulate2_chunks<8>(p0, p1, values, n, hd, d, acc0, acc1);
+    if (d + 32 <= hd) {
+      accumulate2_chunks<4>(p0, p1, values, n, hd, d, acc0, acc1);
+      d += 32;
+    }
+    for (; d < hd; d += 8) accumulate2_chunks<1>(p0, p1, values, n, hd, d, acc0, acc1);
+  }
+};
+
+}  // namespace
+
+void attention_block_avx512(const AttentionBlock& block, const KVView& kv) {
+  if (kv.type == DType::q8_0) return attention_block<Avx512Isa, Q8Rows>(block, kv);
+  attention_block<Avx512Isa, F16Rows16>(block, kv);
+}
+
+}  // namespace ember::cpu
