@@ -64,8 +64,8 @@ struct F16Rows16 : F16Rows {
     const auto* h = reinterpret_cast<const uint16_t*>(src);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(dst + i,
-                      _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(
+                                    0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
     }
     if (i < n) F16Rows::to_f32(src + 2 * i, dst + i, n - i);
   }
@@ -78,7 +78,8 @@ inline void accumulate2_chunks(const float* p0, const float* p1, const float* va
                                int64_t d0, float* acc0, float* acc1) {
   __m512 a[NC];
 #pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) a[c] = join8(_mm256_load_ps(acc0 + d0 + 8 * c), _mm256_load_ps(acc1 + d0 + 8 * c));
+  for (int c = 0; c < NC; ++c)
+    a[c] = join8(_mm256_load_ps(acc0 + d0 + 8 * c), _mm256_load_ps(acc1 + d0 + 8 * c));
   for (int64_t j = 0; j < n; ++j) {
     const __m512 p = join8(_mm256_set1_ps(p0[j]), _mm256_set1_ps(p1[j]));
     const float* v = values + j * hd + d0;
@@ -117,8 +118,10 @@ struct Avx512Isa : Avx2Isa {
       }
       // hsum4_avx2 per half: the hadd tree, then its two 128-bit lanes added.
       const __m512 abcd = hadd_halves(hadd_halves(d0, d1), hadd_halves(d2, d3));
-      const __m512 sums = _mm512_add_ps(abcd, _mm512_maskz_shuffle_f32x4(0xffff, abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
-      const __m128 s0 = _mm512_maskz_extractf32x4_ps(0xf, sums, 0), s1 = _mm512_maskz_extractf32x4_ps(0xf, sums, 2);
+      const __m512 sums = _mm512_add_ps(
+          abcd, _mm512_maskz_shuffle_f32x4(0xffff, abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
+      const __m128 s0 = _mm512_maskz_extractf32x4_ps(0xf, sums, 0),
+                   s1 = _mm512_maskz_extractf32x4_ps(0xf, sums, 2);
       _mm_storeu_ps(score0 + j, s0);
       _mm_storeu_ps(score1 + j, s1);
       m0 = _mm_max_ps(m0, s0);
@@ -150,7 +153,8 @@ struct Avx512Isa : Avx2Isa {
     const __m512 m = join8(_mm256_set1_ps(max0), _mm256_set1_ps(max1));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n_padded; j += 8) {
-      const __m512 p = exp16(_mm512_sub_ps(join8(_mm256_loadu_ps(score0 + j), _mm256_loadu_ps(score1 + j)), m));
+      const __m512 p = exp16(
+          _mm512_sub_ps(join8(_mm256_loadu_ps(score0 + j), _mm256_loadu_ps(score1 + j)), m));
       _mm256_storeu_ps(score0 + j, low8(p));
       _mm256_storeu_ps(score1 + j, high8(p));
       sum = _mm512_add_ps(sum, p);
