@@ -268,35 +268,31 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 }
 
 // Weights packed at load need no panels, so gemv_packed stays cheaper than the GEMM up to more
-// rows than gemv_panel does. Matmul time over one row's, 2048 x 65536 weights, 1 thread (CPU time,
-// kernel_bench rows=...; q4_0 / q4_1 / q8_0 / q4_k / q6_k): 4 rows 1.1-1.5x here against 1.7-2.5x
-// through the GEMM, 8 rows 1.6-2.6x against 1.9-2.7x; from 12 rows on they are even.
-constexpr int64_t kPackedGemmRows = 12;
+// rows than gemv_panel does. Matmul ms, 1 thread (CPU time, kernel_bench 2048 5632 rows=...), gemv
+// -> GEMM: q4_0 4 rows 0.70 -> 0.74, 5 rows 0.65-0.70 -> 0.71, 6 rows 0.74-0.80 -> 0.71-0.78,
+// 10 rows 1.20-1.38 -> 0.98-1.09; q4_k 5 rows 0.93-0.96 -> 0.69-0.81; q6_k 4 rows 1.27-1.70 ->
+// 1.35-1.77, 5 rows 1.78-1.81 -> 1.21 (gemv's 4 + 1 row passes). SmolLM2's 576 x 1536 q4_1 at 5
+// rows 0.053-0.060 -> 0.051-0.057.
+constexpr int64_t kPackedGemmRows = 5;
 
 template <typename F>
 constexpr int64_t gemv_row_limit() {
   return Packed16Reader<F>::kPacked ? kPackedGemmRows : kGemmSmallRows;
 }
 
-// Rows per pass of gemv_packed: a few rows share each weight vector load; more rows are further
-// passes over the same 16 columns, which are still in L1/L2 from the first.
-constexpr int kGemvRows = 4;
+// Below kPackedGemmRows, one gemv_packed pass takes every row: the rows share each weight vector load.
+static_assert(kPackedGemmRows <= 5 && kGemmSmallRows <= 4);
 
 template <typename F>
 void gemv_quant(const GemmArgs& g) {
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     if constexpr (Packed16Reader<F>::kPacked) {
-      for (int64_t r0 = 0; r0 < g.n_rows; r0 += kGemvRows) {
-        GemmArgs rows = g;
-        rows.act = g.act + r0 * g.act_row_bytes;
-        rows.y = g.y + r0 * g.ldy;
-        switch (std::min<int64_t>(kGemvRows, g.n_rows - r0)) {
-          case 1: gemv_packed<F, 1>(rows, c0, nc); break;
-          case 2: gemv_packed<F, 2>(rows, c0, nc); break;
-          case 3: gemv_packed<F, 3>(rows, c0, nc); break;
-          default: gemv_packed<F, 4>(rows, c0, nc); break;
-        }
+      switch (g.n_rows) {
+        case 1: gemv_packed<F, 1>(g, c0, nc); break;
+        case 2: gemv_packed<F, 2>(g, c0, nc); break;
+        case 3: gemv_packed<F, 3>(g, c0, nc); break;
+        default: gemv_packed<F, 4>(g, c0, nc); break;
       }
     } else {
       switch (g.n_rows) {
