@@ -109,7 +109,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   const bool use_gemm = uses_gemm(k, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
   const ActTiling& tiling = kernels.act_tiling;
-  const bool tiled = use_gemm && k.act == ActFormat::q8a && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
+  const bool tiled = use_gemm && k.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
   // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
   const ScratchLayout layout = scratch_layout(kernels, k.act == ActFormat::q8a, tiled, use_gemm, n_rows, n_in,
                                               pool.n_threads());

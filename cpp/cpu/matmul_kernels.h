@@ -65,6 +65,8 @@ struct TypeKernels {
   // The GEMM also takes 1..3 rows, and each row's result is then bit-identical whatever the
   // row count (see matmul_exact_min_rows).
   bool gemm_any_rows = false;
+  // The GEMM reads the table's ActTiling layout (from act_tiling.min_rows rows on).
+  bool act_tiled = false;
   // The layout matmul() reads this type's weights in: nullptr, the file's rows; otherwise the
   // packed layout of weight_pack.h, which this packer writes from the file's rows (once, at
   // load: CpuBackend::prepare_matmul_weight). vec_dot always reads the file's rows.
