@@ -5,7 +5,8 @@
 // halves. Every lane sees the AVX2 kernel's operations in its order, and the horizontal sums are
 // the AVX2 hadd tree per half, so each query gets the AVX2 kernel's bits: the ISA levels agree and
 // no model's output moves (greedy near-ties in small models flip on any change of rounding).
-// Half the FMAs and key / value loads of the AVX2 kernel; the exponentials stay AVX2's.
+// Half the FMAs and key / value loads of the AVX2 kernel; the exponentials likewise run 16 lanes
+// (exp16, exp_avx2's operations on exp_avx2's constants).
 // Compiled with AVX-512 flags and called only behind OpsIsa::avx512.
 #include <immintrin.h>
 
@@ -37,21 +38,18 @@ inline __m512 hadd_halves(__m512 a, __m512 b) {
 
 // exp_avx2 (math_avx2.h) on 16 lanes: the same operations lane by lane, so the same values.
 inline __m512 exp16(__m512 x) {
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f);
-  const __m512 ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
-  x = _mm512_maskz_min_ps(0xffff, x, _mm512_set1_ps(88.3762626647949f));
-  x = _mm512_maskz_max_ps(0xffff, x, _mm512_set1_ps(-87.3365478515625f));
+  using C = ExpConstants;
+  const __m512 log2e = _mm512_set1_ps(C::kLog2e);
+  const __m512 ln2_hi = _mm512_set1_ps(C::kLn2Hi);
+  const __m512 ln2_lo = _mm512_set1_ps(C::kLn2Lo);
+  x = _mm512_maskz_min_ps(0xffff, x, _mm512_set1_ps(C::kMax));
+  x = _mm512_maskz_max_ps(0xffff, x, _mm512_set1_ps(C::kMin));
   const __m512 k = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(x, log2e),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, ln2_hi, x);
   r = _mm512_fnmadd_ps(k, ln2_lo, r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_set1_ps(C::kPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(C::kPoly[i]));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i pow2k = _mm512_maskz_slli_epi32(
       0xffff, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xffff, k), _mm512_set1_epi32(127)), 23);

@@ -269,7 +269,7 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 
 // Weights packed at load need no panels, so gemv_packed stays cheaper than the GEMM up to more
 // rows than gemv_panel does. Matmul ms, 1 thread (CPU time, kernel_bench 2048 5632 rows=...), gemv
-// -> GEMM: q4_0 4 rows 0.70 -> 0.74, 5 rows 0.65-0.70 -> 0.71, 6 rows 0.74-0.80 -> 0.71-0.78,
+// -> GEMM: q4_0 5 rows 0.65-0.70 -> 0.71, 6 rows 0.74-0.80 -> 0.71-0.78,
 // 10 rows 1.20-1.38 -> 0.98-1.09; q4_k 5 rows 0.93-0.96 -> 0.69-0.81; q6_k 4 rows 1.27-1.70 ->
 // 1.35-1.77, 5 rows 1.78-1.81 -> 1.21 (gemv's 4 + 1 row passes). SmolLM2's 576 x 1536 q4_1 at 5
 // rows 0.053-0.060 -> 0.051-0.057.

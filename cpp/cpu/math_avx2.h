@@ -10,23 +10,29 @@
 namespace ember::cpu {
 namespace {
 
+// exp_avx2's constants (Cephes' expf), shared with its 16-lane twin in attention_avx512.cpp,
+// which must give the same values.
+struct ExpConstants {
+  static constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  static constexpr float kMax = 88.3762626647949f, kMin = -87.3365478515625f;  // kMin keeps 2^k normal
+  static constexpr float kPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                     4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+};
+
 // e^x for each lane, within ~2 ulp (Cephes' expf polynomial); 0 below -87.3, clamped at +88.3.
 inline __m256 exp_avx2(__m256 x) {
-  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
-  const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f));  // keeps 2^k normal
+  using C = ExpConstants;
+  const __m256 log2e = _mm256_set1_ps(C::kLog2e);
+  const __m256 ln2_hi = _mm256_set1_ps(C::kLn2Hi);
+  const __m256 ln2_lo = _mm256_set1_ps(C::kLn2Lo);
+  x = _mm256_min_ps(x, _mm256_set1_ps(C::kMax));
+  x = _mm256_max_ps(x, _mm256_set1_ps(C::kMin));
   // x = k ln2 + r, |r| <= ln2 / 2
   const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(k, ln2_hi, x);
   r = _mm256_fnmadd_ps(k, ln2_lo, r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 y = _mm256_set1_ps(C::kPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(C::kPoly[i]));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // y * 2^k, building 2^k from its exponent bits (k >= -126 after the clamp)
   const __m256i pow2k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)),

@@ -256,7 +256,8 @@ void check_amx_bit_identical(ThreadPool& pool, std::mt19937_64& rng) {
   const IsaKernels& avx512 = *isa_kernels(IsaLevel::avx512);
   const DType small_types[] = {DType::q4_0, DType::q4_1, DType::q5_0,
                                DType::q5_1, DType::q8_0, DType::iq4_nl};
-  const DType k_types[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+  // (q2_k, q3_k and q6_k: the amx table keeps avx512's GEMM, so there is nothing to compare.)
+  const DType k_types[] = {DType::q4_k, DType::q5_k};
   struct Shape {
     int64_t n_in, n_out;
   };
