@@ -6,6 +6,8 @@
 // / offset terms. R <= 12: 12 float accumulators + 12 int32 dots + a weight vector and
 // temporaries fit the 32 zmm registers.
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_pack_avx512.h"
@@ -209,15 +211,15 @@ void gemv_panel(const GemmArgs& g, int64_t c0, int nc) {
 // vectors that vpdpbusd takes as they are, against each row's broadcast 4-byte groups:
 // tile_quant's integer work and float steps, without its panel. A thread's columns are one
 // contiguous stream, read once: the prefetch asks for the bytes kPackedPrefetchBytes ahead.
-// Measured on the 1.1B Q4_0 / Q8_0 decode (Sapphire Rapids VM, 1 and 2 threads, tg t/s): 1 KiB
-// ahead 14, 2 KiB 16, 4 KiB 17.7, 8 KiB 17.6-19 (q4_0, 1 thread; q8_0 and 2 threads alike).
-constexpr int64_t kPackedPrefetchBytes = 8192;
-
 template <typename F, int R>
 void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
   using Reader = Packed16Reader<F>;
   using Block = typename Reader::Block;
   constexpr int kPer = F::kBlocksPer;
+  // Up to 4 rows, each row's block dot is two chains of four vpdpbusd (one chain of eight would
+  // wait on itself); from 5 rows on the rows' chains are independent enough, and one chain per
+  // row leaves registers for the u vectors and accumulators. The int32 sums are exact either way.
+  constexpr int kChains = R <= 4 ? 2 : 1;
   const int64_t n_super = g.n_in / 32 / kPer;
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
   const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 * g.w_row_bytes);  // [n_super]
@@ -235,30 +237,49 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
       const int64_t b = sb * kPer + j;
       __m512i u[8];
       Reader::quants(blocks[sb], j, u);
+      // tile_quant's integer and float steps, group by group across the rows.
+      if constexpr (F::kSub16) {
+        __m512i lo[R], hi[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {  // tile_quant's integer and float steps
-        const BlockQ8A& a = rows[r][b];
-        if constexpr (F::kSub16) {
-          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) lo[r] = _mm512_dpbusd_epi32(lo[r], u[k], bcast_group(rows[r][b], k));
+        }
 #pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k) {
-            lo = _mm512_dpbusd_epi32(lo, u[k], bcast_group(a, k));
-            hi = _mm512_dpbusd_epi32(hi, u[k + 4], bcast_group(a, k + 4));
-          }
-          __m512 t = _mm512_mul_ps(to_float(lo), s[j].scale0);
-          t = _mm512_fmadd_ps(to_float(hi), s[j].scale1, t);
+        for (int k = 4; k < 8; ++k) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) hi[r] = _mm512_dpbusd_epi32(hi[r], u[k], bcast_group(rows[r][b], k));
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const BlockQ8A& a = rows[r][b];
+          __m512 t = _mm512_mul_ps(to_float(lo[r]), s[j].scale0);
+          t = _mm512_fmadd_ps(to_float(hi[r]), s[j].scale1, t);
           acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), acc[r]);
           acc[r] = _mm512_fmadd_ps(s[j].coef_s, _mm512_set1_ps(a.s), acc[r]);
           acc[r] = _mm512_fmadd_ps(s[j].coef_s_lo, _mm512_set1_ps(a.s_lo), acc[r]);
-        } else {
-          __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k) {
-            dot0 = _mm512_dpbusd_epi32(dot0, u[2 * k], bcast_group(a, 2 * k));
-            dot1 = _mm512_dpbusd_epi32(dot1, u[2 * k + 1], bcast_group(a, 2 * k + 1));
+        }
+      } else {
+        __m512i dot[kChains][R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          for (int c = 0; c < kChains; ++c) dot[c][r] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            __m512i& d = dot[k % kChains][r];
+            d = _mm512_dpbusd_epi32(d, u[k], bcast_group(rows[r][b], k));
           }
-          const __m512 dot = to_float(_mm512_add_epi32(dot0, dot1));
-          acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(s[j].scale0, _mm512_set1_ps(a.d)), acc[r]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const BlockQ8A& a = rows[r][b];
+          const __m512i sum = kChains == 2 ? _mm512_add_epi32(dot[0][r], dot[kChains - 1][r]) : dot[0][r];
+          acc[r] = _mm512_fmadd_ps(to_float(sum), _mm512_mul_ps(s[j].scale0, _mm512_set1_ps(a.d)), acc[r]);
           acc[r] = _mm512_fmadd_ps(s[j].coef_s, _mm512_set1_ps(a.s), acc[r]);
         }
       }
@@ -267,32 +288,45 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
 }
 
-// Weights packed at load need no panels, so gemv_packed stays cheaper than the GEMM up to more
-// rows than gemv_panel does. Matmul ms, 1 thread (CPU time, kernel_bench 2048 5632 rows=...), gemv
-// -> GEMM: q4_0 5 rows 0.65-0.70 -> 0.71, 6 rows 0.74-0.80 -> 0.71-0.78,
-// 10 rows 1.20-1.38 -> 0.98-1.09; q4_k 5 rows 0.93-0.96 -> 0.69-0.81; q6_k 4 rows 1.27-1.70 ->
-// 1.35-1.77, 5 rows 1.78-1.81 -> 1.21 (gemv's 4 + 1 row passes). SmolLM2's 576 x 1536 q4_1 at 5
-// rows 0.053-0.060 -> 0.051-0.057.
-constexpr int64_t kPackedGemmRows = 5;
+// Weights packed at load need no panels: gemv_packed takes up to kGemvPassRows rows in one pass
+// over a 16-column group (more would spill the accumulators), and more rows in balanced passes
+// over the same group, which the second pass finds in L2. Below gemv_row_limit() rows that is at
+// least as fast as the GEMM, whose panel copy costs as much as a tile of a few rows. Matmul ms, 1
+// thread (CPU time, kernel_bench N_IN N_OUT 1 rows=..., three runs, GEMM -> gemv): q4_0 2048 x
+// 5632 5 rows 0.76 -> 0.40; q8_0 2048 x 5632 10 rows 1.48-1.55 -> 1.28-1.38, 16 rows 2.08-2.21
+// -> 1.68-1.90; q8_0 576 x 49152 (SmolLM2's output layer) 16 rows 4.04-4.49 -> 3.13-4.39, 10
+// rows even; from 17 rows even. The types with 8 blocks per packed block (q4_k, q6_k) unpack more
+// per pass: even with the GEMM at 5-8 rows, behind it from two passes on (q4_k 16 rows 1.35-1.40
+// -> 1.56-2.21), so one pass at most. SmolLM2 Q4_1 steps of 8 rows at 700 cached keys, 2
+// threads: 17.9-20.5 ms -> 13.3-15.6 (a 1-row step is 6.2-7.9).
+constexpr int kGemvPassRows = 8;
 
 template <typename F>
 constexpr int64_t gemv_row_limit() {
-  return Packed16Reader<F>::kPacked ? kPackedGemmRows : kGemmSmallRows;
+  if constexpr (!Packed16Reader<F>::kPacked) return kGemmSmallRows;
+  return F::kBlocksPer == 1 ? 2 * kGemvPassRows + 1 : kGemvPassRows + 1;
 }
 
-// Below kPackedGemmRows, one gemv_packed pass takes every row: the rows share each weight vector load.
-static_assert(kPackedGemmRows <= 5 && kGemmSmallRows <= 4);
+template <typename F, size_t... I>
+constexpr auto gemv_packed_table(std::index_sequence<I...>) {
+  return std::array<void (*)(const GemmArgs&, int64_t, int), sizeof...(I)>{gemv_packed<F, int(I) + 1>...};
+}
 
 template <typename F>
 void gemv_quant(const GemmArgs& g) {
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     if constexpr (Packed16Reader<F>::kPacked) {
-      switch (g.n_rows) {
-        case 1: gemv_packed<F, 1>(g, c0, nc); break;
-        case 2: gemv_packed<F, 2>(g, c0, nc); break;
-        case 3: gemv_packed<F, 3>(g, c0, nc); break;
-        default: gemv_packed<F, 4>(g, c0, nc); break;
+      static constexpr auto table = gemv_packed_table<F>(std::make_index_sequence<kGemvPassRows>());
+      const int64_t n_passes = (g.n_rows + kGemvPassRows - 1) / kGemvPassRows;
+      for (int64_t p = 0, r0 = 0; p < n_passes; ++p) {
+        const int64_t r1 = g.n_rows * (p + 1) / n_passes;
+        GemmArgs part = g;
+        part.act = g.act + r0 * g.act_row_bytes;
+        part.y = g.y + r0 * g.ldy;
+        part.n_rows = r1 - r0;
+        table[part.n_rows - 1](part, c0, nc);
+        r0 = r1;
       }
     } else {
       switch (g.n_rows) {
