@@ -95,27 +95,24 @@ struct Avx512Isa : Avx2Isa {
   static constexpr bool kQueryPairs = true;
 
   // Avx2Isa::scores for q0 and q1: per key its 8 partial sums over d in order, the hadd tree of
-  // four keys at a time (the leftover keys one at a time), and the same max steps.
-  static void scores2(const float* q0, const float* q1, const float* keys, int64_t n_keys, int64_t hd,
-                      float* score0, float* score1, float* max0, float* max1) {
+  // four keys at a time (the leftover keys one at a time), and the same max steps. NC = hd / 8
+  // where it is a constant (the common head sizes: q01 in registers, the d loop unrolled); 0 for
+  // any other head size. Eight keys per step (eight independent FMA chains; each group of four
+  // gets the four-key tree, so the bits are the same). Against four keys per step with the d loop
+  // rolled: SmolLM2-shaped attention, 8 rows at 700 keys, 1 thread, min of six interleaved runs
+  // 7.16 -> 6.83 ms.
+  template <int NC>
+  static void scores2_nc(const float* q0, const float* q1, const float* keys, int64_t n_keys, int64_t hd,
+                         float* score0, float* score1, float* max0, float* max1) {
+    const int64_t nc = NC > 0 ? NC : hd / 8;
     alignas(64) float q01[2 * kMaxHeadDim];  // 8 values of q0, then the same 8 of q1, ...
-    for (int64_t c = 0; c < hd / 8; ++c) {
+    for (int64_t c = 0; c < nc; ++c) {
       _mm512_store_ps(q01 + 16 * c, join8(_mm256_load_ps(q0 + 8 * c), _mm256_load_ps(q1 + 8 * c)));
     }
     __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0;
-    int64_t j = 0;
-    for (; j + 4 <= n_keys; j += 4) {
-      const float* k = keys + j * hd;
-      __m512 d0 = _mm512_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
-      for (int64_t c = 0; c < hd / 8; ++c) {
-        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
-        d0 = _mm512_fmadd_ps(qv, dup8(k + 8 * c), d0);
-        d1 = _mm512_fmadd_ps(qv, dup8(k + hd + 8 * c), d1);
-        d2 = _mm512_fmadd_ps(qv, dup8(k + 2 * hd + 8 * c), d2);
-        d3 = _mm512_fmadd_ps(qv, dup8(k + 3 * hd + 8 * c), d3);
-      }
-      // hsum4_avx2 per half: the hadd tree, then its two 128-bit lanes added.
-      const __m512 abcd = hadd_halves(hadd_halves(d0, d1), hadd_halves(d2, d3));
+    // The scores of keys j .. j + 3 from their partial sums d[0..3] (hsum4_avx2 per half).
+    auto four = [&](int64_t j, const __m512* d) {
+      const __m512 abcd = hadd_halves(hadd_halves(d[0], d[1]), hadd_halves(d[2], d[3]));
       const __m512 sums = _mm512_add_ps(
           abcd, _mm512_maskz_shuffle_f32x4(0xffff, abcd, abcd, _MM_SHUFFLE(2, 3, 0, 1)));
       const __m128 s0 = _mm512_maskz_extractf32x4_ps(0xf, sums, 0),
@@ -124,6 +121,34 @@ struct Avx512Isa : Avx2Isa {
       _mm_storeu_ps(score1 + j, s1);
       m0 = _mm_max_ps(m0, s0);
       m1 = _mm_max_ps(m1, s1);
+    };
+    int64_t j = 0;
+    for (; j + 8 <= n_keys; j += 8) {
+      const float* k = keys + j * hd;
+      __m512 d[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) d[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int64_t c = 0; c < nc; ++c) {
+        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) d[i] = _mm512_fmadd_ps(qv, dup8(k + i * hd + 8 * c), d[i]);
+      }
+      four(j, d);
+      four(j + 4, d + 4);
+    }
+    for (; j + 4 <= n_keys; j += 4) {
+      const float* k = keys + j * hd;
+      __m512 d[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) d[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int64_t c = 0; c < nc; ++c) {
+        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) d[i] = _mm512_fmadd_ps(qv, dup8(k + i * hd + 8 * c), d[i]);
+      }
+      four(j, d);
     }
     m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
     m1 = _mm_max_ps(m1, _mm_movehl_ps(m1, m1));
@@ -131,7 +156,7 @@ struct Avx512Isa : Avx2Isa {
     float x1 = _mm_cvtss_f32(_mm_max_ss(m1, _mm_movehdup_ps(m1)));
     for (; j < n_keys; ++j) {
       __m512 dot = _mm512_setzero_ps();
-      for (int64_t c = 0; c < hd / 8; ++c) {
+      for (int64_t c = 0; c < nc; ++c) {
         dot = _mm512_fmadd_ps(_mm512_load_ps(q01 + 16 * c), dup8(keys + j * hd + 8 * c), dot);
       }
       score0[j] = hsum_avx2(low8(dot));
@@ -141,6 +166,15 @@ struct Avx512Isa : Avx2Isa {
     }
     *max0 = x0;
     *max1 = x1;
+  }
+
+  static void scores2(const float* q0, const float* q1, const float* keys, int64_t n_keys, int64_t hd,
+                      float* score0, float* score1, float* max0, float* max1) {
+    switch (hd) {
+      case 64: return scores2_nc<8>(q0, q1, keys, n_keys, hd, score0, score1, max0, max1);
+      case 128: return scores2_nc<16>(q0, q1, keys, n_keys, hd, score0, score1, max0, max1);
+      default: return scores2_nc<0>(q0, q1, keys, n_keys, hd, score0, score1, max0, max1);
+    }
   }
 
   // Avx2Isa::exp_and_sum for two queries' scores (each with its own max): 8 of each per exp.

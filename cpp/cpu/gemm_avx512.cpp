@@ -289,22 +289,20 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 }
 
 // Weights packed at load need no panels: gemv_packed takes up to kGemvPassRows rows in one pass
-// over a 16-column group (more would spill the accumulators), and more rows in balanced passes
-// over the same group, which the second pass finds in L2. Below gemv_row_limit() rows that is at
-// least as fast as the GEMM, whose panel copy costs as much as a tile of a few rows. Matmul ms, 1
-// thread (CPU time, kernel_bench N_IN N_OUT 1 rows=..., three runs, GEMM -> gemv): q4_0 2048 x
-// 5632 5 rows 0.76 -> 0.40; q8_0 2048 x 5632 10 rows 1.48-1.55 -> 1.28-1.38, 16 rows 2.08-2.21
-// -> 1.68-1.90; q8_0 576 x 49152 (SmolLM2's output layer) 16 rows 4.04-4.49 -> 3.13-4.39, 10
-// rows even; from 17 rows even. The types with 8 blocks per packed block (q4_k, q6_k) unpack more
-// per pass: even with the GEMM at 5-8 rows, behind it from two passes on (q4_k 16 rows 1.35-1.40
-// -> 1.56-2.21), so one pass at most. SmolLM2 Q4_1 steps of 8 rows at 700 cached keys, 2
-// threads: 17.9-20.5 ms -> 13.3-15.6 (a 1-row step is 6.2-7.9).
+// (more would spill the accumulators), which is at least as fast as the GEMM, whose panel copy
+// costs as much as a tile of a few rows. Matmul ms, 1 thread (CPU time, kernel_bench N_IN N_OUT 1
+// rows=..., three runs, GEMM -> gemv): q4_0 2048 x 5632 5 rows 0.76 -> 0.40, 8 rows even; q4_1
+// 576 x 1536 (SmolLM2) 5 rows 0.056 -> 0.034-0.048; q4_k / q6_k even at 5-8 rows. Two
+// passes (9-16 rows) paid only for q8_0 (2048 x 5632, 16 rows 2.08-2.21 -> 1.68-1.90) and lost
+// for the 4-bit types, whose every pass unpacks the nibbles again (q4_1 576 x 1536 10 rows
+// 0.057-0.080 -> 0.094-0.096; q4_k 2048 x 5632 16 rows 1.35-1.40 -> 1.56-2.21): the GEMM takes
+// them. SmolLM2 Q4_1 steps of 8 rows at 700 cached keys, 2 threads: 17.9-20.5 ms -> 13.3-15.6 (a
+// 1-row step is 6.2-7.9).
 constexpr int kGemvPassRows = 8;
 
 template <typename F>
 constexpr int64_t gemv_row_limit() {
-  if constexpr (!Packed16Reader<F>::kPacked) return kGemmSmallRows;
-  return F::kBlocksPer == 1 ? 2 * kGemvPassRows + 1 : kGemvPassRows + 1;
+  return Packed16Reader<F>::kPacked ? kGemvPassRows + 1 : kGemmSmallRows;
 }
 
 template <typename F, size_t... I>
@@ -318,16 +316,7 @@ void gemv_quant(const GemmArgs& g) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     if constexpr (Packed16Reader<F>::kPacked) {
       static constexpr auto table = gemv_packed_table<F>(std::make_index_sequence<kGemvPassRows>());
-      const int64_t n_passes = (g.n_rows + kGemvPassRows - 1) / kGemvPassRows;
-      for (int64_t p = 0, r0 = 0; p < n_passes; ++p) {
-        const int64_t r1 = g.n_rows * (p + 1) / n_passes;
-        GemmArgs part = g;
-        part.act = g.act + r0 * g.act_row_bytes;
-        part.y = g.y + r0 * g.ldy;
-        part.n_rows = r1 - r0;
-        table[part.n_rows - 1](part, c0, nc);
-        r0 = r1;
-      }
+      table[g.n_rows - 1](g, c0, nc);
     } else {
       switch (g.n_rows) {
         case 1: gemv_panel<F, 1>(g, c0, nc); break;

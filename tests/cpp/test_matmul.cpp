@@ -221,7 +221,7 @@ void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_
         const std::vector<float> x = random_acts(kRows, n_in, rng);
         std::vector<float> all(kRows * n_out);
         matmul_with(kernels, type, w.data(), n_in, n_out, x.data(), kRows, all.data(), pool, workspace());
-        // gemv passes of 1-8 rows (two from 9, avx512), the GEMMs from 9 or 17 (avx512), 12 (avx2)
+        // avx512 packed types: gemv up to 8 rows, the GEMM from 9; avx2: the GEMM from 4 rows
         for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 16, 17}) {
           for (int64_t r0 : {int64_t{0}, kRows - n}) {
             std::vector<float> few(n * n_out, NAN);
