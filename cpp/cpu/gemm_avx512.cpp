@@ -235,24 +235,21 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 #pragma GCC unroll 1
     for (int j = 0; j < kPer; ++j) {
       const int64_t b = sb * kPer + j;
-      __m512i u[8];
-      Reader::quants(blocks[sb], j, u);
       // tile_quant's integer and float steps, group by group across the rows.
       if constexpr (F::kSub16) {
         __m512i lo[R], hi[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) lo[r] = _mm512_dpbusd_epi32(lo[r], u[k], bcast_group(rows[r][b], k));
+        for (int k = 0; k < 8; ++k) {
+          const __m512i u = Reader::quant(blocks[sb], j, k);
+#pragma GCC unroll 12
+          for (int r = 0; r < R; ++r) {
+            __m512i& d = k < 4 ? lo[r] : hi[r];
+            d = _mm512_dpbusd_epi32(d, u, bcast_group(rows[r][b], k));
+          }
         }
-#pragma GCC unroll 4
-        for (int k = 4; k < 8; ++k) {
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) hi[r] = _mm512_dpbusd_epi32(hi[r], u[k], bcast_group(rows[r][b], k));
-        }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
           const BlockQ8A& a = rows[r][b];
           __m512 t = _mm512_mul_ps(to_float(lo[r]), s[j].scale0);
@@ -263,19 +260,20 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
         }
       } else {
         __m512i dot[kChains][R];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
           for (int c = 0; c < kChains; ++c) dot[c][r] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
-#pragma GCC unroll 8
+          const __m512i u = Reader::quant(blocks[sb], j, k);
+#pragma GCC unroll 12
           for (int r = 0; r < R; ++r) {
             __m512i& d = dot[k % kChains][r];
-            d = _mm512_dpbusd_epi32(d, u[k], bcast_group(rows[r][b], k));
+            d = _mm512_dpbusd_epi32(d, u, bcast_group(rows[r][b], k));
           }
         }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
           const BlockQ8A& a = rows[r][b];
           const __m512i sum = kChains == 2 ? _mm512_add_epi32(dot[0][r], dot[kChains - 1][r]) : dot[0][r];
@@ -288,21 +286,22 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(g.y + r * g.ldy + c0, mask, acc[r]);
 }
 
-// Weights packed at load need no panels: gemv_packed takes up to kGemvPassRows rows in one pass
-// (more would spill the accumulators), which is at least as fast as the GEMM, whose panel copy
-// costs as much as a tile of a few rows. Matmul ms, 1 thread (CPU time, kernel_bench N_IN N_OUT 1
-// rows=..., three runs, GEMM -> gemv): q4_0 2048 x 5632 5 rows 0.76 -> 0.40, 8 rows even; q4_1
-// 576 x 1536 (SmolLM2) 5 rows 0.056 -> 0.034-0.048; q4_k / q6_k even at 5-8 rows. Two
-// passes (9-16 rows) paid only for q8_0 (2048 x 5632, 16 rows 2.08-2.21 -> 1.68-1.90) and lost
-// for the 4-bit types, whose every pass unpacks the nibbles again (q4_1 576 x 1536 10 rows
-// 0.057-0.080 -> 0.094-0.096; q4_k 2048 x 5632 16 rows 1.35-1.40 -> 1.56-2.21): the GEMM takes
-// them. SmolLM2 Q4_1 steps of 8 rows at 700 cached keys, 2 threads: 17.9-20.5 ms -> 13.3-15.6 (a
-// 1-row step is 6.2-7.9).
-constexpr int kGemvPassRows = 8;
+// Weights packed at load need no panels: gemv_packed takes up to kGemvMaxRows rows in one pass
+// (more would spill the accumulators: the one-scale types keep two vectors a row, the per-16 ones
+// three), which is faster than the GEMM, whose panel copy costs as much as a tile of a few rows.
+// Matmul ms, 1 thread (CPU time, kernel_bench N_IN N_OUT 1 rows=..., two or three runs, GEMM ->
+// gemv): q4_1 576 x 1536 (SmolLM2) 5 rows 0.056 -> 0.034-0.048, 12 rows 0.102-0.105 ->
+// 0.079-0.092; 2048 x 5632 at 9 / 12 rows q4_0 1.15-1.16 -> 0.77-0.90 / 1.42-1.48 -> 1.17-1.21,
+// q8_0 1.13-1.41 -> 1.16-1.43 / 1.70-1.72 -> 1.52-1.64, q4_k 0.94-1.36 -> 0.74-1.12 / 1.14-1.85 ->
+// 0.93-1.53; q8_0 576 x 49152 (SmolLM2's output layer) 12 rows 3.79-3.99 -> 2.01-3.16; q6_k at
+// 4-8 rows even. Two passes (each unpacking the nibbles again) lost to the GEMM for the 4-bit
+// types (q4_1 576 x 1536 10 rows 0.057-0.080 -> 0.094-0.096).
+template <typename F>
+constexpr int kGemvMaxRows = F::kSub16 ? 8 : 12;
 
 template <typename F>
 constexpr int64_t gemv_row_limit() {
-  return Packed16Reader<F>::kPacked ? kGemvPassRows + 1 : kGemmSmallRows;
+  return Packed16Reader<F>::kPacked ? kGemvMaxRows<F> + 1 : kGemmSmallRows;
 }
 
 template <typename F, size_t... I>
@@ -315,7 +314,7 @@ void gemv_quant(const GemmArgs& g) {
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     if constexpr (Packed16Reader<F>::kPacked) {
-      static constexpr auto table = gemv_packed_table<F>(std::make_index_sequence<kGemvPassRows>());
+      static constexpr auto table = gemv_packed_table<F>(std::make_index_sequence<kGemvMaxRows<F>>());
       table[g.n_rows - 1](g, c0, nc);
     } else {
       switch (g.n_rows) {

@@ -9,17 +9,18 @@
 namespace ember::cpu {
 namespace {
 
-// Readers of one packed block (F::kBlocksPer 32-element blocks) of 16 columns: quants(p, j, u)
-// gives the u vectors of 32-element block j's 8 four-element groups (u[g]: lane c = column c's
-// elements 4g .. 4g + 3, a Panel16 u row as is), scales(p, s) the ColumnScales of every block j,
-// computed with the same operations as ColumnScaleReader on the file's fields, so packed and
-// unpacked weights give the same bits. kPacked is false for types without a packed layout.
 // How far ahead a pass over packed weights asks for its stream (a thread's columns are one
 // contiguous stream). Measured on the 1.1B Q4_0 / Q8_0 decode (Sapphire Rapids VM, 1 and 2
 // threads, tg t/s): 1 KiB ahead 14, 2 KiB 16, 4 KiB 17.7, 8 KiB 17.6-19 (q4_0, 1 thread; q8_0
 // and 2 threads alike).
 constexpr int64_t kPackedPrefetchBytes = 8192;
 
+// Readers of one packed block (F::kBlocksPer 32-element blocks) of 16 columns: quant(p, j, g)
+// gives the u vector of 32-element block j's four-element group g (lane c = column c's elements
+// 4g .. 4g + 3, a Panel16 u row as is), one group at a time so that a kernel holds only the
+// groups it is using; scales(p, s) the ColumnScales of every block j, computed with the same
+// operations as ColumnScaleReader on the file's fields, so packed and unpacked weights give the
+// same bits. kPacked is false for types without a packed layout.
 template <typename F>
 struct Packed16Reader {
   static constexpr bool kPacked = false;
@@ -36,16 +37,10 @@ inline void packed_scales(const uint16_t* d, const uint16_t* m, int bias, Column
   s->coef_s_lo = _mm512_setzero_ps();
 }
 
-// u[k] and u[k + 4] from the low and high nibbles of v[k] (k < 4), or from the low / high
-// nibble (shift 0 / 4) of v[k] for all 8 groups.
-inline void nibbles_low_high(const uint8_t (*v)[kPackCols][4], __m512i u[8]) {
-  const __m512i mask = _mm512_set1_epi8(15);
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    const __m512i x = _mm512_loadu_si512(v[k]);
-    u[k] = _mm512_and_si512(x, mask);
-    u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), mask);
-  }
+// u[g] of the 4-bit layouts that keep groups g and g + 4 in the low and high nibbles of v[g % 4].
+inline __m512i nibble_group(const uint8_t (*v)[kPackCols][4], int g) {
+  const __m512i x = _mm512_loadu_si512(v[g % 4]);
+  return _mm512_and_si512(g < 4 ? x : _mm512_srli_epi16(x, 4), _mm512_set1_epi8(15));
 }
 
 inline __m512i load_u32x16(const uint32_t* p) { return _mm512_loadu_si512(p); }
@@ -54,7 +49,7 @@ template <>
 struct Packed16Reader<FormatQ4_0> {
   static constexpr bool kPacked = true;
   using Block = PackedQ4_0;
-  static void quants(const Block& p, int, __m512i u[8]) { nibbles_low_high(p.qs, u); }
+  static __m512i quant(const Block& p, int, int g) { return nibble_group(p.qs, g); }
   static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, nullptr, FormatQ4_0::kBias, s); }
 };
 
@@ -62,7 +57,7 @@ template <>
 struct Packed16Reader<FormatQ4_1> {
   static constexpr bool kPacked = true;
   using Block = PackedQ4_1;
-  static void quants(const Block& p, int, __m512i u[8]) { nibbles_low_high(p.qs, u); }
+  static __m512i quant(const Block& p, int, int g) { return nibble_group(p.qs, g); }
   static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, p.m, FormatQ4_1::kBias, s); }
 };
 
@@ -70,10 +65,7 @@ template <>
 struct Packed16Reader<FormatQ8_0> {
   static constexpr bool kPacked = true;
   using Block = PackedQ8_0;
-  static void quants(const Block& p, int, __m512i u[8]) {
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) u[g] = _mm512_loadu_si512(p.u[g]);
-  }
+  static __m512i quant(const Block& p, int, int g) { return _mm512_loadu_si512(p.u[g]); }
   static void scales(const Block& p, ColumnScales* s) { packed_scales(p.d, nullptr, FormatQ8_0::kBias, s); }
 };
 
@@ -81,14 +73,9 @@ template <>
 struct Packed16Reader<FormatQ4_K> {
   static constexpr bool kPacked = true;
   using Block = PackedQ4_K;
-  static void quants(const Block& p, int j, __m512i u[8]) {
-    const __m512i mask = _mm512_set1_epi8(15);
-    const int shift = 4 * (j % 2);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m512i x = _mm512_loadu_si512(p.qs[j / 2][k]);
-      u[k] = _mm512_and_si512(shift ? _mm512_srli_epi16(x, 4) : x, mask);
-    }
+  static __m512i quant(const Block& p, int j, int g) {
+    const __m512i x = _mm512_loadu_si512(p.qs[j / 2][g]);
+    return _mm512_and_si512(j % 2 ? _mm512_srli_epi16(x, 4) : x, _mm512_set1_epi8(15));
   }
   static void scales(const Block& p, ColumnScales* s) {
     const __m512i t[3] = {load_u32x16(p.sc[0]), load_u32x16(p.sc[1]), load_u32x16(p.sc[2])};
@@ -101,18 +88,15 @@ struct Packed16Reader<FormatQ6_K> {
   static constexpr bool kPacked = true;
   using Block = PackedQ6_K;
   // Block j = 4h + k: low nibble k / 2 of ql[h][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[h][g].
-  static void quants(const Block& p, int j, __m512i u[8]) {
+  static __m512i quant(const Block& p, int j, int g) {
     const int h = j / 4, k = j % 4;
-    const __m128i low_shift = _mm_cvtsi32_si128(4 * (k / 2)), high_shift = _mm_cvtsi32_si128(2 * k);
-    const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(0x30);
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      const __m512i ql = _mm512_loadu_si512(p.ql[h][8 * (k % 2) + g]);
-      const __m512i qh = _mm512_loadu_si512(p.qh[h][g]);
-      const __m512i low = _mm512_and_si512(_mm512_srl_epi16(ql, low_shift), m15);
-      const __m512i high = _mm512_and_si512(_mm512_slli_epi16(_mm512_srl_epi16(qh, high_shift), 4), m48);
-      u[g] = _mm512_or_si512(low, high);
-    }
+    const __m512i ql = _mm512_loadu_si512(p.ql[h][8 * (k % 2) + g]);
+    const __m512i qh = _mm512_loadu_si512(p.qh[h][g]);
+    const __m512i low = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * (k / 2))),
+                                         _mm512_set1_epi8(15));
+    const __m512i high = _mm512_and_si512(
+        _mm512_slli_epi16(_mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), 4), _mm512_set1_epi8(0x30));
+    return _mm512_or_si512(low, high);
   }
   static void scales(const Block& p, ColumnScales* s) {
     const __m512 d = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
@@ -144,10 +128,8 @@ void pack_panel16_packed(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int6
         _mm_prefetch(ahead + line, _MM_HINT_T0);
       R::scales(block, s);
     }
-    __m512i u[8];
-    R::quants(block, j, u);
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) _mm512_store_si512(panel[i].u[g], u[g]);
+    for (int g = 0; g < 8; ++g) _mm512_store_si512(panel[i].u[g], R::quant(block, j, g));
     _mm512_store_ps(panel[i].scale[0], s[j].scale0);
     _mm512_store_ps(panel[i].scale[1], s[j].scale1);
     _mm512_store_ps(panel[i].coef_s, s[j].coef_s);

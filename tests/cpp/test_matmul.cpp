@@ -221,8 +221,8 @@ void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_
         const std::vector<float> x = random_acts(kRows, n_in, rng);
         std::vector<float> all(kRows * n_out);
         matmul_with(kernels, type, w.data(), n_in, n_out, x.data(), kRows, all.data(), pool, workspace());
-        // avx512 packed types: gemv up to 8 rows, the GEMM from 9; avx2: the GEMM from 4 rows
-        for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 16, 17}) {
+        // avx512 packed types: gemv up to 8 or 12 rows, then the GEMM; avx2: the GEMM from 4 rows
+        for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 16}) {
           for (int64_t r0 : {int64_t{0}, kRows - n}) {
             std::vector<float> few(n * n_out, NAN);
             matmul_with(kernels, type, w.data(), n_in, n_out, &x[r0 * n_in], n, few.data(), pool,
