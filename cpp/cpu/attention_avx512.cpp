@@ -122,34 +122,23 @@ struct Avx512Isa : Avx2Isa {
       m0 = _mm_max_ps(m0, s0);
       m1 = _mm_max_ps(m1, s1);
     };
+    // Keys j .. j + K: K independent FMA chains over d, then the tree of each group of four.
+    auto key_step = [&]<int K>(int64_t j) {
+      const float* k = keys + j * hd;
+      __m512 d[K];
+#pragma GCC unroll 8
+      for (int i = 0; i < K; ++i) d[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int64_t c = 0; c < nc; ++c) {
+        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
+#pragma GCC unroll 8
+        for (int i = 0; i < K; ++i) d[i] = _mm512_fmadd_ps(qv, dup8(k + i * hd + 8 * c), d[i]);
+      }
+      for (int i = 0; i < K; i += 4) four(j + i, d + i);
+    };
     int64_t j = 0;
-    for (; j + 8 <= n_keys; j += 8) {
-      const float* k = keys + j * hd;
-      __m512 d[8];
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) d[i] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-      for (int64_t c = 0; c < nc; ++c) {
-        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) d[i] = _mm512_fmadd_ps(qv, dup8(k + i * hd + 8 * c), d[i]);
-      }
-      four(j, d);
-      four(j + 4, d + 4);
-    }
-    for (; j + 4 <= n_keys; j += 4) {
-      const float* k = keys + j * hd;
-      __m512 d[4];
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) d[i] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-      for (int64_t c = 0; c < nc; ++c) {
-        const __m512 qv = _mm512_load_ps(q01 + 16 * c);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) d[i] = _mm512_fmadd_ps(qv, dup8(k + i * hd + 8 * c), d[i]);
-      }
-      four(j, d);
-    }
+    for (; j + 8 <= n_keys; j += 8) key_step.template operator()<8>(j);
+    for (; j + 4 <= n_keys; j += 4) key_step.template operator()<4>(j);
     m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
     m1 = _mm_max_ps(m1, _mm_movehl_ps(m1, m1));
     float x0 = _mm_cvtss_f32(_mm_max_ss(m0, _mm_movehdup_ps(m0)));
