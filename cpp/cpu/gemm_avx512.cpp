@@ -276,7 +276,8 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 #pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
           const BlockQ8A& a = rows[r][b];
-          const __m512i sum = kChains == 2 ? _mm512_add_epi32(dot[0][r], dot[kChains - 1][r]) : dot[0][r];
+          __m512i sum = dot[0][r];
+          if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, dot[1][r]);
           acc[r] = _mm512_fmadd_ps(to_float(sum), _mm512_mul_ps(s[j].scale0, _mm512_set1_ps(a.d)), acc[r]);
           acc[r] = _mm512_fmadd_ps(s[j].coef_s, _mm512_set1_ps(a.s), acc[r]);
         }
@@ -288,9 +289,9 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 
 // Weights packed at load need no panels: gemv_packed takes up to kGemvMaxRows rows in one pass
 // (more would spill the accumulators: the one-scale types keep two vectors a row, the per-16 ones
-// three), which is faster than the GEMM, whose panel copy costs as much as a tile of a few rows.
+// three), which is at least as fast as the GEMM, whose panel copy costs as much as a tile of a few rows.
 // Matmul ms, 1 thread (CPU time, kernel_bench N_IN N_OUT 1 rows=..., two or three runs, GEMM ->
-// gemv): q4_1 576 x 1536 (SmolLM2) 5 rows 0.056 -> 0.034-0.048, 12 rows 0.102-0.105 ->
+// gemv): q4_1 576 x 1536 (SmolLM2) 5 rows 0.056 -> 0.034-0.048, 12 rows 0.102-0.156 ->
 // 0.079-0.092; 2048 x 5632 at 9 / 12 rows q4_0 1.15-1.16 -> 0.77-0.90 / 1.42-1.48 -> 1.17-1.21,
 // q8_0 1.13-1.41 -> 1.16-1.43 / 1.70-1.72 -> 1.52-1.64, q4_k 0.94-1.36 -> 0.74-1.12 / 1.14-1.85 ->
 // 0.93-1.53; q8_0 576 x 49152 (SmolLM2's output layer) 12 rows 3.79-3.99 -> 2.01-3.16; q6_k at

@@ -121,8 +121,8 @@ void pack_panel16_packed(const uint8_t* w, int64_t w_row_bytes, int64_t c0, int6
     const auto& block = blocks[b / kPer];
     const int j = static_cast<int>(b % kPer);
     if (j == 0) {
-      // The GEMM's first touch of these weights: with few rows (speculative verification) it
-      // waits on memory unless the stream is asked for ahead, as gemv_packed does.
+      // The GEMM's first touch of these weights: with few rows (a verification step past
+      // gemv_packed's rows) it waits on memory unless the stream is asked for ahead.
       const char* ahead = reinterpret_cast<const char*>(&block) + kPackedPrefetchBytes;
       for (int64_t line = 0; line < int64_t(sizeof(block)); line += 64)
         _mm_prefetch(ahead + line, _MM_HINT_T0);
