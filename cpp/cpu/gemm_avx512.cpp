@@ -24,10 +24,13 @@ using Panel = Panel16;
 // undefined pass-through operand of the plain intrinsic.
 inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
 
-inline __m512i bcast_group(const BlockQ8A& a, int g) {
-  int32_t v;
-  std::memcpy(&v, a.qs + 4 * g, 4);
-  return _mm512_set1_epi32(v);
+// dot + the 16 column dots of u (unsigned weight bytes) with activation group g of a (four signed
+// bytes, broadcast): one vpdpbusd whose broadcast comes from memory ({1to16}). GCC 12 does not fold
+// _mm512_set1_epi32 of a load into vpdpbusd, and the separate vpbroadcastd per row and group was a
+// third of the GEMM tile's instructions.
+inline __m512i dot_group(__m512i dot, __m512i u, const BlockQ8A& a, int g) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(a.qs + 4 * g)));
+  return dot;
 }
 
 // dot[r] += the int32 dots of groups [G0, G0 + N) of a block of panel p with rows[r]'s block:
@@ -39,7 +42,7 @@ inline void group_dots(const Panel& p, const BlockQ8A* const* rows, int64_t b, _
   for (int g = G0; g < G0 + N; ++g) {
     const __m512i w = _mm512_load_si512(p.u[g]);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_dpbusd_epi32(dot[r], w, bcast_group(rows[r][b], g));
+    for (int r = 0; r < R; ++r) dot[r] = dot_group(dot[r], w, rows[r][b], g);
   }
 }
 
@@ -246,7 +249,7 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 #pragma GCC unroll 12
           for (int r = 0; r < R; ++r) {
             __m512i& d = k < 4 ? lo[r] : hi[r];
-            d = _mm512_dpbusd_epi32(d, u, bcast_group(rows[r][b], k));
+            d = dot_group(d, u, rows[r][b], k);
           }
         }
 #pragma GCC unroll 12
@@ -270,7 +273,7 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
 #pragma GCC unroll 12
           for (int r = 0; r < R; ++r) {
             __m512i& d = dot[k % kChains][r];
-            d = _mm512_dpbusd_epi32(d, u, bcast_group(rows[r][b], k));
+            d = dot_group(d, u, rows[r][b], k);
           }
         }
 #pragma GCC unroll 12
