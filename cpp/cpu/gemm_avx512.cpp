@@ -29,7 +29,9 @@ inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); 
 // _mm512_set1_epi32 of a load into vpdpbusd, and the separate vpbroadcastd per row and group was a
 // third of the GEMM tile's instructions.
 inline __m512i dot_group(__m512i dot, __m512i u, const BlockQ8A& a, int g) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(a.qs + 4 * g)));
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(dot)
+      : "v"(u), "m"(*reinterpret_cast<const int32_t*>(a.qs + 4 * g)));
   return dot;
 }
 
