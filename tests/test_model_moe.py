@@ -164,14 +164,20 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     # logits by O(1).
     assert np.abs(logits - ref).max() < F32_REL * np.abs(ref).max()
     # Sharper: against transformers attending over the same f16-rounded keys and values, only
-    # f32 summation order differs (measured 1.6-2.0e-5 of the largest logit). One token routed to
-    # another expert moves its logits by ~1e-1, which 1e-4 would catch; no token here is near a
-    # tie (the smallest gap between the k-th and next router probability is ~2e-4, some 100x what
-    # f32 rounding moves a probability), so every token must take transformers' experts.
+    # f32 summation order differs: per token, the largest difference is 1.6-2.0e-5 of the largest
+    # logit on a Xeon, 1.5-5e-5 on a Zen 5 (torch's own kernels differ by CPU), except where a key
+    # or value lies so close to an f16 rounding boundary that the two f32 orders round it to
+    # neighbouring f16 values: that moved one token of 100 by 1.4e-4 (Zen 5). One token routed
+    # to another expert moves its logits by ~1e-1, which 1e-3 still catches 100x over; no token
+    # here is near a tie (the smallest gap between the k-th and next router probability is
+    # ~2e-4, some 100x what f32 rounding moves a probability), so every token must take
+    # transformers' experts, and the typical token must agree to summation order.
     with f16_kv_attention():
         ref16 = hf_logits(model, tokens)
         assert router_margin(model, tokens) > 1e-5
-    assert np.abs(logits - ref16).max() < 1e-4 * np.abs(ref16).max()
+    per_token = np.abs(logits - ref16).max(axis=1) / np.abs(ref16).max()
+    assert per_token.max() < 1e-3
+    assert np.median(per_token) < 1e-4
 
 
 def dequantized_twin(model, path: Path):
