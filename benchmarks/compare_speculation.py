@@ -81,6 +81,10 @@ EDIT_TASK = ("Change the function restock so that it raises ValueError when amou
 
 
 def peer(cmd: list[str]) -> dict:
+    if not Path(cmd[0]).is_file():
+        sys.exit(f"{cmd[0]} not found: build_llamacpp.sh builds llama-simple but not llama-lookup or "
+                 "llama-speculative; in the peer's llama.cpp folder run `cmake --build build --target "
+                 "llama-lookup llama-speculative`, or pass --peer-bin DIR")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     text = out.stdout + out.stderr
     speed = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) s(?:econds)?, speed:\s+([\d.]+) t/s", text)
