@@ -164,10 +164,10 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     # logits by O(1).
     assert np.abs(logits - ref).max() < F32_REL * np.abs(ref).max()
     # Sharper: against transformers attending over the same f16-rounded keys and values, only
-    # f32 summation order differs: per token, the largest difference is 1.6-2.0e-5 of the largest
-    # logit on a Xeon, 1.5-5e-5 on a Zen 5 (torch's own kernels differ by CPU), except where a key
-    # or value lies so close to an f16 rounding boundary that the two f32 orders round it to
-    # neighbouring f16 values: that moved one token of 100 by 1.4e-4 (Zen 5). One token routed
+    # f32 summation order differs: the largest difference was 1.6-2.0e-5 of the largest logit on a
+    # Xeon; on a Zen 5 (torch's kernels differ by CPU) per token 0-5.3e-5, and 1.4e-4 on one token
+    # (not explained for certain: a key or value on an f16 rounding boundary, rounded to the
+    # neighbouring f16 under the other f32 order, would move a token by that much). One token routed
     # to another expert moves its logits by ~1e-1, which 1e-3 still catches 100x over; no token
     # here is near a tie (the smallest gap between the k-th and next router probability is
     # ~2e-4, some 100x what f32 rounding moves a probability), so every token must take
