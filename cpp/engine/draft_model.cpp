@@ -73,7 +73,10 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
   forward_rows(*model_, scratch_, tokens_, positions_, seq_rows_, cache_.layer_bytes(), output_rows_,
                logits_);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
-  cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
+  // A new prompt's catch-up is a prefill (a GEMM over hundreds of rows): priced with it, a
+  // guess's pass would look cheap per row and dear in fixed cost, so only drafting passes count.
+  const bool drafting = std::ranges::none_of(queries, [](const Query& q) { return q.n_draft == 0; });
+  if (drafting) cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
   for (const Rows& r : rows) {
     if (!r.wants_logits) continue;

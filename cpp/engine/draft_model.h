@@ -63,7 +63,7 @@ class ModelDrafter : public DraftModel {
   PagedKVCache cache_;
   Scratch scratch_;
   std::unordered_map<RequestId, SequenceDraft> seqs_;
-  StepCostModel cost_;  // of run(): seconds by rows
+  StepCostModel cost_;  // of run() while drafting: seconds by rows
   // Reused every call.
   std::vector<int32_t> tokens_, positions_, output_rows_;
   std::vector<SequenceRows> seq_rows_;

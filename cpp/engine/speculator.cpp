@@ -149,6 +149,30 @@ std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, i
   return depth;
 }
 
+void Speculator::probe(std::span<const Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows,
+                       int64_t budget) {
+  const int64_t min_drafts = std::max(1, config_.draft_min);
+  int64_t rows = n_plain_rows;
+  size_t best = candidates.size();
+  bool drafted = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    rows += depth[i];
+    if (candidates[i].state->source != DraftSource::draft_model) continue;
+    drafted = drafted || depth[i] >= min_drafts;
+    if (best == candidates.size() || candidates[i].value[0] > candidates[best].value[0]) best = i;
+  }
+  if (best == candidates.size()) return;
+  if (drafted) {
+    undrafted_steps_ = 0;
+    probe_after_ = kFirstProbe;
+    return;
+  }
+  if (++undrafted_steps_ < probe_after_) return;
+  undrafted_steps_ = 0;
+  probe_after_ = std::min(2 * probe_after_, kLastProbe);
+  depth[best] = std::min({kProbeDepth, static_cast<int64_t>(candidates[best].value.size()), budget - rows});
+}
+
 void Speculator::propose(Scheduler& scheduler) {
   const int64_t budget = scheduler.config().max_num_batched_tokens;
   const int64_t min_drafts = std::max(1, config_.draft_min);
@@ -181,7 +205,8 @@ void Speculator::propose(Scheduler& scheduler) {
   }
   if (candidates.empty()) return;
   n_plain_rows = std::min(n_plain_rows, budget);
-  const std::vector<int64_t> depth = depths(candidates, n_plain_rows, n_samples, budget);
+  std::vector<int64_t> depth = depths(candidates, n_plain_rows, n_samples, budget);
+  if (config_.adaptive && cost_.known() && draft_model_) probe(candidates, depth, n_plain_rows, budget);
 
   std::vector<DraftModel::Query> queries;
   std::vector<size_t> query_of;

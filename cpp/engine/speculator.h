@@ -15,6 +15,14 @@
 // already compute-bound (b·n dominates) or the draft model is slow, drafting stops, and a lone
 // memory-bound request drafts deep.
 //
+// A draft model's cost is measured only by drafting, so an estimate that stops all drafting (a
+// cold first pass, a busy moment) would never be corrected. When requests that could draft from
+// the draft model have gone undrafted for probe_after steps, the likeliest one drafts up to
+// kProbeDepth anyway: a probe, whose passes and verification refresh both fits and its evidence.
+// probe_after starts at kFirstProbe and doubles up to kLastProbe while the back-off keeps
+// refusing after the probes (where drafting truly does not pay, probes then cost well under 1% of
+// the steps), and starts over when the back-off drafts on its own.
+//
 // v_j comes from each request's recent verifications: decayed counts of drafts kept and
 // rejected give p, the chance a draft is kept, and v_j = p^(j+1). A prediction's drafts are
 // counted apart by how far the output has followed the prediction where they were drafted
@@ -85,7 +93,7 @@ class DraftModel {
   virtual void propose(std::span<Query> queries) = 0;
   virtual void release(std::span<const RequestId> ids) = 0;
   // The cost of one of its forward passes by rows (propose() runs one per guess, every query's
-  // rows together), fitted to the passes it ran.
+  // rows together), fitted to the passes it ran to draft (not to a new prompt's catch-up).
   virtual const StepCostModel& cost() const = 0;
 };
 
@@ -121,6 +129,7 @@ class Speculator {
   static constexpr int kRunBins = 6;
   // Per step a request could draft but is not given drafts, its evidence is multiplied by this.
   static constexpr double kUndraftedForget = 0.9;
+  static constexpr int64_t kProbeDepth = 4, kFirstProbe = 8, kLastProbe = 512;
   struct RequestState {
     DraftSource source = DraftSource::none;
     PredictionCursor prediction;
@@ -140,12 +149,16 @@ class Speculator {
   RequestState& state_of(const Request& request);
   std::vector<int64_t> depths(std::span<const Candidate> candidates, int64_t n_plain_rows, int64_t n_samples,
                               int64_t budget) const;
+  // The probe of the top of this file: may raise one draft-model candidate's depth.
+  void probe(std::span<const Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows,
+             int64_t budget);
 
   SpeculationConfig config_;
   std::unique_ptr<DraftModel> draft_model_;
   std::unordered_map<RequestId, RequestState> states_;
   SpeculationStats stats_;
   StepCostModel cost_;
+  int64_t undrafted_steps_ = 0, probe_after_ = kFirstProbe;
 };
 
 }  // namespace ember

@@ -162,6 +162,33 @@ TEST(speculator_counts_the_draft_models_cost) {
   }
 }
 
+// A draft model priced too dear to pay is still probed, at doubling intervals: its cost is only
+// measured when it drafts, so a cold first pass must not stop drafting for good.
+TEST(speculator_probes_a_draft_model_it_stopped_using) {
+  SpeculationConfig c;
+  c.source = DraftSource::draft_model;
+  c.draft_max = 8;
+  KVCacheManager kv(kv_config(512, 16));
+  Scheduler scheduler(sched_config(512, 64), kv);
+  Speculator speculator(c, std::make_unique<FixedCostDrafter>(0.050));
+  scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
+  FakeRunner runner(512 * 16);
+  std::vector<std::pair<int, int64_t>> drafted;  // (step, drafts) of the steps that drafted
+  for (int step = 0; step < 60; ++step) {
+    if (step > 0) speculator.propose(scheduler);
+    const StepPlan plan = scheduler.schedule();
+    const std::vector<SampledTokens> sampled = runner.execute(build_batch(plan, scheduler));
+    speculator.observe(plan, sampled, 0.010 + 0.0001 * static_cast<double>(plan.n_tokens));
+    for (const ScheduledSequence& p : plan.seqs) {
+      if (p.n_drafts() > 0) drafted.emplace_back(step, p.n_drafts());
+    }
+    scheduler.update_from_output(plan, sampled);
+  }
+  // Step 0 prefills, step 1 (the first decode step, no cost known yet) drafts all it can; then
+  // the 8th refusal after it probes 4 deep (step 9), the 16th after that (25), the 32nd (57).
+  CHECK(drafted == (std::vector<std::pair<int, int64_t>>{{1, 8}, {9, 4}, {25, 4}, {57, 4}}));
+}
+
 // Records what it is asked for.
 struct RecordingDrafter : FixedCostDrafter {
   RecordingDrafter() : FixedCostDrafter(0.001) {}
