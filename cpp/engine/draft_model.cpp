@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "model/forward.h"
@@ -35,9 +36,6 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
         return c;
       }()) {
   if (!model_) throw InvalidArgument("[speculation] no draft model");
-  if (!(config.p_min >= 0.0f && config.p_min <= 1.0f)) {
-    throw InvalidArgument(cat("[speculation] the draft's p_min must be in [0, 1], got ", config.p_min));
-  }
   if (config.max_batch_rows < 1) {
     throw InvalidArgument(cat("[speculation] max_batch_rows must be >= 1, got ", config.max_batch_rows));
   }
@@ -54,7 +52,8 @@ void ModelDrafter::release(std::span<const RequestId> ids) {
 }
 
 void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
-                       std::span<const int32_t* const> tokens, std::vector<int32_t>& next) {
+                       std::span<const int32_t* const> tokens, std::vector<int32_t>& next,
+                       std::vector<float>& prob) {
   const int64_t n_vocab = model_->config().n_vocab;
   tokens_.clear();
   positions_.clear();
@@ -83,12 +82,13 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     const float* row = logits_.data() + k++ * n_vocab;
     const float* top = std::max_element(row, row + n_vocab);
     // The top token's softmax probability; logits 16 below the top add < 1.2e-7 each, so the
-    // sum skips them (what they could add in all moves p by well under 1% of p_min).
+    // sum skips them (what they could add in all moves p by well under 1%).
     float sum = 0.0f;
     for (int64_t t = 0; t < n_vocab; ++t) {
       if (row[t] > *top - 16.0f) sum += std::exp(row[t] - *top);
     }
-    next[r.query] = 1.0f / sum >= config_.p_min ? static_cast<int32_t>(top - row) : -1;
+    next[r.query] = static_cast<int32_t>(top - row);
+    prob[r.query] = 1.0f / sum;
   }
 }
 
@@ -101,6 +101,7 @@ void ModelDrafter::propose(std::span<Query> queries) {
   for (size_t q = 0; q < n_q; ++q) {
     Query& query = queries[q];
     query.drafts.clear();
+    query.probabilities.clear();
     // Catching up only (a new prompt): every token but the last, whose row gives the first guess
     // at the next call.
     const int64_t n = static_cast<int64_t>(query.tokens.size()) - (query.n_draft == 0 ? 1 : 0);
@@ -124,13 +125,14 @@ void ModelDrafter::propose(std::span<Query> queries) {
     active[q] = true;
   }
   std::vector<int32_t> next(n_q, -1);
+  std::vector<float> prob(n_q, 0.0f);
   // Catch-up: every active query's rows from its first invalid position to its last token, in
   // passes of at most max_batch_rows rows (a long prompt spreads over several).
   std::vector<Rows> rows;
   int64_t n_rows = 0;
   const auto flush = [&] {
     for (size_t q = 0; q < n_q; ++q) token_ptrs[q] = work[q].data();
-    if (!rows.empty()) run(rows, queries, token_ptrs, next);
+    if (!rows.empty()) run(rows, queries, token_ptrs, next, prob);
     rows.clear();
     n_rows = 0;
   };
@@ -146,15 +148,19 @@ void ModelDrafter::propose(std::span<Query> queries) {
   }
   flush();
   // Then one row per query and guess: each guess is fed back to get the next, until a query has
-  // its drafts or the draft is unsure of the next guess (next is -1 then).
+  // its drafts or its judge() ends them (next is -1 once a query is done).
   std::vector<int64_t> n_fed(n_q, 0);  // guesses fed back, whose K/V is valid if they come true
   for (int64_t round = 0;; ++round) {
     for (size_t q = 0; q < n_q; ++q) {
       if (!active[q] || next[q] < 0) continue;
-      work[q].push_back(next[q]);
-      queries[q].drafts.push_back(next[q]);
-      next[q] = -1;
-      if (static_cast<int64_t>(queries[q].drafts.size()) < queries[q].n_draft) {
+      Query& query = queries[q];
+      const int32_t guess = std::exchange(next[q], -1);
+      const Query::Verdict verdict = query.judge ? query.judge(prob[q]) : Query::Verdict{true, true};
+      if (!verdict.keep) continue;
+      work[q].push_back(guess);
+      query.drafts.push_back(guess);
+      query.probabilities.push_back(prob[q]);
+      if (verdict.more && static_cast<int64_t>(query.drafts.size()) < query.n_draft) {
         rows.push_back({q, n_known[q] + round, 1, true});
         ++n_fed[q];
       }

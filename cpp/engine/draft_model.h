@@ -1,8 +1,8 @@
 // engine/draft_model.h: the draft-model source of speculation — a small model with the target's
 // vocabulary guessing requests' next tokens greedily, over a paged KV cache of its own (its own
 // block tables and pool, no prefix caching). Batches every request's catch-up rows and then one
-// row per request per guessed token, and stops a request's guesses where the draft itself is
-// unsure (its top token's probability below p_min; llama.cpp's --draft-p-min, same default).
+// row per request per guessed token, reporting each guess's probability under the draft (the
+// speculator's keep() decides from it where a request's guesses end).
 // Engine thread only; knows nothing of the scheduler.
 #pragma once
 
@@ -24,7 +24,6 @@ struct DraftModelConfig {
   int64_t n_blocks = 0;  // KV blocks of the draft's own cache
   int block_size = 16;
   int64_t max_batch_rows = 512;  // rows of one draft forward pass at most (catch-up is chunked)
-  float p_min = 0.75f;           // a guess the draft gives less probability than this ends the drafts
 };
 
 // Throws InvalidArgument when `draft` cannot draft for `target`: another vocabulary size, or
@@ -47,15 +46,15 @@ class ModelDrafter : public DraftModel {
     std::vector<int32_t> speculative;  // guesses whose K/V follows n_computed (valid if they come true)
   };
   // Runs rows[i] = (query, first position, count) through the draft, writing their K/V; for each
-  // row that wants logits, they give its query's next guess (argmax) in `next`, or -1 when the
-  // guess's probability is below p_min.
+  // row that wants logits, they give its query's next guess (argmax) in `next` and the draft's
+  // probability of it in `prob`.
   struct Rows {
     size_t query;
     int64_t start, count;
     bool wants_logits;
   };
   void run(std::span<const Rows> rows, std::span<Query> queries, std::span<const int32_t* const> tokens,
-           std::vector<int32_t>& next);
+           std::vector<int32_t>& next, std::vector<float>& prob);
 
   std::shared_ptr<const Model> model_;
   DraftModelConfig config_;

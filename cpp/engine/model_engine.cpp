@@ -85,7 +85,6 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model,
     dc.n_blocks = config.kv.n_blocks;
     dc.block_size = config.kv.block_size;
     dc.max_batch_rows = config.scheduler.max_num_batched_tokens;
-    if (!config.speculation.adaptive) dc.p_min = 0.0f;  // no back-off at all: every draft wanted
     drafter = std::make_unique<ModelDrafter>(std::move(draft), dc);
   }
   ForwardRunnerConfig runner;

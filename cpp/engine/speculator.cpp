@@ -47,19 +47,39 @@ int run_bin(int64_t m, int n_bins) {
   return bin;
 }
 
+// A draft model's bins by its probability of the draft, and the middle of each.
+constexpr std::array<float, 5> kProbabilityEdges = {0.3f, 0.5f, 0.7f, 0.85f, 0.95f};
+constexpr std::array<double, 6> kProbabilityMiddles = {0.15, 0.4, 0.6, 0.78, 0.9, 0.975};
+
+int probability_bin(float p) {
+  return static_cast<int>(std::ranges::upper_bound(kProbabilityEdges, p) - kProbabilityEdges.begin());
+}
+
 }  // namespace
 
-double Speculator::RequestState::keep_chance(int64_t run) const {
-  const bool by_run = source == DraftSource::prediction;
-  const int bin = by_run ? run_bin(run, kRunBins) : 0;
-  // Before any evidence: even odds for prompt lookup; 3/4 for a draft model, whose drafts stop
-  // where its own probability falls below p_min (0.75 by default); a prediction is the caller's
+double Speculator::Evidence::keep_chance(int bin) const {
+  static_assert(kProbabilityMiddles.size() == kBins);
+  // Before any evidence: even odds for prompt lookup; for a draft model, the draft's own
+  // probability (the bin's middle, worth two drafts of evidence); a prediction is the caller's
   // own guess of the output, so there the longer the output has followed it, the likelier its
   // next token (runs of 0 and 1 token: 1/2, 2-3: 2/3, ... 16 and more: 5/6).
-  const double prior_kept = by_run ? std::max(1, bin) : source == DraftSource::draft_model ? 3.0 : 1.0;
-  const double prior_rejected = 1.0;
+  double prior_kept = 1.0, prior_rejected = 1.0;
+  if (source == DraftSource::prediction) prior_kept = std::max(1, bin);
+  if (source == DraftSource::draft_model) {
+    prior_kept = 2.0 * kProbabilityMiddles[bin];
+    prior_rejected = 2.0 - prior_kept;
+  }
   const double p = (kept[bin] + prior_kept) / (kept[bin] + rejected[bin] + prior_kept + prior_rejected);
   return std::clamp(p, 0.02, 0.98);
+}
+
+double Speculator::Evidence::mean_keep_chance() const {
+  double n_kept = 0, n_rejected = 0;
+  for (int bin = 0; bin < kBins; ++bin) {
+    n_kept += kept[bin];
+    n_rejected += rejected[bin];
+  }
+  return std::clamp((n_kept + 3.0) / (n_kept + n_rejected + 4.0), 0.02, 0.98);  // prior: 3/4
 }
 
 Speculator::Speculator(const SpeculationConfig& config, std::unique_ptr<DraftModel> draft_model)
@@ -92,18 +112,23 @@ Speculator::RequestState& Speculator::state_of(const Request& r) {
   } else {
     s.source = config_.source;
   }
-  return states_.emplace(r.id, std::move(s)).first->second;
+  s.own.source = s.source;
+  RequestState& added = states_.emplace(r.id, std::move(s)).first->second;
+  added.evidence = added.source == DraftSource::draft_model ? &draft_evidence_ : &added.own;
+  return added;
 }
 
 // Depth per candidate, best drafts first while each raises expected tokens per second (see the
 // top of speculator.h).
-std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, int64_t n_plain_rows,
+std::vector<int64_t> Speculator::depths(std::span<Candidate> candidates, int64_t n_plain_rows,
                                         int64_t n_samples, int64_t budget) const {
   std::vector<int64_t> depth(candidates.size(), 0);
   if (!config_.adaptive || !cost_.known()) {  // (known after the engine's first decode step)
     int64_t rows = n_plain_rows;
     for (size_t i = 0; i < depth.size(); ++i) {
       depth[i] = std::clamp<int64_t>(budget - rows, 0, static_cast<int64_t>(candidates[i].value.size()));
+      candidates[i].min_value.assign(static_cast<size_t>(depth[i]), 0.0);
+      candidates[i].min_kept_value.assign(static_cast<size_t>(depth[i]), 0.0);
       rows += depth[i];
     }
     return depth;
@@ -141,6 +166,8 @@ std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, i
       continue;
     }
     ++depth[o.candidate];
+    candidates[o.candidate].min_value.push_back(cost * tokens / time);
+    candidates[o.candidate].min_kept_value.push_back(b * tokens / time);
     if (from_draft_model) draft_passes = std::max(draft_passes, o.j + 1);
     time += cost;
     tokens += o.value;
@@ -149,7 +176,7 @@ std::vector<int64_t> Speculator::depths(std::span<const Candidate> candidates, i
   return depth;
 }
 
-void Speculator::probe(std::span<const Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows,
+void Speculator::probe(std::span<Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows,
                        int64_t budget) {
   const int64_t min_drafts = std::max(1, config_.draft_min);
   int64_t rows = n_plain_rows;
@@ -171,6 +198,8 @@ void Speculator::probe(std::span<const Candidate> candidates, std::span<int64_t>
   undrafted_steps_ = 0;
   probe_after_ = std::min(2 * probe_after_, kLastProbe);
   depth[best] = std::min({kProbeDepth, static_cast<int64_t>(candidates[best].value.size()), budget - rows});
+  candidates[best].min_value.assign(static_cast<size_t>(std::max<int64_t>(0, depth[best])), 0.0);
+  candidates[best].min_kept_value = candidates[best].min_value;
 }
 
 void Speculator::propose(Scheduler& scheduler) {
@@ -187,7 +216,7 @@ void Speculator::propose(Scheduler& scheduler) {
     if (s.source == DraftSource::none) continue;
     const int64_t n_max = std::min<int64_t>(config_.draft_max, scheduler.max_drafts(*r));
     if (n_max < 1) continue;
-    Candidate c{r, &s, {}, {}};
+    Candidate c{r, &s, {}, {}, {}, {}};
     int64_t run = 0;
     if (s.source == DraftSource::ngram) {
       c.drafts = ngram_drafts(r->token_ids, config_.ngram_min, config_.ngram_max, n_max);
@@ -199,8 +228,14 @@ void Speculator::propose(Scheduler& scheduler) {
                                                                  : static_cast<int64_t>(c.drafts.size());
     if (n_avail < min_drafts) continue;
     s.run_at_draft = run;
-    double value = 1.0;  // draft j is kept only if every draft before it is, each extending the run
-    for (int64_t j = 0; j < n_avail; ++j) c.value.push_back(value *= s.keep_chance(run + j));
+    // Draft j is kept only if every draft before it is, each extending the run.
+    const Evidence& e = *s.evidence;
+    const double p_any = s.source == DraftSource::draft_model ? e.mean_keep_chance() : e.keep_chance(0);
+    double value = 1.0;
+    for (int64_t j = 0; j < n_avail; ++j) {
+      const bool by_run = s.source == DraftSource::prediction;
+      c.value.push_back(value *= by_run ? e.keep_chance(run_bin(run + j, kBins)) : p_any);
+    }
     candidates.push_back(std::move(c));
   }
   if (candidates.empty()) return;
@@ -212,22 +247,36 @@ void Speculator::propose(Scheduler& scheduler) {
   std::vector<size_t> query_of;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (depth[i] < min_drafts || candidates[i].state->source != DraftSource::draft_model) continue;
-    queries.push_back({candidates[i].request->id, candidates[i].request->token_ids, depth[i], {}});
+    // Guess j is kept while v_j, from the bins of the guesses so far, pays for its target row,
+    // and a next one drafted while its expected value pays for all it costs (see the top of
+    // speculator.h).
+    auto judge = [&e = draft_evidence_, &c = candidates[i], v = 1.0, j = size_t{0}](float p) mutable {
+      v *= e.keep_chance(probability_bin(p));
+      const size_t at = j++;
+      const bool keep = at < c.min_kept_value.size() && v > c.min_kept_value[at];
+      const bool more = keep && at + 1 < c.min_value.size() && v * e.mean_keep_chance() > c.min_value[at + 1];
+      return DraftModel::Query::Verdict{keep, more};
+    };
+    queries.push_back({candidates[i].request->id, candidates[i].request->token_ids, depth[i], judge, {}, {}});
     query_of.push_back(i);
   }
   if (!queries.empty()) {
     draft_model_->propose(queries);
-    for (size_t q = 0; q < queries.size(); ++q) candidates[query_of[q]].drafts = std::move(queries[q].drafts);
+    for (size_t q = 0; q < queries.size(); ++q) {
+      Candidate& c = candidates[query_of[q]];
+      c.drafts = std::move(queries[q].drafts);
+      c.state->probability = std::move(queries[q].probabilities);
+    }
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (depth[i] < min_drafts) {
       // Not drafted although it could have been: its evidence fades toward the prior, so a few
       // early rejections do not stop a request from speculating for good (nothing else would
-      // ever bring new evidence).
-      RequestState& s = *candidates[i].state;
-      for (int bin = 0; bin < kRunBins; ++bin) {
-        s.kept[bin] *= kUndraftedForget;
-        s.rejected[bin] *= kUndraftedForget;
+      // ever bring new evidence; for a draft model, whose evidence is shared, the probes do).
+      Evidence& e = candidates[i].state->own;
+      for (int bin = 0; bin < kBins; ++bin) {
+        e.kept[bin] *= kUndraftedForget;
+        e.rejected[bin] *= kUndraftedForget;
       }
       continue;
     }
@@ -256,16 +305,20 @@ void Speculator::observe(const StepPlan& plan, std::span<const SampledTokens> sa
     // Each bin a verification's drafts fall in forgets a little first (the recent verifications
     // weigh most); bins it does not reach keep their evidence.
     constexpr double kForget = 0.9;
-    const bool by_run = s.source == DraftSource::prediction;
-    int last_bin = -1;
+    std::array<bool, kBins> forgot{};
     for (int64_t j = 0; j <= std::min(got.n_accepted(), p.n_drafts() - 1); ++j) {
-      const int bin = by_run ? run_bin(s.run_at_draft + j, kRunBins) : 0;
-      if (bin != last_bin) {
-        s.kept[bin] *= kForget;
-        s.rejected[bin] *= kForget;
-        last_bin = bin;
+      int bin = 0;
+      if (s.source == DraftSource::prediction) bin = run_bin(s.run_at_draft + j, kBins);
+      if (s.source == DraftSource::draft_model && j < std::ssize(s.probability)) {
+        bin = probability_bin(s.probability[static_cast<size_t>(j)]);
       }
-      (j < got.n_accepted() ? s.kept : s.rejected)[bin] += 1.0;
+      Evidence& e = *s.evidence;
+      if (!forgot[bin]) {
+        e.kept[bin] *= kForget;
+        e.rejected[bin] *= kForget;
+        forgot[bin] = true;
+      }
+      (j < got.n_accepted() ? e.kept : e.rejected)[bin] += 1.0;
     }
     const int source = static_cast<int>(s.source);
     stats_.n_drafted[source] += p.n_drafts();
@@ -280,7 +333,7 @@ void Speculator::catch_up(const StepPlan& plan, const Scheduler& scheduler) {
     if (!p.needs_sample || states_.contains(p.id)) continue;  // mid-prompt, or decoding already
     const Request* r = scheduler.find(p.id);
     if (r == nullptr || state_of(*r).source != DraftSource::draft_model) continue;
-    queries.push_back({r->id, r->token_ids, 0, {}});
+    queries.push_back({r->id, r->token_ids, 0, {}, {}, {}});
   }
   if (!queries.empty()) draft_model_->propose(queries);
 }

@@ -23,16 +23,27 @@
 // refusing after the probes (where drafting truly does not pay, probes then cost well under 1% of
 // the steps), and starts over when the back-off drafts on its own.
 //
-// v_j comes from each request's recent verifications: decayed counts of drafts kept and
-// rejected give p, the chance a draft is kept, and v_j = p^(j+1). A prediction's drafts are
+// v_j comes from recent verifications (the request's own, or for a draft model every request's):
+// decayed counts of drafts kept and rejected give p, the chance a draft is kept, and
+// v_j = p^(j+1). A prediction's drafts are
 // counted apart by how far the output has followed the prediction where they were drafted
 // (PredictionCursor::n_matched), so drafts right after a realignment on a short match, which
 // often miss, are priced apart from those of a long agreeing run, which rarely do:
 // v_j = p(m) · p(m + 1) ··· p(m + j) for a run of m tokens so far.
+//
+// A draft model's drafts are counted apart by the draft's own probability of them (its
+// calibration against this target, learned): its depth is priced with p over all of them; while
+// it drafts, v_j is recomputed from the bins of guess j and those before it, guess j is kept if
+// that still pays for its target row (its draft pass is spent), and a next one is drafted if
+// v_j · p, its expected value, pays for a pass and a row as the back-off required of it. This takes the place
+// of a fixed threshold on that probability (llama.cpp's --draft-p-min, 0.75): SmolLM2 Q4_1 drafting for its
+// f16 original had all of ~450 drafts kept even with a threshold of 0.1, and stopping at 0.75
+// cost a fifth of the speed-up; a draft that agrees less with its target stops earlier.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -86,7 +97,14 @@ class DraftModel {
     RequestId id = 0;
     std::span<const int32_t> tokens;  // the request's tokens so far (prompt, then output)
     int64_t n_draft = 0;              // drafts wanted; 0: only catch up on tokens (a new prompt)
-    std::vector<int32_t> drafts;      // filled: at most n_draft tokens (fewer where the draft is unsure)
+    // Judges each guess as it comes, from the draft's probability of it: keep it or not, and
+    // whether to guess on after it. Empty: every guess kept, up to n_draft.
+    struct Verdict {
+      bool keep, more;
+    };
+    std::function<Verdict(float)> judge;
+    std::vector<int32_t> drafts;       // filled: at most n_draft tokens
+    std::vector<float> probabilities;  // filled: the draft's probability of each of them
   };
   virtual ~DraftModel() = default;
   // Throws InvalidArgument when the draft model cannot serve this target (another vocabulary).
@@ -125,37 +143,52 @@ class Speculator {
   const DraftModel* draft_model() const { return draft_model_.get(); }
 
  private:
-  // Bins of agreement-run length m: 0, 1, 2-3, 4-7, 8-15, 16 and more.
-  static constexpr int kRunBins = 6;
+  // A prediction's bins: agreement-run lengths m of 0, 1, 2-3, 4-7, 8-15, 16 and more; a draft
+  // model's: its probability of the draft below 0.3, 0.5, 0.7, 0.85, 0.95, and above.
+  static constexpr int kBins = 6;
   // Per step a request could draft but is not given drafts, its evidence is multiplied by this.
   static constexpr double kUndraftedForget = 0.9;
   static constexpr int64_t kProbeDepth = 4, kFirstProbe = 8, kLastProbe = 512;
+  // Decayed counts per bin: drafts kept, and drafts rejected (a verification rejects at most
+  // one). Prompt lookup counts everything in bin 0.
+  struct Evidence {
+    DraftSource source = DraftSource::none;
+    std::array<double, kBins> kept{}, rejected{};
+    double keep_chance(int bin) const;  // p of a draft in `bin`
+    double mean_keep_chance() const;    // a draft model's p over all bins, before its drafts exist
+  };
   struct RequestState {
     DraftSource source = DraftSource::none;
     PredictionCursor prediction;
-    // Decayed counts per bin: drafts kept, and drafts rejected (a verification rejects at most
-    // one). Sources other than predictions count everything in bin 0.
-    std::array<double, kRunBins> kept{}, rejected{};
-    int64_t run_at_draft = 0;               // the run length m when the drafts now being verified were made
-    double keep_chance(int64_t run) const;  // p(m)
+    // A prediction's and prompt lookup's evidence is the request's own (their drafts come from
+    // its text); a draft model's is draft_evidence_, every request's (how often the draft agrees
+    // with the target is the pair's), so a new request starts from what the last ones learned.
+    Evidence own;
+    Evidence* evidence = &own;
+    int64_t run_at_draft = 0;        // the run length m when the drafts now being verified were made
+    std::vector<float> probability;  // the draft model's probability of each of them
   };
   struct Candidate {
     const Request* request;
     RequestState* state;
     std::vector<int32_t> drafts;  // for lookup sources; a draft model's come after depths()
     std::vector<double> value;    // [max depth] v_j
+    // [depth] the v_j each draft given had to reach to pay for its rows and passes, and for its
+    // target row alone.
+    std::vector<double> min_value, min_kept_value;
   };
 
   RequestState& state_of(const Request& request);
-  std::vector<int64_t> depths(std::span<const Candidate> candidates, int64_t n_plain_rows, int64_t n_samples,
+  // Depth per candidate; fills their min_value and min_kept_value.
+  std::vector<int64_t> depths(std::span<Candidate> candidates, int64_t n_plain_rows, int64_t n_samples,
                               int64_t budget) const;
   // The probe of the top of this file: may raise one draft-model candidate's depth.
-  void probe(std::span<const Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows,
-             int64_t budget);
+  void probe(std::span<Candidate> candidates, std::span<int64_t> depth, int64_t n_plain_rows, int64_t budget);
 
   SpeculationConfig config_;
   std::unique_ptr<DraftModel> draft_model_;
-  std::unordered_map<RequestId, RequestState> states_;
+  std::unordered_map<RequestId, RequestState> states_;  // (nodes stay put: `evidence` may point into one)
+  Evidence draft_evidence_{DraftSource::draft_model, {}, {}};
   SpeculationStats stats_;
   StepCostModel cost_;
   int64_t undrafted_steps_ = 0, probe_after_ = kFirstProbe;

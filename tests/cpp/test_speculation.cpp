@@ -120,17 +120,34 @@ TEST(speculator_backs_off_when_steps_are_compute_bound) {
   CHECK_EQ(rig.n_drafts(), 16 * 8);
 }
 
-// A draft model that guesses token 1 and reports a fixed pass cost.
+// A draft model that guesses token 1 with the probabilities given (then 0.99), as its judge
+// allows, and reports a fixed pass cost.
 struct FixedCostDrafter : DraftModel {
-  explicit FixedCostDrafter(double pass_s) {
+  explicit FixedCostDrafter(double pass_s, std::vector<float> probabilities = {})
+      : probabilities_(std::move(probabilities)) {
     for (int64_t n : {1, 2, 4, 1, 3}) cost_.add(n, pass_s);
   }
   void propose(std::span<Query> queries) override {
-    for (Query& q : queries) q.drafts.assign(static_cast<size_t>(q.n_draft), 1);
+    for (Query& q : queries) {
+      q.drafts.clear();
+      q.probabilities.clear();
+      for (size_t j = 0; std::ssize(q.drafts) < q.n_draft; ++j) {
+        const float p = j < probabilities_.size() ? probabilities_[j] : 0.99f;
+        ++n_judged;
+        const Query::Verdict v = q.judge ? q.judge(p) : Query::Verdict{true, true};
+        if (v.keep) {
+          q.drafts.push_back(1);
+          q.probabilities.push_back(p);
+        }
+        if (!v.keep || !v.more) break;
+      }
+    }
   }
   void release(std::span<const RequestId>) override {}
   const StepCostModel& cost() const override { return cost_; }
   StepCostModel cost_;
+  std::vector<float> probabilities_;
+  int64_t n_judged = 0;
 };
 
 // The draft model's own passes count in the back-off: with target steps of 10 ms + 0.1 ms a row,
@@ -159,6 +176,44 @@ TEST(speculator_counts_the_draft_models_cost) {
     // 0.1 ms + 0.2 ms of drafting.
     if (pass_s < 0.001) CHECK(n_drafts >= 4);
     else CHECK_EQ(n_drafts, 0);  // 0.75 * 10.1 ms < 50.1 ms
+  }
+}
+
+// While a draft model drafts, each guess is judged by the draft's probability of it. Target steps
+// of 10 ms + 0.1 ms a row and 1 ms draft passes give a depth of 5 (at the prior, 3/4 a draft);
+// guesses of 0.99 all get there. A guess of 0.1 after two of 0.99 is still worth its target row
+// (v = 0.975^2 * 0.15 = 0.14 against 0.1 ms * 2.3 tokens / 12.3 ms = 0.02), but a next guess,
+// worth 0.14 * 3/4, not a pass and a row (1.1 ms * 2.7 / 13.4 ms = 0.22): three drafts, three
+// guesses made.
+TEST(draft_models_guesses_end_where_their_probability_stops_paying) {
+  SpeculationConfig c;
+  c.source = DraftSource::draft_model;
+  c.draft_max = 8;
+  for (const bool unsure_third : {false, true}) {
+    KVCacheManager kv(kv_config(512, 16));
+    Scheduler scheduler(sched_config(512, 64), kv);
+    auto drafter = std::make_unique<FixedCostDrafter>(
+        0.001, unsure_third ? std::vector<float>{0.99f, 0.99f, 0.1f} : std::vector<float>{});
+    FixedCostDrafter& d = *drafter;
+    Speculator speculator(c, std::move(drafter));
+    scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
+    FakeRunner runner(512 * 16);
+    const StepPlan prefill = scheduler.schedule();
+    scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
+    StepPlan fake;
+    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
+      fake.n_tokens = n;
+      speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
+    }
+    speculator.propose(scheduler);
+    const int64_t n_drafts = std::ssize(scheduler.running().front()->draft_token_ids);
+    if (unsure_third) {
+      CHECK_EQ(n_drafts, 3);
+      CHECK_EQ(d.n_judged, 3);
+    } else {
+      CHECK_EQ(n_drafts, 5);
+      CHECK_EQ(d.n_judged, 5);
+    }
   }
 }
 
