@@ -286,3 +286,17 @@ def test_chat_ctrl_c_stops_an_answer_and_ctrl_d_quits(smollm2_path: Path) -> Non
     term.read_until(r">>> ")
     term.type("\x04")
     assert term.close() == 0
+
+
+def test_bench_spec_times_both_modes_on_the_same_request(stories_path: Path) -> None:
+    proc = ember("bench", str(stories_path), "--spec", "prediction", "-n", "48", "-r", "2",
+                 *FAST, "--json")
+    assert proc.returncode == 0, proc.stderr
+    plain, spec = json.loads(proc.stdout)
+    assert (plain["spec"], spec["spec"]) == ("none", "prediction")
+    # Greedy either way: the same output, so the same length; the prediction is the plain run's
+    # own output as text, so drafts are made and kept (how many is the back-off's call).
+    assert plain["test"] == spec["test"] == "copy48"
+    assert plain["drafted"] == 0
+    assert 0 < spec["accepted"] <= spec["drafted"]
+    assert plain["tokens_per_second"] > 0 and spec["speedup"] > 0
