@@ -4,8 +4,9 @@ model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-specu
 Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
 its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
 with and without speculation (ember only): on the engine (copy tasks, and free writing where
-drafts mostly fail) and through HTTP (`ember serve --parallel 16` and 16 streaming clients). Baselines without
-speculation: ember's own engine, llama.cpp's llama-simple.
+drafts mostly fail; the two engines take turns, a batch each) and through HTTP (`ember serve
+--parallel 16` and 16 streaming clients). Baselines without speculation: ember's own engine,
+llama.cpp's llama-simple.
 
 The prediction rows alternate requests with and without the prediction on one engine (so a
 machine whose load changes moves both alike) and report the median of each, the target steps
@@ -116,26 +117,40 @@ FREE_TOPICS = ["a lighthouse in winter", "the first day at a new school", "a dra
                "a map that redraws itself"]
 
 
-def load_test(model: Path, threads: int, n_gen: int, spec: str, free: bool = False) -> dict:
-    """16 concurrent requests on one engine: copy tasks (different passages' order), or with
-    `free`, short stories on 16 topics."""
-    with Engine(model, n_threads=threads, parallel=16, spec=spec) as engine:
+def load_test(model: Path, threads: int, n_gen: int, free: bool, repetitions: int) -> dict:
+    """16 concurrent requests: copy tasks (different passages' order), or with `free`, short
+    stories on 16 topics; an engine without speculation and one with prompt lookup take turns,
+    a batch each, `repetitions` times. The ratio is the median of the pairs'."""
+    with Engine(model, n_threads=threads, parallel=16) as plain, \
+            Engine(model, n_threads=threads, parallel=16, spec="ngram") as ngram:
+        engines = {"none": plain, "ngram": ngram}
         tasks = ([f"Write a short story about {topic}." for topic in FREE_TOPICS] if free
                  else [f"({i}) " + COPY_TASK for i in range(16)])
-        prompts = [engine.chat_template.encode(engine.tokenizer, [{"role": "user", "content": task}])
+        prompts = [plain.chat_template.encode(plain.tokenizer, [{"role": "user", "content": task}])
                    for task in tasks]
-        engine.generate_batch(prompts[:2], SamplingParams(temperature=0, max_tokens=4))
-        start = time.perf_counter()
-        results = engine.generate_batch(prompts, SamplingParams(temperature=0, max_tokens=n_gen))
-        seconds = time.perf_counter() - start
+        speeds: dict[str, list[float]] = {"none": [], "ngram": []}
+        n = 0
+        for engine in engines.values():
+            engine.generate_batch(prompts[:2], SamplingParams(temperature=0, max_tokens=4))
+        for _ in range(repetitions):
+            for spec, engine in engines.items():
+                start = time.perf_counter()
+                results = engine.generate_batch(prompts, SamplingParams(temperature=0,
+                                                                        max_tokens=n_gen))
+                seconds = time.perf_counter() - start
+                n = sum(len(r.tokens) for r in results)
+                speeds[spec].append(n / seconds)
         time.sleep(0.05)
-        stats = engine.stats()
-    n = sum(len(r.tokens) for r in results)
-    drafted, accepted = sum(stats.drafted_tokens.values()), sum(stats.accepted_tokens.values())
-    return {"spec": spec, "task": "free writing" if free else "copy", "tokens": n,
-            "tokens_per_second": n / seconds, "drafted": drafted,
-            "accepted": accepted, "step_fixed_s": stats.step_fixed_s,
-            "step_per_row_s": stats.step_per_row_s}
+        stats = {spec: engine.stats() for spec, engine in engines.items()}
+    row: dict = {"task": "free writing" if free else "copy", "tokens": n}
+    for spec, st in stats.items():
+        row[spec] = {"tokens_per_second": statistics.median(speeds[spec]),
+                     "all_tokens_per_second": [round(x, 1) for x in speeds[spec]],
+                     "drafted": sum(st.drafted_tokens.values()),
+                     "accepted": sum(st.accepted_tokens.values()),
+                     "step_fixed_s": st.step_fixed_s, "step_per_row_s": st.step_per_row_s}
+    row["ratio"] = statistics.median(b / a for a, b in zip(speeds["none"], speeds["ngram"]))
+    return row
 
 
 def prediction_bench(model: Path, threads: int, task: str, prediction: str, n_gen: int,
@@ -262,8 +277,8 @@ def main() -> None:
         }
         print(json.dumps(report["prediction"], indent=1), flush=True)
     if "load" in only:
-        report["load"] = [load_test(smol, args.threads, 128, s, free) for free in (False, True)
-                          for s in ("none", "ngram")]
+        report["load"] = [load_test(smol, args.threads, 128, free, args.repetitions)
+                          for free in (False, True)]
         print(json.dumps(report["load"], indent=1), flush=True)
     if "http" in only:
         report["http"] = [http_load(smol, args.threads, 96, s) for s in ("none", "ngram")]
