@@ -51,6 +51,8 @@ PROGRAMS = {
         "prediction_cursor_follows_and_realigns_after_an_edit",
         "speculator_backs_off_when_steps_are_compute_bound",
         "speculator_counts_the_draft_models_cost",
+        "draft_models_guesses_end_where_their_probability_stops_paying",
+        "speculator_probes_a_draft_model_it_stopped_using",
         "draft_model_reads_a_prompt_when_its_prefill_completes",
         "engine_drafts_from_predictions_and_outputs_stay_exact",
     ],
