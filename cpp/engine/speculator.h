@@ -125,6 +125,9 @@ class Speculator {
  public:
   // draft_model may be null; config.source == draft_model then throws InvalidArgument.
   Speculator(const SpeculationConfig& config, std::unique_ptr<DraftModel> draft_model);
+  // Requests' states point into it (draft_evidence_): it stays where it was made.
+  Speculator(const Speculator&) = delete;
+  Speculator& operator=(const Speculator&) = delete;
 
   // Before Scheduler::schedule(): drafts for every running request that is decoding.
   void propose(Scheduler& scheduler);
