@@ -2,7 +2,9 @@
 // per panel and R <= 4 rows per tile (16 ymm registers). Products go through maddubs (u8 x s8 ->
 // s16 pairs); as long as the s16 partial sums cannot saturate, several 4-element groups are added
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
-// 2-5 bit types.
+// 2-5 bit types. Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile and
+// keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
+// kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
 #include <type_traits>
 
@@ -21,10 +23,20 @@ static_assert(sizeof(Panel) == 384);
 template <typename F>
 constexpr bool kSigned = F::kMaxU > 127;
 
+// Rows per GEMM tile. Signed types keep only R int32 sums and the current group's q and |q| in
+// registers (signed_block), so 8 rows fit, and each q serves twice as many rows.
+template <typename F>
+constexpr int kTileRows = kSigned<F> ? 8 : kMaxRows;
+
+// Packed signed types read the packed layout directly (as decode does) up to this many rows: the
+// tiles then undo the bias and take |q| themselves, which costs less than packing a panel that
+// serves few row tiles (measured on Zen 5, n_in 2048 and 5632: direct reads are faster up to 48
+// rows, the two about even at 64, the panel faster from 80).
+constexpr int64_t kDirectMaxRows = 64;
+
 // 4-element groups that can be summed in int16: each maddubs lane is at most 2 * kMaxU * 127.
 template <typename F>
 constexpr int groups_per_widen() {
-  if (kSigned<F>) return 1;
   const int per = 32767 / (2 * F::kMaxU * 127);
   return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
 }
@@ -36,26 +48,42 @@ inline __m256i bcast_group(const BlockQ8A& a, int g) {
 }
 
 // One 32-element block of 8 columns as tile_quant consumes it: the 8 u vectors (u[g]: lane c =
-// column c's elements 4g .. 4g + 3; signed q where kSigned) and the panel's scale vectors.
+// column c's elements 4g .. 4g + 3; signed q where kSigned), |q| for signed types, and the
+// panel's scale vectors.
 struct Block8 {
   __m256i w[8];
+  __m256i abs_w[8];  // signed types, where the source's kAbs says it holds them
   __m256 scale0, scale1, coef_s, coef_s_lo;
+};
+
+// Signed types' panels hold |q| beside each block (after the n_blocks Panel blocks), so that
+// the tiles of every row take it from there.
+struct PanelAbs {
+  uint8_t u[8][kCols][4];  // |q| of the block's Panel::u
 };
 
 // A source hands tile_quant its blocks kStep at a time: prefetch(b0) once per step, then
 // load(b0, j, x) for j < kStep (block b0 + j), with j a constant once tile_quant's loop over it
 // is unrolled (the K-quants' field offsets and shifts depend on the block's place in its
-// super-block).
+// super-block). Signed types' sources say whether load fills abs_w (kAbs).
 
-// Blocks from packed panels (the GEMM's).
+// Blocks from packed panels (the GEMM's); abs: the blocks' |q| where kHasAbs (signed types).
+template <bool kHasAbs>
 struct PanelSource {
   static constexpr int kStep = 1;
+  static constexpr bool kAbs = kHasAbs;
   const Panel* panel;
+  const PanelAbs* abs;
   void prefetch(int64_t) const {}  // the panel is in L1
   void load(int64_t b, int, Block8* x) const {
     const Panel& p = panel[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
+    if constexpr (kAbs) {
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g)
+        x->abs_w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(abs[b].u[g]));
+    }
     x->scale0 = _mm256_load_ps(p.scale[0]);
     x->scale1 = _mm256_load_ps(p.scale[1]);
     x->coef_s = _mm256_load_ps(p.coef_s);
@@ -126,6 +154,7 @@ struct PackedSource<FormatQ4_1> {
 template <>
 struct PackedSource<FormatQ8_0> {
   static constexpr int kStep = 1;
+  static constexpr bool kAbs = false;  // the tiles take |q| themselves
   const PackedQ8_0* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
@@ -270,6 +299,80 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
                          std::is_same_v<F, FormatQ8_0> || std::is_same_v<F, FormatQ4_K> ||
                          std::is_same_v<F, FormatQ6_K>;
 
+// Signed types, one block b of 8 columns (p.w[g]: q of group g) for R rows: acc[r] gains the
+// block's dot times scale0 * d. Group-outer, so that beside the R int32 sums only the group's q
+// and |q| are live: the sums never spill. A maddubs lane |q| |a| + |q| |a| reaches 2 * 128 * 127,
+// so every group widens at once; the integer sums are exact, so their order leaves the bits
+// alone, and the float operations are the unsigned types' (one fmadd of the converted dot by
+// scale0 * d per block).
+template <int R, bool kAbs>
+inline void signed_block(const Block8& p, const BlockQ8A* const* rows, int64_t b, __m256* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i sum[R];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    const __m256i abs_w = kAbs ? p.abs_w[g] : _mm256_sign_epi8(p.w[g], p.w[g]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256i a = _mm256_sign_epi8(bcast_group(rows[r][b], g), p.w[g]);
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, a), ones);
+      sum[r] = g == 0 ? dot : _mm256_add_epi32(sum[r], dot);
+      // Keeps each row's sum one chain: GCC would otherwise reassociate it into a tree that
+      // holds all 8 groups' dots of every row at once, and spill.
+      asm("" : "+x"(sum[r]));
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 dot = _mm256_cvtepi32_ps(sum[r]);
+    acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(rows[r][b].d)), acc[r]);
+  }
+}
+
+// Unsigned types, one block b of 8 columns (p: u and scales) for R rows: acc[r] gains the block's
+// dot product with row r.
+template <int R, typename F>
+inline void unsigned_block(const Block8& p, const BlockQ8A* const* rows, int64_t b, __m256* acc) {
+  static_assert(!kSigned<F>);
+  constexpr int kGroups = groups_per_widen<F>();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i* w = p.w;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const BlockQ8A& a = rows[r][b];
+    // half[e]: Σ u a over elements 16e .. 16e + 15 where the halves have their own
+    // scales (kSub16), else half[0] over all 32 (up to 8 groups summed in int16).
+    constexpr int kParts = F::kSub16 ? 2 : 1, kPer = 8 / kParts;
+    __m256i half[kParts];
+#pragma GCC unroll 8
+    for (int e = 0; e < kParts; ++e) {
+      __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = kPer * e; g < kPer * e + kPer; ++g) {
+        const __m256i av = bcast_group(a, g);
+        const __m256i prod = _mm256_maddubs_epi16(w[g], av);
+        const int i = g - kPer * e;  // the group's place in its part
+        sum16 = i % kGroups == 0 ? prod : _mm256_add_epi16(sum16, prod);
+        if (i % kGroups == kGroups - 1 || i == kPer - 1) {
+          sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
+        }
+      }
+      half[e] = sum32;
+    }
+    __m256& out = acc[r];
+    if constexpr (F::kSub16) {
+      __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
+      t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
+      out = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), out);
+      out = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), out);
+    } else {
+      const __m256 dot = _mm256_cvtepi32_ps(half[0]);
+      out = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), out);
+    }
+    out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
+  }
+}
+
 // y[R][8 kHalves] = R activation rows · the columns sources[0..kHalves) give (8 each: the
 // halves of one 16-column group in decode, so its bytes stream once with two independent
 // accumulator chains); only the first nc[h] columns of half h are stored. Every column gets
@@ -277,8 +380,6 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
 template <int R, int kHalves, typename F, typename Source>
 void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
                 int64_t ldy, const int* nc) {
-  constexpr int kGroups = groups_per_widen<F>();
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[kHalves][R];
 #pragma GCC unroll 8
   for (int h = 0; h < kHalves; ++h) {
@@ -296,46 +397,10 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
       for (int h = 0; h < kHalves; ++h) {
         Block8 p;
         sources[h].load(b0, j, &p);
-        const __m256i* w = p.w;
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const BlockQ8A& a = rows[r][b0 + j];
-          // half[e]: Σ u a over elements 16e .. 16e + 15 where the halves have their own
-          // scales (kSub16), else half[0] over all 32 (up to 8 groups summed in int16).
-          constexpr int kParts = F::kSub16 ? 2 : 1, kPer = 8 / kParts;
-          __m256i half[kParts];
-#pragma GCC unroll 8
-          for (int e = 0; e < kParts; ++e) {
-            __m256i sum32 = _mm256_setzero_si256(), sum16 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int g = kPer * e; g < kPer * e + kPer; ++g) {
-              const __m256i av = bcast_group(a, g);
-              __m256i prod;
-              if constexpr (kSigned<F>) {
-                prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(av, w[g]));
-              } else {
-                prod = _mm256_maddubs_epi16(w[g], av);
-              }
-              const int i = g - kPer * e;  // the group's place in its part
-              sum16 = i % kGroups == 0 ? prod : _mm256_add_epi16(sum16, prod);
-              if (i % kGroups == kGroups - 1 || i == kPer - 1) {
-                sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(sum16, ones));
-              }
-            }
-            half[e] = sum32;
-          }
-          __m256& out = acc[h][r];
-          if constexpr (F::kSub16) {
-            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(half[0]), p.scale0);
-            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half[1]), p.scale1, t);
-            out = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), out);
-            out = _mm256_fmadd_ps(p.coef_s_lo, _mm256_set1_ps(a.s_lo), out);
-          } else {
-            const __m256 dot = _mm256_cvtepi32_ps(half[0]);
-            out = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), out);
-          }
-          // Signed types (kBias 0, no min) have coef_s = 0: adding 0 * s changes no sum.
-          if constexpr (!kSigned<F>) out = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), out);
+        if constexpr (kSigned<F>) {
+          signed_block<R, Source::kAbs>(p, rows, b0 + j, acc[h]);
+        } else {
+          unsigned_block<R, F>(p, rows, b0 + j, acc[h]);
         }
       }
     }
@@ -349,6 +414,16 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
       std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
     }
   }
+}
+
+// fn.template operator()<R>() with R = n_rows, 1 <= n_rows <= kMax: a tile's row count as the
+// template argument its tile_quant needs.
+template <int kMax, int R = 1, typename Fn>
+inline void with_rows(int n_rows, Fn&& fn) {
+  if constexpr (R < kMax) {
+    if (n_rows > R) return with_rows<kMax, R + 1>(n_rows, fn);
+  }
+  fn.template operator()<R>();
 }
 
 // Decode (1 .. kMaxRows - 1 rows) straight from the packed layout, columns [c0, c_end): whole
@@ -374,6 +449,38 @@ void decode_packed(const GemmArgs& g, int64_t c0, int64_t c_end) {
   }
 }
 
+// Packed signed types from kMaxRows to kDirectMaxRows rows, as decode_packed but in row tiles of
+// up to kTileRows: each 16-column group once, its row tiles one after the other (the group's
+// blocks stay in cache for the later ones).
+template <typename F>
+void direct_packed(const GemmArgs& g) {
+  static_assert(kSigned<F>);
+  constexpr int kRows = kTileRows<F>;
+  using Block = std::remove_cvref_t<PackedBlock<F>>;
+  const int64_t n_blocks = g.n_in / 32;
+  for (int64_t c0 = g.col_begin; c0 < g.col_end;) {
+    const auto* blocks = reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes);
+    const int h = static_cast<int>(c0 % 16 / 8);
+    const int nc[2] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0)),
+                       static_cast<int>(std::clamp<int64_t>(g.col_end - c0 - kCols, 0, kCols))};
+    // The group's zero columns past n_out make the second half safe to read.
+    const bool both = h == 0 && nc[1] > 0;
+    const PackedSource<F> sources[2] = {{blocks, both ? 0 : h}, {blocks, 1}};
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
+      const uint8_t* act = g.act + r0 * g.act_row_bytes;
+      float* y = g.y + r0 * g.ldy + c0;
+      with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
+        if (both) {
+          tile_quant<R, 2, F>(sources, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
+        } else {
+          tile_quant<R, 1, F>(sources, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
+        }
+      });
+    }
+    c0 += both ? 2 * kCols : kCols;
+  }
+}
+
 // A panel from the packed layout: what PackedSource gives, stored.
 template <typename F>
 void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Panel* panel) {
@@ -393,9 +500,21 @@ void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Pan
   }
 }
 
-// Packed types: below kMaxRows rows the tiles read the packed layout directly (decode: the
-// weights stream once, no panel), from kMaxRows rows on through a panel packed from it. Both
-// run tile_quant on the same values, so a row's result never depends on the row count.
+// abs[n_blocks] = |q| of a signed type's panel[n_blocks].
+void pack_panel_abs(const Panel* panel, int64_t n_blocks, PanelAbs* abs) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(panel[b].u[g]));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(abs[b].u[g]), _mm256_sign_epi8(q, q));
+    }
+  }
+}
+
+// Packed types: below kMaxRows rows (packed signed types: up to kDirectMaxRows) the tiles read
+// the packed layout directly (decode: the weights stream once, no panel), from there on through a
+// panel packed from it. Both run tile_quant on the same values, so a row's result never depends
+// on the row count.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
   if constexpr (kPacked<F>) {
@@ -407,9 +526,13 @@ void gemm_quant(const GemmArgs& g) {
       }
       return;
     }
+    if constexpr (kSigned<F>) {
+      if (g.n_rows <= kDirectMaxRows) return direct_packed<F>(g);
+    }
   }
   const int64_t n_blocks = g.n_in / 32;
   auto* panel = static_cast<Panel*>(g.panel);
+  auto* abs = reinterpret_cast<PanelAbs*>(panel + n_blocks);  // [n_blocks], signed types
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
     if constexpr (kPacked<F>) {
@@ -420,17 +543,15 @@ void gemm_quant(const GemmArgs& g) {
     } else {
       pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc[0], n_blocks, panel);
     }
-    const PanelSource panels{panel};
-    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
+    if constexpr (kSigned<F>) pack_panel_abs(panel, n_blocks, abs);
+    const PanelSource<kSigned<F>> panels{panel, abs};
+    constexpr int kRows = kTileRows<F>;
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
       const uint8_t* act = g.act + r0 * g.act_row_bytes;
       float* y = g.y + r0 * g.ldy + c0;
-      switch (nr) {
-        case 1: tile_quant<1, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 2: tile_quant<2, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        case 3: tile_quant<3, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-        default: tile_quant<4, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); break;
-      }
+      with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
+        tile_quant<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
+      });
     }
   }
 }
@@ -517,7 +638,7 @@ GemmFn gemm_kernel_avx2(DType type) {
 }
 
 int64_t panel_bytes_avx2(int64_t n_in) {
-  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel)) * (n_in / 32),
+  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel) + sizeof(PanelAbs)) * (n_in / 32),
                            static_cast<int64_t>(sizeof(float)) * kCols * n_in);
 }
 
