@@ -2,7 +2,7 @@
 // vocabulary guessing requests' next tokens greedily, over a paged KV cache of its own (its own
 // block tables and pool, no prefix caching). Batches every request's catch-up rows and then one
 // row per request per guessed token, reporting each guess's probability under the draft (the
-// speculator's keep() decides from it where a request's guesses end).
+// Query's judge decides from it where a request's guesses end).
 // Engine thread only; knows nothing of the scheduler.
 #pragma once
 

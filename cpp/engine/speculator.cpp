@@ -231,9 +231,9 @@ void Speculator::propose(Scheduler& scheduler) {
     // Draft j is kept only if every draft before it is, each extending the run.
     const Evidence& e = *s.evidence;
     const double p_any = s.source == DraftSource::draft_model ? e.mean_keep_chance() : e.keep_chance(0);
+    const bool by_run = s.source == DraftSource::prediction;
     double value = 1.0;
     for (int64_t j = 0; j < n_avail; ++j) {
-      const bool by_run = s.source == DraftSource::prediction;
       c.value.push_back(value *= by_run ? e.keep_chance(run_bin(run + j, kBins)) : p_any);
     }
     candidates.push_back(std::move(c));
@@ -245,16 +245,17 @@ void Speculator::propose(Scheduler& scheduler) {
 
   std::vector<DraftModel::Query> queries;
   std::vector<size_t> query_of;
+  const double p_next = draft_evidence_.mean_keep_chance();  // a guess not yet made
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (depth[i] < min_drafts || candidates[i].state->source != DraftSource::draft_model) continue;
     // Guess j is kept while v_j, from the bins of the guesses so far, pays for its target row,
     // and a next one drafted while its expected value pays for all it costs (see the top of
     // speculator.h).
-    auto judge = [&e = draft_evidence_, &c = candidates[i], v = 1.0, j = size_t{0}](float p) mutable {
+    auto judge = [&e = draft_evidence_, &c = candidates[i], p_next, v = 1.0, j = size_t{0}](float p) mutable {
       v *= e.keep_chance(probability_bin(p));
       const size_t at = j++;
       const bool keep = at < c.min_kept_value.size() && v > c.min_kept_value[at];
-      const bool more = keep && at + 1 < c.min_value.size() && v * e.mean_keep_chance() > c.min_value[at + 1];
+      const bool more = keep && at + 1 < c.min_value.size() && v * p_next > c.min_value[at + 1];
       return DraftModel::Query::Verdict{keep, more};
     };
     queries.push_back({candidates[i].request->id, candidates[i].request->token_ids, depth[i], judge, {}, {}});

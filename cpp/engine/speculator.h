@@ -35,10 +35,11 @@
 // calibration against this target, learned): its depth is priced with p over all of them; while
 // it drafts, v_j is recomputed from the bins of guess j and those before it, guess j is kept if
 // that still pays for its target row (its draft pass is spent), and a next one is drafted if
-// v_j · p, its expected value, pays for a pass and a row as the back-off required of it. This takes the place
-// of a fixed threshold on that probability (llama.cpp's --draft-p-min, 0.75): SmolLM2 Q4_1 drafting for its
-// f16 original had all of ~450 drafts kept even with a threshold of 0.1, and stopping at 0.75
-// cost a fifth of the speed-up; a draft that agrees less with its target stops earlier.
+// v_j · p, its expected value, pays for a pass and a row as the back-off required of it. This
+// takes the place of a fixed threshold on that probability (llama.cpp's --draft-p-min, 0.75):
+// SmolLM2 Q4_1 drafting for its f16 original had every draft kept even with a threshold of 0.1
+// (186-192 of 186-192), and the threshold of 0.75 gave 1.56x where none gave 1.82x (5 runs
+// alternating with plain decoding, Zen 5, 2 threads); a draft that agrees less stops earlier.
 #pragma once
 
 #include <array>

@@ -150,6 +150,25 @@ struct FixedCostDrafter : DraftModel {
   int64_t n_judged = 0;
 };
 
+// The drafts a lone prefilled request gets from `drafter` after target steps of 10 ms + 0.1 ms a
+// row.
+int64_t drafts_for_a_lone_request(const SpeculationConfig& c, std::unique_ptr<DraftModel> drafter) {
+  KVCacheManager kv(kv_config(512, 16));
+  Scheduler scheduler(sched_config(512, 64), kv);
+  Speculator speculator(c, std::move(drafter));
+  scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
+  FakeRunner runner(512 * 16);
+  const StepPlan prefill = scheduler.schedule();
+  scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
+  StepPlan fake;
+  for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
+    fake.n_tokens = n;
+    speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
+  }
+  speculator.propose(scheduler);
+  return std::ssize(scheduler.running().front()->draft_token_ids);
+}
+
 // The draft model's own passes count in the back-off: with target steps of 10 ms + 0.1 ms a row,
 // a draft model whose pass takes 0.1 ms drafts deep for a lone request, one whose pass takes
 // 50 ms (more than the step it would shorten) not at all.
@@ -158,20 +177,7 @@ TEST(speculator_counts_the_draft_models_cost) {
   c.source = DraftSource::draft_model;
   c.draft_max = 8;
   for (const double pass_s : {0.0001, 0.050}) {
-    KVCacheManager kv(kv_config(512, 16));
-    Scheduler scheduler(sched_config(512, 64), kv);
-    Speculator speculator(c, std::make_unique<FixedCostDrafter>(pass_s));
-    scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
-    FakeRunner runner(512 * 16);
-    const StepPlan prefill = scheduler.schedule();
-    scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
-    StepPlan fake;
-    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
-      fake.n_tokens = n;
-      speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
-    }
-    speculator.propose(scheduler);
-    const int64_t n_drafts = static_cast<int64_t>(scheduler.running().front()->draft_token_ids.size());
+    const int64_t n_drafts = drafts_for_a_lone_request(c, std::make_unique<FixedCostDrafter>(pass_s));
     // A draft model's prior odds, 3/4 per draft: the j-th draft adds 0.75^(j+1) tokens for
     // 0.1 ms + 0.2 ms of drafting.
     if (pass_s < 0.001) CHECK(n_drafts >= 4);
@@ -190,23 +196,10 @@ TEST(draft_models_guesses_end_where_their_probability_stops_paying) {
   c.source = DraftSource::draft_model;
   c.draft_max = 8;
   for (const bool unsure_third : {false, true}) {
-    KVCacheManager kv(kv_config(512, 16));
-    Scheduler scheduler(sched_config(512, 64), kv);
     auto drafter = std::make_unique<FixedCostDrafter>(
         0.001, unsure_third ? std::vector<float>{0.99f, 0.99f, 0.1f} : std::vector<float>{});
     FixedCostDrafter& d = *drafter;
-    Speculator speculator(c, std::move(drafter));
-    scheduler.add_request(Request(1, iota_tokens(30, 1000), opts(200)));
-    FakeRunner runner(512 * 16);
-    const StepPlan prefill = scheduler.schedule();
-    scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
-    StepPlan fake;
-    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
-      fake.n_tokens = n;
-      speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
-    }
-    speculator.propose(scheduler);
-    const int64_t n_drafts = std::ssize(scheduler.running().front()->draft_token_ids);
+    const int64_t n_drafts = drafts_for_a_lone_request(c, std::move(drafter));
     if (unsure_third) {
       CHECK_EQ(n_drafts, 3);
       CHECK_EQ(d.n_judged, 3);
