@@ -48,12 +48,13 @@ inline void group_dots(const Panel& p, const BlockQ8A* const* rows, int64_t b, _
   }
 }
 
-// y[R rows][nc of 16 cols] (row stride ldy) = act[R rows] · panel over n_blocks blocks. Per block, all R rows' integer dots first
-// (R independent vpdpbusd chains, the weight vector loaded once per group), then each row's
-// float steps. Computing a row's block dot in one go instead (two chains of four for the 8
-// groups, rows one after another) kept the dependent chains in the scheduler and measured
-// 9.1 cycles a row-block against 6.6 this way (L1-resident panel, 12 rows, one thread, Sapphire
-// Rapids; per-16 types 10.3 against 8.6). The int32 sums are exact, so the order changes no bit.
+// y[R rows][nc of 16 cols] (row stride ldy) = act[R rows] · panel over n_blocks blocks. Per
+// block, all R rows' integer dots first (R independent vpdpbusd chains, the weight vector loaded
+// once per group), then each row's float steps. Computing a row's block dot in one go instead
+// (two chains of four for the 8 groups, rows one after another) kept the dependent chains in the
+// scheduler and measured 9.1 cycles a row-block against 6.6 this way (L1-resident panel, 12
+// rows, one thread, Sapphire Rapids; per-16 types 10.3 against 8.6). The int32 sums are exact,
+// so the order changes no bit.
 template <int R, bool kSub16>
 void tile_quant(const Panel* panel, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
                 int64_t ldy, int nc) {
