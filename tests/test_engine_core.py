@@ -58,6 +58,7 @@ PROGRAMS = {
     ],
     "test_thread_pool": [
         "pool_runs_every_part_exactly_once",
+        "pool_runs_jobs_of_any_part_count",
         "pool_caller_takes_the_part_of_a_worker_that_is_not_running",
     ],
     "test_engine": [

@@ -48,28 +48,28 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
-    state_.fetch_add(uint64_t{1} << kPartBits);
+    state_.fetch_add(uint64_t{1} << (2 * kPartBits));
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& job) {
+void ThreadPool::run(int n_parts, const std::function<void(int, int)>& job) {
   if (n_threads_ == 1) {
-    job(0, 1);
+    for (int part = 0; part < n_parts; ++part) job(part, n_parts);
     return;
   }
   job_ = &job;
   n_done_.store(0, std::memory_order_relaxed);
-  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> (2 * kPartBits)) + 1;
   {
     // The lock pairs with the sleeping side's predicate check so no wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    state_.store(generation << kPartBits, std::memory_order_release);
+    state_.store(generation << (2 * kPartBits) | uint64_t(n_parts) << kPartBits, std::memory_order_release);
   }
   wake_.notify_all();
   run_parts(generation);
-  auto all_done = [this] { return n_done_.load(std::memory_order_acquire) == n_threads_; };
+  auto all_done = [this, n_parts] { return n_done_.load(std::memory_order_acquire) == n_parts; };
   while (!wait_briefly(all_done, kYieldRounds)) {
   }
   job_ = nullptr;
@@ -78,15 +78,15 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
 void ThreadPool::run_parts(uint64_t generation) {
   uint64_t state = state_.load(std::memory_order_acquire);
   for (;;) {
-    const uint64_t part = state & ((uint64_t{1} << kPartBits) - 1);
-    if ((state >> kPartBits) != generation || part >= uint64_t(n_threads_)) return;
+    const uint64_t part = state & kPartMask, n_parts = (state >> kPartBits) & kPartMask;
+    if ((state >> (2 * kPartBits)) != generation || part >= n_parts) return;
     // Claiming a part of this generation pins the job: the caller waits for every part, so
     // job_ stays valid until this part's n_done_ increment.
     if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
       continue;
     }
-    (*job_)(static_cast<int>(part), n_threads_);
+    (*job_)(static_cast<int>(part), static_cast<int>(n_parts));
     n_done_.fetch_add(1, std::memory_order_acq_rel);
     state = state_.load(std::memory_order_acquire);
   }
@@ -95,12 +95,12 @@ void ThreadPool::run_parts(uint64_t generation) {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    auto new_job = [&] { return (state_.load(std::memory_order_acquire) >> kPartBits) != seen; };
+    auto new_job = [&] { return (state_.load(std::memory_order_acquire) >> (2 * kPartBits)) != seen; };
     if (!wait_briefly(new_job, kYieldRounds)) {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, new_job);
     }
-    seen = state_.load(std::memory_order_acquire) >> kPartBits;
+    seen = state_.load(std::memory_order_acquire) >> (2 * kPartBits);
     if (stop_.load()) return;
     run_parts(seen);
   }

@@ -29,7 +29,10 @@ class ThreadPool {
   // Runs job(ith, nth) for every part ith in [0, nth), nth = n_threads(), each part on one
   // thread (any thread, the caller included; one thread may run several parts, one after the
   // other), and returns when all have finished. Jobs must not throw. Not reentrant.
-  void run(const std::function<void(int ith, int nth)>& job);
+  void run(const std::function<void(int ith, int nth)>& job) { run(n_threads_, job); }
+  // The same with n_parts parts (1 <= n_parts < 65536), claimed the same way: more parts than
+  // threads let the threads that run faster (the others share their cores) take more of the work.
+  void run(int n_parts, const std::function<void(int part, int n_parts)>& job);
 
   // Physical cores of this machine (falls back to hardware_concurrency).
   static int default_n_threads();
@@ -42,8 +45,10 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
-  // The current job's generation (bumped once per job) above kPartBits bits of its next unclaimed part.
+  // The current job: its generation (bumped once per job) above kPartBits bits of its number of
+  // parts above kPartBits bits of its next unclaimed part, so that one load tells a thread all three.
   static constexpr int kPartBits = 16;
+  static constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
   std::atomic<uint64_t> state_{0};
   std::atomic<int> n_done_{0};  // parts of the current job finished
   std::atomic<bool> stop_{false};

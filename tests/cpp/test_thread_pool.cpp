@@ -1,5 +1,6 @@
 // tests/cpp/test_thread_pool.cpp: ThreadPool runs every part of every job exactly once, on any
-// thread, and a worker the machine does not schedule leaves its part to the running threads.
+// thread, whatever the job's number of parts, and a worker the machine does not schedule leaves its part to
+// the running threads.
 #include <sched.h>
 
 #include <atomic>
@@ -24,6 +25,27 @@ TEST(pool_runs_every_part_exactly_once) {
       });
       CHECK_EQ(seen_nth, n_threads);
       for (int i = 0; i < n_threads; ++i) CHECK_EQ(runs[i].load(), 1);
+    }
+  }
+}
+
+// Jobs of more (or fewer) parts than threads, alternating with jobs of one part per thread: every
+// part of each runs once and sees the job's part count (a part count from the job before would
+// run a part twice, or skip one).
+TEST(pool_runs_jobs_of_any_part_count) {
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    std::vector<std::atomic<int>> runs(64);
+    for (int job = 0; job < 20000; ++job) {
+      const int n_parts = job % 3 == 2 ? n_threads : 1 + job % 64;
+      for (auto& r : runs) r.store(0);
+      std::atomic<int> wrong_count{0};
+      pool.run(n_parts, [&](int part, int n) {
+        runs[part].fetch_add(1);
+        if (n != n_parts) wrong_count.fetch_add(1);
+      });
+      CHECK_EQ(wrong_count.load(), 0);
+      for (int i = 0; i < 64; ++i) CHECK_EQ(runs[i].load(), i < n_parts ? 1 : 0);
     }
   }
 }
