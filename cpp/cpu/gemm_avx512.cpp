@@ -1,10 +1,9 @@
 // cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. Weight columns are packed 16 at a time
 // (layout: PanelBlock in gemm_pack_x86.h), all of K at once, and R x 16 tiles of outputs are
-// computed over the panel: per 32-element
-// block, 8 vpdpbusd per row (16 columns x 4 elements against the row's broadcast 4-byte
-// activation group), group by group across the R rows, then per row one float scale and the min
-// / offset terms. R <= 12: 12 float accumulators + 12 int32 dots + a weight vector and
-// temporaries fit the 32 zmm registers.
+// computed over the panel: per 32-element block, 8 vpdpbusd per row (16 columns x 4 elements
+// against the row's broadcast 4-byte activation group), group by group across the R rows, then
+// per row one float scale and the min / offset terms. R <= 12: 12 float accumulators + 12 int32
+// dots + a weight vector and temporaries fit the 32 zmm registers.
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -329,8 +328,9 @@ void gemv_quant(const GemmArgs& g) {
 // A thread packs one panel of all n_in and runs every row tile over it. Packing and computing K
 // chunk by chunk instead (16 blocks, 12 KB, so that the chunk stayed in L1) read each row tile's
 // activations as 12 short runs 16 blocks long, one row's stride apart, which the prefetchers
-// follow poorly: whole panels measured 10-25% faster (Zen 5, kernel_bench 2048 5632 and 5632 2048,
-// q4_0, 1 and 2 threads, medians of 5-6 interleaved runs), and the AVX2 GEMM packs whole panels too.
+// follow poorly: whole panels measured 10-29% faster (Zen 5, kernel_bench 2048 5632 and 5632
+// 2048, q4_0, 1 and 2 threads, medians of 5-6 interleaved runs); the AVX2 GEMM packs whole panels
+// too.
 // Every output is the same float sequence over the blocks either way: the bits do not change.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {

@@ -1,6 +1,6 @@
 // tests/cpp/test_thread_pool.cpp: ThreadPool runs every part of every job exactly once, on any
-// thread, whatever the job's number of parts, and a worker the machine does not schedule leaves its part to
-// the running threads.
+// thread, whatever the job's number of parts, and a worker the machine does not schedule leaves
+// its part to the running threads.
 #include <sched.h>
 
 #include <atomic>
