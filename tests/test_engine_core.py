@@ -48,6 +48,7 @@ PROGRAMS = {
     ],
     "test_speculation": [
         "ngram_drafts_copy_what_followed_the_latest_match",
+        "prediction_requests_draft_from_their_own_text_where_the_prediction_is_lost",
         "prediction_cursor_follows_and_realigns_after_an_edit",
         "speculator_backs_off_when_steps_are_compute_bound",
         "speculator_counts_the_draft_models_cost",

@@ -18,8 +18,10 @@ int64_t find_forward(std::span<const int32_t> haystack, std::span<const int32_t>
 
 }  // namespace
 
-std::vector<int32_t> ngram_drafts(std::span<const int32_t> history, int n_min, int n_max, int64_t n_draft) {
+std::vector<int32_t> ngram_drafts(std::span<const int32_t> history, int n_min, int n_max, int64_t n_draft,
+                                  int64_t* n_matched) {
   const int64_t size = static_cast<int64_t>(history.size());
+  if (n_matched) *n_matched = 0;
   if (n_draft < 1) return {};
   for (int64_t n = std::min<int64_t>(n_max, size - 1); n >= std::max(1, n_min); --n) {
     const auto suffix = history.subspan(static_cast<size_t>(size - n));
@@ -27,6 +29,7 @@ std::vector<int32_t> ngram_drafts(std::span<const int32_t> history, int n_min, i
     for (int64_t s = size - n - 1; s >= 0; --s) {
       if (!std::equal(suffix.begin(), suffix.end(), history.begin() + s)) continue;
       const int64_t from = s + n, to = std::min(size, from + n_draft);
+      if (n_matched) *n_matched = n;
       return {history.begin() + from, history.begin() + to};
     }
   }

@@ -11,8 +11,10 @@ namespace ember {
 
 // Prompt lookup: finds the longest suffix of `history` (n_max down to n_min tokens) that also
 // occurs earlier in it, takes the most recent such occurrence and returns the tokens that
-// followed it (at most n_draft). Empty when nothing matches.
-std::vector<int32_t> ngram_drafts(std::span<const int32_t> history, int n_min, int n_max, int64_t n_draft);
+// followed it (at most n_draft). Empty when nothing matches. n_matched, if given, is set to
+// the length of the suffix that matched (0 when none did).
+std::vector<int32_t> ngram_drafts(std::span<const int32_t> history, int n_min, int n_max, int64_t n_draft,
+                                  int64_t* n_matched = nullptr);
 
 // Where a request's output stands in its prediction, kept across steps. While the output
 // follows the prediction the cursor just advances; where it departs (an edited line), the

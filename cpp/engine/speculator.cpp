@@ -223,6 +223,13 @@ void Speculator::propose(Scheduler& scheduler) {
     } else if (s.source == DraftSource::prediction) {
       c.drafts = s.prediction.drafts(r->output_token_ids(), n_max);
       run = s.prediction.n_matched();
+      // Lost (no suffix of the output is in the prediction): what the output writes now may still
+      // be in its own text (the prompt quotes the prediction's source; a new function repeats
+      // an earlier one's lines), so prompt lookup drafts, priced as a realignment on a match of
+      // its length.
+      if (c.drafts.empty()) {
+        c.drafts = ngram_drafts(r->token_ids, config_.ngram_min, config_.ngram_max, n_max, &run);
+      }
     }
     const int64_t n_avail = s.source == DraftSource::draft_model ? n_max
                                                                  : static_cast<int64_t>(c.drafts.size());

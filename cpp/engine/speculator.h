@@ -29,7 +29,9 @@
 // counted apart by how far the output has followed the prediction where they were drafted
 // (PredictionCursor::n_matched), so drafts right after a realignment on a short match, which
 // often miss, are priced apart from those of a long agreeing run, which rarely do:
-// v_j = p(m) · p(m + 1) ··· p(m + j) for a run of m tokens so far.
+// v_j = p(m) · p(m + 1) ··· p(m + j) for a run of m tokens so far. Where no suffix of the output
+// is in the prediction, the request's drafts come from prompt lookup over its own text, priced as
+// a realignment on a match of that length.
 //
 // A draft model's drafts are counted apart by the draft's own probability of them (its
 // calibration against this target, learned): its depth is priced with p over all of them; while

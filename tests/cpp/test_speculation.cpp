@@ -32,6 +32,11 @@ TEST(ngram_drafts_copy_what_followed_the_latest_match) {
   CHECK(ngram_drafts(Tokens{1, 2, 3, 4, 3}, 2, 4, 4).empty());
   CHECK(ngram_drafts(Tokens{1, 2, 3, 4, 3}, 1, 4, 4) == (Tokens{4, 3}));
   CHECK(ngram_drafts(Tokens{1}, 1, 4, 4).empty());
+  int64_t n_matched = -1;
+  CHECK(ngram_drafts(twice, 2, 3, 4, &n_matched) == (Tokens{2, 5, 6}));
+  CHECK_EQ(n_matched, 2);  // "5 6"
+  CHECK(ngram_drafts(Tokens{1, 2, 3, 4, 3}, 2, 4, 4, &n_matched).empty());
+  CHECK_EQ(n_matched, 0);
 }
 
 TEST(prediction_cursor_follows_and_realigns_after_an_edit) {
@@ -55,6 +60,36 @@ TEST(prediction_cursor_follows_and_realigns_after_an_edit) {
   PredictionCursor follow(p);
   CHECK(follow.drafts(Tokens{10, 11, 12, 13, 14}, 2) == (Tokens{15, 16}));
   CHECK_EQ(follow.n_matched(), 5);
+}
+
+// A request whose output has left its prediction for text the prediction does not hold drafts
+// from its own text instead (prompt lookup): here the prompt starts with the pair of tokens its
+// output is about to end with, so the drafts are what followed that pair in the prompt.
+TEST(prediction_requests_draft_from_their_own_text_where_the_prediction_is_lost) {
+  const Tokens body = iota_tokens(12, 300);
+  Tokens prompt;
+  for (int32_t first = 100; prompt.empty(); ++first) {  // [L, t0] + body + [L], t0 sampled after it
+    for (int32_t guess = 100; guess < 1000 && prompt.empty(); ++guess) {
+      Tokens p = {first, guess};
+      p.insert(p.end(), body.begin(), body.end());
+      p.push_back(first);
+      if (next_token(p) == guess) prompt = p;
+    }
+  }
+  SpeculationConfig c;
+  c.draft_max = 6;
+  c.adaptive = false;
+  KVCacheManager kv(kv_config(512, 16));
+  Scheduler scheduler(sched_config(512, 64), kv);
+  Speculator speculator(c, nullptr);
+  RequestOptions o = opts(50);
+  o.prediction = {1, 2, 3};  // nothing the output holds
+  scheduler.add_request(Request(1, prompt, o));
+  FakeRunner runner(512 * 16);
+  const StepPlan prefill = scheduler.schedule();
+  scheduler.update_from_output(prefill, runner.execute(build_batch(prefill, scheduler)));
+  speculator.propose(scheduler);
+  CHECK(scheduler.running().front()->draft_token_ids == Tokens(body.begin(), body.begin() + 6));
 }
 
 // A rig: scheduler + speculator, no runner; decoding requests made by hand.
