@@ -226,8 +226,7 @@ void gemv_packed(const GemmArgs& g, int64_t c0, int nc) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    const char* ahead = reinterpret_cast<const char*>(blocks + sb) + kPackedPrefetchBytes;
-    for (int64_t line = 0; line < int64_t(sizeof(Block)); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    prefetch_packed(blocks + sb);
     ColumnScales s[kPer];
     Reader::scales(blocks[sb], s);
 #pragma GCC unroll 1
