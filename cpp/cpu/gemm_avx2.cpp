@@ -107,15 +107,11 @@ inline void packed_scales8(const Packed& p, int h, const uint16_t* m, Block8* x)
   x->coef_s_lo = _mm256_setzero_ps();
 }
 
-// The first pass over a group (h = 0) streams it from memory: ask for the bytes 8 KiB ahead, into
-// L1 for the one-block types and into L2 for the K-quants' super-blocks (as gemm_avx512.cpp's
-// prefetch_packed, measured there).
+// The first pass over a group (h = 0) streams it from memory and asks for it ahead; the second
+// half's pass finds the group in L2.
 template <typename Packed>
 inline void packed_prefetch(const Packed* block, int h) {
-  if (h != 0) return;  // the second half's pass finds the group in L2
-  constexpr auto kHint = sizeof(Packed) > 1024 ? _MM_HINT_T1 : _MM_HINT_T0;
-  const char* ahead = reinterpret_cast<const char*>(block) + 8192;
-  for (int64_t line = 0; line < int64_t(sizeof(Packed)); line += 64) _mm_prefetch(ahead + line, kHint);
+  if (h == 0) prefetch_packed(block);
 }
 
 template <typename Packed>
