@@ -40,17 +40,18 @@ bool CpuBackend::supports(Op op, DType dtype) const {
 }
 
 Buffer CpuBackend::alloc(size_t n_bytes) {
-  // Blocks of several huge pages (repacked weights, KV caches) are aligned to them and asked to
-  // be backed by them where the kernel leaves it to the program (transparent_hugepage=madvise):
-  // streaming a weight matrix then misses the TLB once per 2 MiB instead of once per 4 KiB, and
-  // committing it takes one page fault per 2 MiB (a 1.1B model's weights: ~300 instead of ~150k).
+  // Blocks of a huge page or more (repacked weights, KV caches) start on a huge-page boundary and
+  // ask for their whole huge pages to be backed by them where the kernel leaves it to the program
+  // (transparent_hugepage=madvise): streaming a weight matrix then misses the TLB once per 2 MiB
+  // instead of once per 4 KiB, and committing it takes one page fault per 2 MiB. The tail past the
+  // last whole huge page keeps small pages, so no block commits more memory than it uses.
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t align = n_bytes >= 4 * kHugePage ? kHugePage : 64;
+  const size_t align = n_bytes >= kHugePage ? kHugePage : 64;
   const size_t rounded = (n_bytes + align - 1) / align * align;
   // Large blocks come from fresh mmap'd pages, so memory is committed only where it is written.
   void* data = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (!data) throw Error(cat("[cpu] out of memory allocating ", n_bytes, " bytes"));
-  if (align == kHugePage) madvise(data, rounded, MADV_HUGEPAGE);  // advice: failure is harmless
+  if (align == kHugePage) madvise(data, n_bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: failure is harmless
   return Buffer(this, data, n_bytes, /*owned=*/true);
 }
 
