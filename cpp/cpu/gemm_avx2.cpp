@@ -2,7 +2,8 @@
 // per panel and R <= 4 rows per tile (16 ymm registers). Products go through maddubs (u8 x s8 ->
 // s16 pairs); as long as the s16 partial sums cannot saturate, several 4-element groups are added
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
-// 2-5 bit types. Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile and
+// 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
+// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile and
 // keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
 // kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
@@ -23,23 +24,31 @@ static_assert(sizeof(Panel) == 384);
 template <typename F>
 constexpr bool kSigned = F::kMaxU > 127;
 
-// Rows per GEMM tile. Signed types keep only R int32 sums and the current group's q and |q| in
-// registers (signed_block), so 8 rows fit, and each q serves twice as many rows.
-template <typename F>
-constexpr int kTileRows = kSigned<F> ? 8 : kMaxRows;
-
-// Packed signed types read the packed layout directly (as decode does) up to this many rows: the
-// tiles then undo the bias and take |q| themselves, which costs less than packing a panel that
-// serves few row tiles (measured on Zen 5, n_in 2048 and 5632: direct reads are faster up to 48
-// rows, the two about even at 64, the panel faster from 80).
-constexpr int64_t kDirectMaxRows = 64;
-
 // 4-element groups that can be summed in int16: each maddubs lane is at most 2 * kMaxU * 127.
 template <typename F>
 constexpr int groups_per_widen() {
   const int per = 32767 / (2 * F::kMaxU * 127);
   return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
 }
+
+// Unsigned one-scale types whose whole block sums in int16 (the 4-bit ones) take a block group
+// by group across the rows (unsigned_block), which leaves registers for 6 rows. Against 4 rows
+// row by row: pp GFLOP/s, 2048 x 2048, 1 thread, best of 25 (kernel_bench, Zen 4, three runs
+// each way) q4_k 172-179 -> 205-214, q4_0 174-177 -> 217, q4_1 165-174 -> 212-216; decode (fewer
+// than kMaxRows rows) lost to it (q4_0 tg 37 -> 29 GB/s), so it keeps the row-by-row order.
+template <typename F>
+constexpr bool kGroupOuter = !kSigned<F> && !F::kSub16 && groups_per_widen<F>() == 8;
+
+// Rows per GEMM tile. Signed types keep only R int32 sums and the current group's q and |q| in
+// registers (signed_block), so 8 rows fit, and each q serves twice as many rows.
+template <typename F>
+constexpr int kTileRows = kSigned<F> ? 8 : kGroupOuter<F> ? 6 : kMaxRows;
+
+// Packed signed types read the packed layout directly (as decode does) up to this many rows: the
+// tiles then undo the bias and take |q| themselves, which costs less than packing a panel that
+// serves few row tiles (measured on Zen 5, n_in 2048 and 5632: direct reads are faster up to 48
+// rows, the two about even at 64, the panel faster from 80).
+constexpr int64_t kDirectMaxRows = 64;
 
 inline __m256i bcast_group(const BlockQ8A& a, int g) {
   int32_t v;
@@ -335,6 +344,28 @@ inline void unsigned_block(const Block8& p, const BlockQ8A* const* rows, int64_t
   constexpr int kGroups = groups_per_widen<F>();
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i* w = p.w;
+  if constexpr (kGroupOuter<F> && R >= kMaxRows) {  // the GEMM's tiles; decode keeps the row-outer order
+    // Group-outer: one weight vector at a time against every row, so that beside the R int16
+    // sums and R accumulators only it and a broadcast are live (the row-outer order keeps all 8).
+    __m256i sum16[R];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i prod = _mm256_maddubs_epi16(w[g], bcast_group(rows[r][b], g));
+        sum16[r] = g == 0 ? prod : _mm256_add_epi16(sum16[r], prod);
+        asm("" : "+x"(sum16[r]));  // one chain a row, as in signed_block
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8A& a = rows[r][b];
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[r], ones));
+      acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(p.scale0, _mm256_set1_ps(a.d)), acc[r]);
+      acc[r] = _mm256_fmadd_ps(p.coef_s, _mm256_set1_ps(a.s), acc[r]);
+    }
+    return;
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const BlockQ8A& a = rows[r][b];
