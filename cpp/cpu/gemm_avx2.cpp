@@ -3,8 +3,8 @@
 // s16 pairs); as long as the s16 partial sums cannot saturate, several 4-element groups are added
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
 // 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
-// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile and
-// keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
+// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per
+// tile and keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
 // kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
 #include <type_traits>
@@ -42,7 +42,9 @@ constexpr bool kGroupOuter = !kSigned<F> && !F::kSub16 && groups_per_widen<F>() 
 // Rows per GEMM tile. Signed types keep only R int32 sums and the current group's q and |q| in
 // registers (signed_block), so 8 rows fit, and each q serves twice as many rows.
 template <typename F>
-constexpr int kTileRows = kSigned<F> ? 8 : kGroupOuter<F> ? 6 : kMaxRows;
+constexpr int kTileRows = kSigned<F>       ? 8
+                          : kGroupOuter<F> ? 6
+                                           : kMaxRows;
 
 // Packed signed types read the packed layout directly (as decode does) up to this many rows: the
 // tiles then undo the bias and take |q| themselves, which costs less than packing a panel that
