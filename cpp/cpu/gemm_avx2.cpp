@@ -3,9 +3,9 @@
 // s16 pairs); as long as the s16 partial sums cannot saturate, several 4-element groups are added
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
 // 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
-// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per
-// tile and keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
-// kDirectMaxRows rows (see signed_block and gemm_quant).
+// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take
+// R <= 8 rows per tile and keep |q| in the panel beside q; packed q8_0 reads the packed layout
+// without a panel up to kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
 #include <type_traits>
 
