@@ -51,7 +51,8 @@ Buffer CpuBackend::alloc(size_t n_bytes) {
   // Large blocks come from fresh mmap'd pages, so memory is committed only where it is written.
   void* data = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (!data) throw Error(cat("[cpu] out of memory allocating ", n_bytes, " bytes"));
-  if (align == kHugePage) madvise(data, n_bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: failure is harmless
+  // Advice: failure is harmless.
+  if (align == kHugePage) madvise(data, n_bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   return Buffer(this, data, n_bytes, /*owned=*/true);
 }
 
