@@ -3,10 +3,13 @@
 // s16 pairs); as long as the s16 partial sums cannot saturate, several 4-element groups are added
 // in 16 bits before one madd widens them to 32, which saves most of the widening work for the
 // 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
-// group across R <= 6 rows (kGroupOuter). Signed types (q8_0, iq4_nl) widen every group, take
+// group across R <= 6 rows (kGroupOuter). The packed K-quants (q4_k, q6_k) sum a whole
+// super-block in int32 with their integer scales against activations that share one scale per
+// super-block (tile_k). Signed types (q8_0, iq4_nl) widen every group, take
 // R <= 8 rows per tile and keep |q| in the panel beside q; packed q8_0 reads the packed layout
 // without a panel up to kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 
 #include "cpu/gemm.h"
@@ -73,20 +76,17 @@ struct PanelAbs {
   uint8_t u[8][kCols][4];  // |q| of the block's Panel::u
 };
 
-// A source hands tile_quant its blocks kStep at a time: prefetch(b0) once per step, then
-// load(b0, j, x) for j < kStep (block b0 + j), with j a constant once tile_quant's loop over it
-// is unrolled (the K-quants' field offsets and shifts depend on the block's place in its
-// super-block). Signed types' sources say whether load fills abs_w (kAbs).
+// A source hands tile_quant its blocks one at a time: prefetch(b), then load(b, x). Signed types'
+// sources say whether load fills abs_w (kAbs).
 
 // Blocks from packed panels (the GEMM's); abs: the blocks' |q| where kHasAbs (signed types).
 template <bool kHasAbs>
 struct PanelSource {
-  static constexpr int kStep = 1;
   static constexpr bool kAbs = kHasAbs;
   const Panel* panel;
   const PanelAbs* abs;
   void prefetch(int64_t) const {}  // the panel is in L1
-  void load(int64_t b, int, Block8* x) const {
+  void load(int64_t b, Block8* x) const {
     const Panel& p = panel[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
@@ -138,11 +138,10 @@ inline void packed_nibbles8(const Packed& p, int h, Block8* x) {
 
 template <>
 struct PackedSource<FormatQ4_0> {
-  static constexpr int kStep = 1;
   const PackedQ4_0* blocks;  // the group's [n_blocks]
   int h;                     // which 8 of its 16 columns
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, int, Block8* x) const {
+  void load(int64_t b, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_0, FormatQ4_0>(blocks[b], h, nullptr, x);
   }
@@ -150,11 +149,10 @@ struct PackedSource<FormatQ4_0> {
 
 template <>
 struct PackedSource<FormatQ4_1> {
-  static constexpr int kStep = 1;
   const PackedQ4_1* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, int, Block8* x) const {
+  void load(int64_t b, Block8* x) const {
     packed_nibbles8(blocks[b], h, x);
     packed_scales8<PackedQ4_1, FormatQ4_1>(blocks[b], h, blocks[b].m, x);
   }
@@ -162,12 +160,11 @@ struct PackedSource<FormatQ4_1> {
 
 template <>
 struct PackedSource<FormatQ8_0> {
-  static constexpr int kStep = 1;
   static constexpr bool kAbs = false;  // the tiles take |q| themselves
   const PackedQ8_0* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
-  void load(int64_t b, int, Block8* x) const {
+  void load(int64_t b, Block8* x) const {
     static_assert(kSigned<FormatQ8_0>);  // the panel holds q = u - 128
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -178,11 +175,24 @@ struct PackedSource<FormatQ8_0> {
   }
 };
 
-// K-quants: the scales of a super-block's 8 blocks, decoded for 8 columns when the first block
-// of a super-block is loaded (blocks come in order) with the scalar code's operations
-// (k4_scales, FormatQ6_K::one, then pack_quant_panel's corrections), vectorized.
-struct SuperScales8 {
-  __m256 scale0[8], scale1[8], coef_s[8], coef_s_lo[8];
+// K-quants (q4_k, q6_k) take ActFormat::q8a_k rows: the 8 blocks of a super-block share the
+// activation scale d_a, so each block's integer dot per scale (32 or 16 elements) times the
+// integer 6-bit / 8-bit scale sums exactly in int32 over the super-block, which then takes one
+// float step; the mins (q4_k) and the bias (q6_k: u = q + 32) go through the blocks' sums s and
+// s_lo as for the one-scale types:
+//   Σ = d_w d_a Σ_j Σ_h sc_jh Σ_{i in half h} u_i q_i + Σ_j (coef_s_j s_j + coef_s_lo_j s_lo_j).
+// Against a float scale step per block (as the one-scale types take), kernel_bench, one thread
+// pinned, CPU time, best of 6 alternating runs, Zen 4: decode 1024 x 1024 (from L2) q4_k 25.7 ->
+// 28.9, q6_k 19.9 -> 24.1 GB/s; pp 2048 x 2048 q4_k 214 -> 208, q6_k 139 -> 156 GFLOP/s.
+template <typename F>
+constexpr bool kSuperK = std::is_same_v<F, FormatQ4_K> || std::is_same_v<F, FormatQ6_K>;
+
+// The scales of one super-block of 8 columns.
+struct SuperK8 {
+  __m256i sc[8][2];                // block j's half h: its integer scale in both int16 halves of the column's
+                                   // lane, the madd operand (without kSub16 only sc[j][0])
+  __m256 coef_s[8], coef_s_lo[8];  // coef_s_lo: kSub16 only
+  __m256 d;                        // d_w
 };
 
 // 8 f16 values held in the low 16 bits of 8 dwords, as f32.
@@ -191,111 +201,140 @@ inline __m256 half_lo8(__m256i v) {
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08);
   return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
 }
-inline __m256i byte8(const __m256i* words, int k) {  // byte k of the bytes the dwords hold
-  return _mm256_and_si256(_mm256_srli_epi32(words[k / 4], 8 * (k % 4)), _mm256_set1_epi32(0xff));
-}
 inline __m256i load8_u32(const uint32_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
-
-inline void decode_q4_k_scales8(const PackedQ4_K& p, int h, SuperScales8* s) {
+// Byte k of each dword of v into both of its 16-bit halves: at bit 0 (kHigh false, zero above) or
+// at bit 8 (kHigh, zero below).
+template <int k, bool kHigh>
+inline __m256i byte_pairs(__m256i v) {
+  constexpr char z = -128;  // pshufb: zero
+  constexpr char b0 = kHigh ? z : k, b1 = kHigh ? k : z;
+  const __m256i ctrl = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4,  //
+                                        b0 + 8, b1 + 8, b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12,
+                                        b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4,  //
+                                        b0 + 8, b1 + 8, b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
+  return _mm256_shuffle_epi8(v, ctrl);
+}
+// Column c's 12 scale bytes are the dwords t0, t1, t2 (k4_scale_min's table, vectorized): sc as
+// madd pairs, coef_s = min = -(dmin * m) (kBias 0).
+inline void decode_q4_k_scales(const PackedQ4_K& p, int h, SuperK8* s) {
   const __m256i ddmin = load8_u32(p.dm + 8 * h);
-  const __m256 d = half_lo8(ddmin), dmin = half_lo8(_mm256_srli_epi32(ddmin, 16));
-  const __m256i t[3] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h)};
+  const __m256 dmin = half_lo8(_mm256_srli_epi32(ddmin, 16));
+  s->d = half_lo8(ddmin);
+  const __m256i t0 = load8_u32(p.sc[0] + 8 * h), t1 = load8_u32(p.sc[1] + 8 * h),
+                t2 = load8_u32(p.sc[2] + 8 * h);
+  const __m256i t0k[4] = {byte_pairs<0, false>(t0), byte_pairs<1, false>(t0), byte_pairs<2, false>(t0),
+                          byte_pairs<3, false>(t0)};
+  const __m256i t2k[4] = {byte_pairs<0, false>(t2), byte_pairs<1, false>(t2), byte_pairs<2, false>(t2),
+                          byte_pairs<3, false>(t2)};
   const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15), m48 = _mm256_set1_epi32(0x30);
-  for (int j = 0; j < 8; ++j) {  // k4_scale_min
-    __m256i sc, m;
-    if (j < 4) {
-      sc = _mm256_and_si256(byte8(t, j), m63);
-      m = _mm256_and_si256(byte8(t, j + 4), m63);
-    } else {
-      const __m256i hi4 = byte8(t, j + 4);
-      sc = _mm256_or_si256(_mm256_and_si256(hi4, m15),
-                           _mm256_and_si256(_mm256_srli_epi32(byte8(t, j - 4), 2), m48));
-      m = _mm256_or_si256(_mm256_srli_epi32(hi4, 4),
-                          _mm256_and_si256(_mm256_srli_epi32(byte8(t, j), 2), m48));
-    }
-    const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-    const __m256 min = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(-0.0f));
-    s->scale0[j] = s->scale1[j] = scale;
-    s->coef_s[j] = _mm256_sub_ps(min, _mm256_mul_ps(_mm256_set1_ps(float(FormatQ4_K::kBias)), scale));
-    s->coef_s_lo[j] = _mm256_setzero_ps();
+  const __m256i p63 = _mm256_set1_epi16(63), p15 = _mm256_set1_epi16(15), p48 = _mm256_set1_epi16(0x30);
+  __m256i m[8];
+  for (int k = 0; k < 4; ++k) {
+    // block k: sc = byte k of t0, m = byte k of t1 (6 bits each)
+    s->sc[k][0] = _mm256_and_si256(t0k[k], p63);
+    m[k] = _mm256_and_si256(_mm256_srli_epi32(t1, 8 * k), m63);
+    // block k + 4: the low 4 bits from byte k of t2 (sc: its low nibble, m: its high one), the top
+    // 2 from bits 6-7 of byte k of t0 (sc) and of t1 (m)
+    s->sc[k + 4][0] = _mm256_or_si256(_mm256_and_si256(t2k[k], p15),
+                                      _mm256_and_si256(_mm256_srli_epi16(t0k[k], 2), p48));
+    m[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(t2, 8 * k + 4), m15),
+                               _mm256_and_si256(_mm256_srli_epi32(t1, 8 * k + 2), m48));
+  }
+  for (int j = 0; j < 8; ++j) {
+    s->coef_s[j] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m[j])), _mm256_set1_ps(-0.0f));
   }
 }
 
-inline void decode_q6_k_scales8(const PackedQ6_K& p, int h, SuperScales8* s) {
-  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d + 8 * h)));
-  const __m256i sc[4] = {load8_u32(p.sc[0] + 8 * h), load8_u32(p.sc[1] + 8 * h), load8_u32(p.sc[2] + 8 * h),
-                         load8_u32(p.sc[3] + 8 * h)};
+// Column c's 16 int8 scales are the dwords sc[0..3]; scale 2j + h is block j's half h, and the
+// bias term of half h is -kBias * (d * scale) (pack_quant_panel's corrections).
+inline void decode_q6_k_scales(const PackedQ6_K& p, int h, SuperK8* s) {
+  s->d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d + 8 * h)));
+  for (int q = 0; q < 4; ++q) {  // scale 4q + k: byte k of sc[q], sign-extended into both int16 halves
+    const __m256i v = load8_u32(p.sc[q] + 8 * h);
+    const __m256i at8[4] = {byte_pairs<0, true>(v), byte_pairs<1, true>(v), byte_pairs<2, true>(v),
+                            byte_pairs<3, true>(v)};
+    for (int k = 0; k < 4; ++k) s->sc[2 * q + k / 2][k % 2] = _mm256_srai_epi16(at8[k], 8);
+  }
   const __m256 bias = _mm256_set1_ps(float(FormatQ6_K::kBias));
   for (int j = 0; j < 8; ++j) {
-    __m256 corr[2], scale[2];
-    for (int hh = 0; hh < 2; ++hh) {  // int8 scales[2j + hh], sign-extended; min 0
-      const int k = 2 * j + hh;
-      const __m256i s8 = _mm256_srai_epi32(_mm256_slli_epi32(sc[k / 4], 24 - 8 * (k % 4)), 24);
-      scale[hh] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8));
-      corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale[hh]));
+    __m256 corr[2];
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256 scale = _mm256_mul_ps(s->d, _mm256_cvtepi32_ps(_mm256_srai_epi32(s->sc[j][hh], 16)));
+      corr[hh] = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(bias, scale));
     }
-    s->scale0[j] = scale[0];
-    s->scale1[j] = scale[1];
+    // corr0 * s_lo + corr1 * (s - s_lo) = corr1 * s + (corr0 - corr1) * s_lo
     s->coef_s[j] = corr[1];
     s->coef_s_lo[j] = _mm256_sub_ps(corr[0], corr[1]);
   }
 }
 
+// A K-quant source hands tile_k one super-block at a time: prefetch(b0), scales(b0, scratch) (its
+// SuperK8: decoded into scratch, or where the panel holds it), at(b0) (where its quants start),
+// then quant(at, j, g) for its blocks j < 8 and groups g < 8 (u of elements 4g .. 4g + 3 of block
+// b0 + j; j and g are constants once tile_k's loops are unrolled, so every load is at(b0) plus a
+// constant: the fields and shifts depend on them).
 template <>
 struct PackedSource<FormatQ4_K> {
-  static constexpr int kStep = 8;  // one super-block
-  PackedSource(const PackedQ4_K* b, int half) : blocks(b), h(half) {}
   const PackedQ4_K* blocks;  // the group's [n_blocks / 8] super-blocks
   int h;
-  mutable SuperScales8 scales;  // of blocks[b0 / 8], decoded at j == 0
   void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
-  // Block j: the low (j even) or high nibbles of qs[j / 2].
-  void load(int64_t b0, int j, Block8* x) const {
-    const PackedQ4_K& p = blocks[b0 / 8];
-    if (j == 0) decode_q4_k_scales8(p, h, &scales);
-    const __m256i mask = _mm256_set1_epi8(15);
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qs[j / 2][g][8 * h]));
-      x->w[g] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, mask);
-    }
-    x->scale0 = scales.scale0[j];
-    x->scale1 = scales.scale1[j];
-    x->coef_s = scales.coef_s[j];
-    x->coef_s_lo = scales.coef_s_lo[j];
+  const SuperK8& scales(int64_t b0, SuperK8* scratch) const {
+    decode_q4_k_scales(blocks[b0 / 8], h, scratch);
+    return *scratch;
+  }
+  // Super-block b0 / 8 from the column half's first quant byte (its quants are 4 bytes of each of
+  // 16 columns, so the half's are 32 h bytes in).
+  const uint8_t* at(int64_t b0) const {
+    return reinterpret_cast<const uint8_t*>(blocks + b0 / 8) + offsetof(PackedQ4_K, qs) + 32 * h;
+  }
+  // Block j, group g: the low (j even) or high nibbles of qs[j / 2][g].
+  static __m256i quant(const uint8_t* at, int j, int g) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 64 * (8 * (j / 2) + g)));
+    return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
   }
 };
 
 template <>
 struct PackedSource<FormatQ6_K> {
-  static constexpr int kStep = 8;
-  PackedSource(const PackedQ6_K* b, int half) : blocks(b), h(half) {}
   const PackedQ6_K* blocks;
   int h;
-  mutable SuperScales8 scales;  // as PackedSource<FormatQ4_K>
   void prefetch(int64_t b0) const { packed_prefetch(blocks + b0 / 8, h); }
-  // Block j = 4hh + k: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of qh[hh][g]
-  // (moved to bits 4 .. 5 by one shift; no bit crosses a byte).
-  void load(int64_t b0, int j, Block8* x) const {
-    const PackedQ6_K& p = blocks[b0 / 8];
+  const SuperK8& scales(int64_t b0, SuperK8* scratch) const {
+    decode_q6_k_scales(blocks[b0 / 8], h, scratch);
+    return *scratch;
+  }
+  const uint8_t* at(int64_t b0) const {  // as PackedSource<FormatQ4_K>'s (ql is the first field)
+    static_assert(offsetof(PackedQ6_K, ql) == 0);
+    return reinterpret_cast<const uint8_t*>(blocks + b0 / 8) + 32 * h;
+  }
+  // Block j = 4hh + k, group g: low nibble k / 2 of ql[hh][8 (k % 2) + g], bits 2k .. 2k + 1 of
+  // qh[hh][g] (moved to bits 4 .. 5 by one shift; no bit crosses a byte).
+  static __m256i quant(const uint8_t* at, int j, int g) {
     const int hh = j / 4, k = j % 4;
-    if (j == 0) decode_q6_k_scales8(p, h, &scales);
-    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      const __m256i ql = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(p.ql[hh][8 * (k % 2) + g][8 * h]));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.qh[hh][g][8 * h]));
-      const __m256i low = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m15);
-      const __m256i high_at4 = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2 * k - 4);
-      x->w[g] = _mm256_or_si256(low, _mm256_and_si256(high_at4, m48));
-    }
-    x->scale0 = scales.scale0[j];
-    x->scale1 = scales.scale1[j];
-    x->coef_s = scales.coef_s[j];
-    x->coef_s_lo = scales.coef_s_lo[j];
+    constexpr int kQh = offsetof(PackedQ6_K, qh);
+    const __m256i ql = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(at + 64 * (16 * hh + 8 * (k % 2) + g)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + kQh + 64 * (8 * hh + g)));
+    const __m256i low = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(15));
+    const __m256i high_at4 = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2 * k - 4);
+    return _mm256_or_si256(low, _mm256_and_si256(high_at4, _mm256_set1_epi8(0x30)));
+  }
+};
+
+// The GEMM's K-quant panel: the u of every block, then the SuperK8 of every super-block.
+struct PanelU {
+  uint8_t u[8][kCols][4];
+};
+struct PanelSourceK {
+  const PanelU* u;                 // [n_blocks]
+  const SuperK8* supers;           // [n_blocks / 8]
+  void prefetch(int64_t) const {}  // the panel is in L1 / L2
+  const SuperK8& scales(int64_t b0, SuperK8*) const { return supers[b0 / 8]; }
+  const uint8_t* at(int64_t b0) const { return u[b0].u[0][0]; }
+  static __m256i quant(const uint8_t* at, int j, int g) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(at + sizeof(PanelU) * j + 32 * g));
   }
 };
 
@@ -420,19 +459,16 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
   const BlockQ8A* rows[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
-  for (int64_t b0 = 0; b0 < n_blocks; b0 += Source::kStep) {
-    sources[0].prefetch(b0);
-#pragma GCC unroll 8
-    for (int j = 0; j < Source::kStep; ++j) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    sources[0].prefetch(b);
 #pragma GCC unroll 2
-      for (int h = 0; h < kHalves; ++h) {
-        Block8 p;
-        sources[h].load(b0, j, &p);
-        if constexpr (kSigned<F>) {
-          signed_block<R, Source::kAbs>(p, rows, b0 + j, acc[h]);
-        } else {
-          unsigned_block<R, F>(p, rows, b0 + j, acc[h]);
-        }
+    for (int h = 0; h < kHalves; ++h) {
+      Block8 p;
+      sources[h].load(b, &p);
+      if constexpr (kSigned<F>) {
+        signed_block<R, Source::kAbs>(p, rows, b, acc[h]);
+      } else {
+        unsigned_block<R, F>(p, rows, b, acc[h]);
       }
     }
   }
@@ -444,6 +480,116 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
       _mm256_store_ps(out, acc[h][r]);
       std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
     }
+  }
+}
+
+// K-quants, block j of the super-block at b0, for R rows and the kHalves column halves of the
+// sources: isum[h][r] gains Σ_e sc_e Σ_{i in half e} u_i q_i (e: the block's scale halves;
+// s[h]->sc[j]) of row r, exactly. Group by group across halves and rows, so that beside the sums
+// only one group's u per half and one broadcast are live. In the GEMM's tiles each row's int16
+// sum stays one chain (as in signed_block).
+template <int R, int kHalves, typename F, typename Source>
+inline void k_block(const uint8_t* const* at, const SuperK8* const* s, const BlockQ8A* const* rows,
+                    int64_t b0, int j, __m256i (*isum)[R]) {
+  constexpr int kGroups = groups_per_widen<F>();
+  constexpr int kPer = F::kSub16 ? 4 : 8;  // groups per scale
+  __m256i sum16[kHalves][R];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    __m256i w[kHalves];
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) w[h] = Source::quant(at[h], j, g);
+    const int i = g % kPer;  // the group's place in its scale's half
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256i a = bcast_group(rows[r][b0 + j], g);
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        const __m256i prod = _mm256_maddubs_epi16(w[h], a);
+        sum16[h][r] = i % kGroups == 0 ? prod : _mm256_add_epi16(sum16[h][r], prod);
+        if constexpr (R >= kMaxRows) asm("" : "+x"(sum16[h][r]));
+      }
+    }
+    if (i % kGroups == kGroups - 1 || i == kPer - 1) {
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_madd_epi16(sum16[h][r], s[h]->sc[j][g / kPer]));
+          // One chain too: GCC would otherwise reassociate the integer sum of the super-block's
+          // 8-32 terms into a tree at its end and keep every term in memory until then.
+          asm("" : "+x"(isum[h][r]));
+        }
+      }
+    }
+  }
+}
+
+// tile_quant for the K-quants: per super-block, the integer sums of its 8 blocks, then per row
+// the blocks' coef terms and the one float step d_w d_a Σ, in that order whatever R, kHalves or
+// the source.
+template <int R, int kHalves, typename F, typename Source>
+void tile_k(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+            int64_t ldy, const int* nc) {
+  __m256 acc[kHalves][R];
+#pragma GCC unroll 8
+  for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
+  }
+  const BlockQ8A* rows[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += 8) {
+    sources[0].prefetch(b0);
+    SuperK8 scratch[kHalves];
+    const SuperK8* s[kHalves];
+    const uint8_t* at[kHalves];
+    __m256i isum[kHalves][R];
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) {
+      s[h] = &sources[h].scales(b0, &scratch[h]);
+      at[h] = sources[h].at(b0);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) isum[h][r] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) k_block<R, kHalves, F, Source>(at, s, rows, b0, j, isum);
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8A* a = rows[r] + b0;
+        __m256 t = acc[h][r];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          t = _mm256_fmadd_ps(s[h]->coef_s[j], _mm256_set1_ps(a[j].s), t);
+          if constexpr (F::kSub16) t = _mm256_fmadd_ps(s[h]->coef_s_lo[j], _mm256_set1_ps(a[j].s_lo), t);
+        }
+        const __m256 scale = _mm256_mul_ps(s[h]->d, _mm256_set1_ps(a[0].d));
+        acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][r]), scale, t);
+      }
+    }
+  }
+  alignas(32) float out[kCols];
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm256_store_ps(out, acc[h][r]);
+      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
+    }
+  }
+}
+
+// The tile of a type: tile_k for the K-quants, tile_quant for the rest.
+template <int R, int kHalves, typename F, typename Source>
+void tile(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t act_row_bytes, float* y,
+          int64_t ldy, const int* nc) {
+  if constexpr (kSuperK<F>) {
+    tile_k<R, kHalves, F>(sources, n_blocks, act, act_row_bytes, y, ldy, nc);
+  } else {
+    tile_quant<R, kHalves, F>(sources, n_blocks, act, act_row_bytes, y, ldy, nc);
   }
 }
 
@@ -470,11 +616,11 @@ void decode_packed(const GemmArgs& g, int64_t c0, int64_t c_end) {
                        static_cast<int>(std::clamp<int64_t>(c_end - c0 - kCols, 0, kCols))};
     if (h == 0 && nc[1] > 0) {  // the group's zero columns past n_out make the second half safe to read
       const PackedSource<F> sources[2] = {{blocks, 0}, {blocks, 1}};
-      tile_quant<R, 2, F>(sources, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      tile<R, 2, F>(sources, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
       c0 += 2 * kCols;
     } else {
       const PackedSource<F> source{blocks, h};
-      tile_quant<R, 1, F>(&source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
+      tile<R, 1, F>(&source, n_blocks, g.act, g.act_row_bytes, g.y + c0, g.ldy, nc);
       c0 += kCols;
     }
   }
@@ -515,18 +661,29 @@ void direct_packed(const GemmArgs& g) {
 // A panel from the packed layout: what PackedSource gives, stored.
 template <typename F>
 void pack_panel_from_packed(const PackedSource<F>& source, int64_t n_blocks, Panel* panel) {
-  for (int64_t b0 = 0; b0 < n_blocks; b0 += PackedSource<F>::kStep) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    Block8 x;
+    source.load(b, &x);
 #pragma GCC unroll 8
-    for (int j = 0; j < PackedSource<F>::kStep; ++j) {
-      const int64_t b = b0 + j;
-      Block8 x;
-      source.load(b0, j, &x);
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
+    _mm256_store_ps(panel[b].scale[0], x.scale0);
+    _mm256_store_ps(panel[b].scale[1], x.scale1);
+    _mm256_store_ps(panel[b].coef_s, x.coef_s);
+    _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+  }
+}
+
+// A K-quant panel (PanelSourceK's u[n_blocks], supers[n_blocks / 8]) from the packed layout.
+template <typename F>
+void pack_panel_k(const PackedSource<F>& source, int64_t n_blocks, PanelU* u, SuperK8* supers) {
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += 8) {
+    source.scales(b0, &supers[b0 / 8]);
 #pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(panel[b].u[g]), x.w[g]);
-      _mm256_store_ps(panel[b].scale[0], x.scale0);
-      _mm256_store_ps(panel[b].scale[1], x.scale1);
-      _mm256_store_ps(panel[b].coef_s, x.coef_s);
-      _mm256_store_ps(panel[b].coef_s_lo, x.coef_s_lo);
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(u[b0 + j].u[g]), source.quant(source.at(b0), j, g));
+      }
     }
   }
 }
@@ -542,6 +699,16 @@ void pack_panel_abs(const Panel* panel, int64_t n_blocks, PanelAbs* abs) {
   }
 }
 
+// Decode-shaped calls (fewer than kMaxRows rows) of packed types: straight from the packed layout.
+template <typename F>
+void decode_rows(const GemmArgs& g) {
+  switch (g.n_rows) {
+    case 1: decode_packed<1, F>(g, g.col_begin, g.col_end); break;
+    case 2: decode_packed<2, F>(g, g.col_begin, g.col_end); break;
+    default: decode_packed<3, F>(g, g.col_begin, g.col_end); break;
+  }
+}
+
 // Packed types: below kMaxRows rows (packed signed types: up to kDirectMaxRows) the tiles read
 // the packed layout directly (decode: the weights stream once, no panel), from there on through a
 // panel packed from it. Both run tile_quant on the same values, so a row's result never depends
@@ -549,14 +716,7 @@ void pack_panel_abs(const Panel* panel, int64_t n_blocks, PanelAbs* abs) {
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
   if constexpr (kPacked<F>) {
-    if (g.n_rows < kMaxRows) {
-      switch (g.n_rows) {
-        case 1: decode_packed<1, F>(g, g.col_begin, g.col_end); break;
-        case 2: decode_packed<2, F>(g, g.col_begin, g.col_end); break;
-        default: decode_packed<3, F>(g, g.col_begin, g.col_end); break;
-      }
-      return;
-    }
+    if (g.n_rows < kMaxRows) return decode_rows<F>(g);
     if constexpr (kSigned<F>) {
       if (g.n_rows <= kDirectMaxRows) return direct_packed<F>(g);
     }
@@ -582,6 +742,32 @@ void gemm_quant(const GemmArgs& g) {
       float* y = g.y + r0 * g.ldy + c0;
       with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
         tile_quant<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
+      });
+    }
+  }
+}
+
+// The packed K-quants (ActFormat::q8a_k rows): as gemm_quant, through tile_k; the GEMM's panel is
+// PanelSourceK's.
+template <typename F>
+void gemm_k(const GemmArgs& g) {
+  if (g.n_rows < kMaxRows) return decode_rows<F>(g);
+  const int64_t n_blocks = g.n_in / 32;
+  auto* u = static_cast<PanelU*>(g.panel);
+  auto* supers = reinterpret_cast<SuperK8*>(u + n_blocks);
+  using Block = std::remove_cvref_t<PackedBlock<F>>;
+  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+    const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
+    const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
+                                 static_cast<int>(c0 % 16 / 8)};
+    pack_panel_k<F>(source, n_blocks, u, supers);
+    const PanelSourceK panels{u, supers};
+    constexpr int kRows = kTileRows<F>;
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
+      const uint8_t* act = g.act + r0 * g.act_row_bytes;
+      float* y = g.y + r0 * g.ldy + c0;
+      with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
+        tile_k<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
       });
     }
   }
@@ -644,8 +830,8 @@ constexpr GemmEntry kGemms[] = {
     {DType::q4_1, gemm_quant<FormatQ4_1>},     {DType::q5_0, gemm_quant<FormatQ5_0>},
     {DType::q5_1, gemm_quant<FormatQ5_1>},     {DType::q8_0, gemm_quant<FormatQ8_0>},
     {DType::iq4_nl, gemm_quant<FormatIQ4_NL>}, {DType::q2_k, gemm_quant<FormatQ2_K>},
-    {DType::q3_k, gemm_quant<FormatQ3_K>},     {DType::q4_k, gemm_quant<FormatQ4_K>},
-    {DType::q5_k, gemm_quant<FormatQ5_K>},     {DType::q6_k, gemm_quant<FormatQ6_K>},
+    {DType::q3_k, gemm_quant<FormatQ3_K>},     {DType::q4_k, gemm_k<FormatQ4_K>},
+    {DType::q5_k, gemm_quant<FormatQ5_K>},     {DType::q6_k, gemm_k<FormatQ6_K>},
 };
 
 }  // namespace
@@ -669,6 +855,7 @@ GemmFn gemm_kernel_avx2(DType type) {
 }
 
 int64_t panel_bytes_avx2(int64_t n_in) {
+  static_assert(sizeof(PanelU) + sizeof(SuperK8) / 8 <= sizeof(Panel) + sizeof(PanelAbs));  // gemm_k's panel
   return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel) + sizeof(PanelAbs)) * (n_in / 32),
                            static_cast<int64_t>(sizeof(float)) * kCols * n_in);
 }

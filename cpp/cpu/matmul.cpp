@@ -120,7 +120,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   const ActTiling& tiling = kernels.act_tiling;
   const bool tiled = use_gemm && k.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
   // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
-  const ScratchLayout layout = scratch_layout(kernels, k.act == ActFormat::q8a, tiled, use_gemm, n_rows, n_in,
+  const ScratchLayout layout = scratch_layout(kernels, is_quantized(k.act), tiled, use_gemm, n_rows, n_in,
                                               pool.n_threads());
   uint8_t* const scratch = workspace.reserve(layout.total());
   uint8_t* const act_tiles = scratch + layout.act_bytes;   // [tiling.bytes(n_rows, n_in)]
@@ -129,7 +129,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   // Activations in the kernels' format: [n_rows][act_row_bytes].
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   int64_t act_row_bytes = n_in * static_cast<int64_t>(sizeof(float));
-  if (k.act == ActFormat::q8a) {
+  if (is_quantized(k.act)) {
     act_row_bytes = (n_in / 32) * static_cast<int64_t>(sizeof(BlockQ8A));
     uint8_t* q = scratch;  // [n_rows][act_row_bytes]
     // Rows are handed out in whole tiles, so each thread packs the tiles of the rows it just
@@ -138,7 +138,8 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
     const int64_t n_units = (n_rows + unit - 1) / unit;
     auto quantize_units = [&](int64_t begin, int64_t end) {
       for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
-        kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in);
+        kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in,
+                             act_blocks_per_scale(k.act));
       }
       if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };

@@ -14,11 +14,17 @@
 
 namespace ember::cpu {
 
-// What a weight type's kernels take as activations.
-enum class ActFormat { none, f32, q8a };
+// What a weight type's kernels take as activations: floats, or BlockQ8A rows whose blocks have
+// their own scales (q8a) or share one per 256-element super-block (q8a_k: kernels that sum a
+// K-quant super-block in integers).
+enum class ActFormat { none, f32, q8a, q8a_k };
+
+inline bool is_quantized(ActFormat f) { return f == ActFormat::q8a || f == ActFormat::q8a_k; }
+// Blocks of a BlockQ8A row that share one scale (quantize_act_row_ref's blocks_per_scale).
+inline int act_blocks_per_scale(ActFormat f) { return f == ActFormat::q8a_k ? 8 : 1; }
 
 // Σ over n_in of one weight row (n_in elements of the weight type) times one activation row
-// (float[n_in] for ActFormat::f32, BlockQ8A[n_in / 32] for q8a).
+// (float[n_in] for ActFormat::f32, BlockQ8A[n_in / 32] for q8a and q8a_k).
 using VecDotFn = float (*)(int64_t n_in, const void* w_row, const void* act_row);
 
 // One thread's share of a prefill-shaped matmul: y[r, c] for r < n_rows, c in [col_begin,
@@ -55,7 +61,7 @@ struct ActTiling {
 };
 
 // act[n / 32 blocks] = x[n] quantized (bit-identical to quantize_act_row_ref).
-using QuantizeActFn = void (*)(const float* x, BlockQ8A* act, int64_t n);
+using QuantizeActFn = void (*)(const float* x, BlockQ8A* act, int64_t n, int blocks_per_scale);
 
 struct TypeKernels {
   ActFormat act = ActFormat::none;  // none: this ISA has no kernel for the type

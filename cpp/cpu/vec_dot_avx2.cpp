@@ -2,6 +2,8 @@
 // Integer products use maddubs (u8 x s8 -> s16 pairs) then madd with ones; maddubs saturates a
 // pair at 32767, so types whose u can exceed 127 (q8_0, iq4_nl) go through the signed form
 // q = u - 128 with the sign moved onto the activation.
+#include <type_traits>
+
 #include "cpu/gemm.h"
 #include "cpu/matmul_kernels.h"
 #include "cpu/vec_dot_x86.h"
@@ -28,9 +30,13 @@ struct BlockDotAvx2 {
   }
 };
 
+// The packed K-quants' kernels sum whole super-blocks in integers (gemm_avx2.cpp: tile_k), so
+// their activations share a scale per super-block.
 template <typename F>
 TypeKernels quant_kernels() {
-  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr, kGemmColsAvx2};
+  constexpr bool kSuperK = std::is_same_v<F, FormatQ4_K> || std::is_same_v<F, FormatQ6_K>;
+  return {kSuperK ? ActFormat::q8a_k : ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr,
+          kGemmColsAvx2};
 }
 
 IsaKernels make_table() {

@@ -50,7 +50,7 @@ IsaKernels make_table() {
     t.types[i].pack = gemm_weight_packer_avx512(static_cast<DType>(i));
     // The quantized GEMMs take few rows without panels (gemm_avx512.cpp: gemv_quant), the float GEMMs
     // read their weights packed at load: any row count, the same bits.
-    t.types[i].gemm_any_rows = t.types[i].act == ActFormat::q8a || t.types[i].pack != nullptr;
+    t.types[i].gemm_any_rows = is_quantized(t.types[i].act) || t.types[i].pack != nullptr;
   }
   return t;
 }

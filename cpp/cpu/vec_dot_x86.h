@@ -126,39 +126,41 @@ struct LoadBF16 {
 };
 
 // AVX2 quantize_act: the same float operations as quantize_act_row_ref, so the same bytes.
-inline void quantize_act_x86(const float* x, BlockQ8A* dst, int64_t n) {
+inline void quantize_act_x86(const float* x, BlockQ8A* dst, int64_t n, int blocks_per_scale) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    __m256 v[4];
+  const int64_t run = 32 * int64_t{blocks_per_scale};
+  for (int64_t r = 0; r < n / run; ++r, x += run) {
     __m256 amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(x + 8 * k);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[k]));
-    }
+    for (int64_t i = 0; i < run; i += 8)
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x + i)));
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     const float d = _mm_cvtss_f32(m) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
-    // Sums before packing (exact in int32); pack to bytes keeping element order.
-    const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
-    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    BlockQ8A& out = dst[b];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs), p);
-    const auto hsum_i = [](__m256i s) {
-      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-      return _mm_cvtsi128_si32(t);
-    };
-    const int sum_lo = hsum_i(s01), sum_hi = hsum_i(s23);
-    out.d = d;
-    out.s = d * static_cast<float>(sum_lo + sum_hi);
-    out.s_lo = d * static_cast<float>(sum_lo);
+    for (int b = 0; b < blocks_per_scale; ++b) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * k), _mm256_set1_ps(id)));
+      }
+      // Sums before packing (exact in int32); pack to bytes keeping element order.
+      const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+      const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+      __m256i p = _mm256_packs_epi16(p01, p23);
+      p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      BlockQ8A& out = dst[r * blocks_per_scale + b];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs), p);
+      const auto hsum_i = [](__m256i s) {
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        return _mm_cvtsi128_si32(t);
+      };
+      const int sum_lo = hsum_i(s01), sum_hi = hsum_i(s23);
+      out.d = d;
+      out.s = d * static_cast<float>(sum_lo + sum_hi);
+      out.s_lo = d * static_cast<float>(sum_lo);
+    }
   }
 }
 

@@ -141,18 +141,21 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
   const std::vector<uint8_t> w = random_weights(c.type, c.n_in, c.n_out, rng);
   const std::vector<float> x = random_acts(c.n_rows, c.n_in, rng);
   const int64_t w_row_bytes = row_bytes(c.type, c.n_in);
-  const bool quant = k.act == ActFormat::q8a;
+  const bool quant = is_quantized(k.act);
+  const int blocks_per_scale = act_blocks_per_scale(k.act);
 
   // Reference activations and dequantized weights.
   const int64_t n_blocks = c.n_in / 32;
   std::vector<BlockQ8A> act(quant ? c.n_rows * n_blocks : 0);
   if (quant) {
-    for (int64_t r = 0; r < c.n_rows; ++r) quantize_act_row_ref(&x[r * c.n_in], &act[r * n_blocks], c.n_in);
+    for (int64_t r = 0; r < c.n_rows; ++r) {
+      quantize_act_row_ref(&x[r * c.n_in], &act[r * n_blocks], c.n_in, blocks_per_scale);
+    }
     // The ISA's quantizer must produce the same bytes.
     std::vector<BlockQ8A> simd(n_blocks);
     bool same = true;
     for (int64_t r = 0; r < c.n_rows; ++r) {
-      kernels.quantize_act(&x[r * c.n_in], simd.data(), c.n_in);
+      kernels.quantize_act(&x[r * c.n_in], simd.data(), c.n_in, blocks_per_scale);
       same = same && std::memcmp(simd.data(), &act[r * n_blocks], n_blocks * sizeof(BlockQ8A)) == 0;
     }
     check(same, name + ": quantize_act differs from the reference");
