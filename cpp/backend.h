@@ -96,26 +96,31 @@ struct RopeParams {
 
 // Where one layer's cached keys and values of one sequence live. Each slot holds one K row and
 // one V row of n_kv_dim = n_head_kv * head_dim values, stored as `type`:
-//   f16:  n_kv_dim IEEE binary16 values (2 bytes each);
-//   q8_0: n_kv_dim / 32 BlockQ8_0 (quant/blocks.h: an f16 scale and 32 int8, 34 bytes), as
-//         quantize_row_q8_0 writes them. head_dim must be a multiple of 32, so a block never
-//         straddles two heads: head h's values start at block h * head_dim / 32 of the row.
-// Rows are addressed in bytes. The token at position t sits in slot(t): with a block table
-// (paged cache), slot(t) = block_table[t / block_size] * block_size + t % block_size; without
-// one (contiguous cache), slot(t) = t.
+//   f16:  IEEE binary16 values (2 bytes each);
+//   q8_0: BlockQ8_0 (quant/blocks.h: an f16 scale and 32 int8, 34 bytes) of 32 values each, as
+//         quantize_row_q8_0 writes them; head_dim must be a multiple of 32, so a block never
+//         straddles two heads.
+// The token at position t sits in slot t % block_size of block b(t) = block_table[t /
+// block_size] (paged cache), or t / block_size without a table (contiguous cache). A block of
+// block_size slots keeps each kv head's rows together: [n_head_kv][block_size][head_bytes], so
+// that attention, which reads one kv head at a time, streams contiguous memory (with every head
+// of a slot side by side, a SmolLM2 head's 128 bytes sat 384 bytes apart and attention read at a
+// third of the speed: see cpu/attention.cpp).
 struct KVView {
-  DType type = DType::f16;               // f16 or q8_0
-  uint8_t* k = nullptr;                  // [n_slots, row_bytes] key rows
-  uint8_t* v = nullptr;                  // [n_slots, row_bytes] value rows
-  int64_t row_bytes = 0;                 // bytes from one slot to the next (>= one row of n_kv_dim values)
+  DType type = DType::f16;  // f16 or q8_0
+  uint8_t* k = nullptr;     // [n_blocks][n_head_kv][block_size][head_bytes] keys
+  uint8_t* v = nullptr;     // the same of values
+  int64_t n_head_kv = 1;
+  int64_t head_bytes = 0;                // one kv head's values of one slot: row_bytes(type, head_dim)
   const int32_t* block_table = nullptr;  // [n_blocks of the sequence] or nullptr
-  int64_t block_size = 0;                // tokens per block when block_table is set
+  int64_t block_size = 0;                // slots per block (>= 1)
 
-  int64_t slot(int64_t pos) const {
-    return block_table ? int64_t{block_table[pos / block_size]} * block_size + pos % block_size : pos;
+  int64_t row_bytes() const { return n_head_kv * head_bytes; }  // one slot's K (or V), all heads
+  // Bytes from k (or v) to kv head `head`'s values at position pos.
+  int64_t offset(int64_t pos, int64_t head) const {
+    const int64_t block = block_table ? int64_t{block_table[pos / block_size]} : pos / block_size;
+    return ((block * n_head_kv + head) * block_size + pos % block_size) * head_bytes;
   }
-  const uint8_t* k_row(int64_t pos) const { return k + slot(pos) * row_bytes; }
-  const uint8_t* v_row(int64_t pos) const { return v + slot(pos) * row_bytes; }
 };
 
 // The largest head_dim any backend's attention must handle (kernels keep a head in registers or

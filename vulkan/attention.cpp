@@ -9,7 +9,7 @@ namespace {
 
 struct AttentionPush {
   uint64_t q, out, k_cache, v_cache, positions, block_table;
-  uint32_t n_rows, n_head, n_head_kv, head_dim, row_u16, block_size, window;
+  uint32_t n_rows, n_head, n_head_kv, head_dim, head_u16, block_size, paged, window;
   float scale, softcap;
 };
 
@@ -32,8 +32,9 @@ void VulkanBackend::attention(const float* q, const int32_t* positions, int64_t 
                            static_cast<uint32_t>(params.n_head),
                            static_cast<uint32_t>(params.n_head_kv),
                            static_cast<uint32_t>(params.head_dim),
-                           static_cast<uint32_t>(kv.row_bytes / 2),
-                           static_cast<uint32_t>(kv.block_table ? kv.block_size : 0),
+                           static_cast<uint32_t>(kv.head_bytes / 2),
+                           static_cast<uint32_t>(kv.block_size),
+                           kv.block_table ? 1u : 0u,
                            static_cast<uint32_t>(params.window),
                            params.scale,
                            params.softcap};

@@ -9,7 +9,7 @@ namespace {
 
 struct StoreKVPush {
   uint64_t k, v, k_cache, v_cache, positions, block_table;
-  uint32_t n_rows, n_kv_dim, row_u16, block_size, q8;
+  uint32_t n_rows, n_kv_dim, head_dim, head_u16, block_size, paged, q8;
 };
 
 // Bytes of the block table a sequence's rows up to position max_pos use.
@@ -32,8 +32,10 @@ void VulkanBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t
                          kv.block_table ? device_.argument(kv.block_table, table_bytes(kv, max_pos)) : 0,
                          static_cast<uint32_t>(n_rows),
                          static_cast<uint32_t>(n_kv_dim),
-                         static_cast<uint32_t>(kv.row_bytes / 2),
-                         static_cast<uint32_t>(kv.block_table ? kv.block_size : 0),
+                         static_cast<uint32_t>(n_kv_dim / kv.n_head_kv),
+                         static_cast<uint32_t>(kv.head_bytes / 2),
+                         static_cast<uint32_t>(kv.block_size),
+                         kv.block_table ? 1u : 0u,
                          kv.type == DType::q8_0 ? 1u : 0u};
   const vk::Grid g = vk::grid((n_rows * ((n_kv_dim + 31) / 32) + 63) / 64);
   device_.dispatch("store_kv", &push, sizeof(push), g.x, g.y);

@@ -17,10 +17,9 @@ namespace ember::cpu {
 
 namespace {
 
-// The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): the bytes of n
-// values, and a head's values as f32.
+// The KV row formats in portable C++ (attention_avx2.cpp has their AVX2 twins): a head's values
+// as f32.
 struct F16Rows {
-  static int64_t bytes(int64_t n) { return n * int64_t{sizeof(uint16_t)}; }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) {
     const auto* h = reinterpret_cast<const uint16_t*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
@@ -29,7 +28,6 @@ struct F16Rows {
 
 // Blocks of 32 values (first and n are multiples of 32): value i of a block is d * qs[i].
 struct Q8Rows {
-  static int64_t bytes(int64_t n) { return n / kQK * int64_t{sizeof(BlockQ8_0)}; }
   static void to_f32(const uint8_t* src, float* dst, int64_t n) { dequantize_row_q8_0(src, dst, n); }
 };
 
@@ -117,7 +115,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.n_rows = std::min(rows_per_block, n_rows - r0);
     b.head_begin = kv_head * group + part * heads_per_part;
     b.n_heads = std::min(heads_per_part, group - part * heads_per_part);
-    b.kv_offset = kv_head * head_dim;
+    b.kv_head = kv_head;
     b.head_dim = head_dim;
     b.scale = params.scale;
     b.softcap = params.softcap;

@@ -14,14 +14,12 @@
 namespace ember::cpu {
 namespace {
 
-// The KV row formats (scalar twins in attention.cpp): the bytes of n values, and
-// the head's values as f32 — 8 at a time in a register, or n at a time into memory. A head's
-// vectors come in groups of kGroup that share one scale: vector g * kGroup + e (values 8 times
-// that, 8 of them) is load8(group(head, g), e, scale(group(head, g))), so the kernels fetch a
-// q8_0 block's scale once for its four vectors.
+// The KV row formats (scalar twins in attention.cpp): a head's values as f32 — 8 at a time in a
+// register, or n at a time into memory. A head's vectors come in groups of kGroup that share one
+// scale: vector g * kGroup + e (values 8 times that, 8 of them) is load8(group(head, g), e,
+// scale(group(head, g))), so the kernels fetch a q8_0 block's scale once for its four vectors.
 struct F16Rows {
   static constexpr int kGroup = 1;
-  static int64_t bytes(int64_t n) { return n * int64_t{sizeof(uint16_t)}; }
   static const uint8_t* group(const uint8_t* head, int64_t g) {
     return head + 8 * g * int64_t{sizeof(uint16_t)};
   }
@@ -39,7 +37,6 @@ struct F16Rows {
 // as dequantize_row_q8_0 (exact: an 11-bit d times a 7-bit integer), formed in registers.
 struct Q8Rows {
   static constexpr int kGroup = kQK / 8;
-  static int64_t bytes(int64_t n) { return n / kQK * int64_t{sizeof(BlockQ8_0)}; }
   static const uint8_t* group(const uint8_t* head, int64_t g) {
     return head + g * int64_t{sizeof(BlockQ8_0)};
   }

@@ -25,39 +25,30 @@ inline float softcap_scores(float* score, int64_t n, float max, float cap) {
   return cap * std::tanh(max * inv_cap);
 }
 
-// slots[j] = the cache slot of position first + j, j < n (KVView::slot without a division per
-// position, restated so that no inline function shared with other files is compiled with a
-// different ISA's flags).
-inline void tile_slots(const KVView& kv, int64_t first, int64_t n, int64_t* slots) {
-  if (!kv.block_table) {
-    for (int64_t j = 0; j < n; ++j) slots[j] = first + j;
-    return;
-  }
+// fn(j, n, offset) for each run of the tile's positions first .. first + n_tile - 1 that lie in
+// one cache block: positions first + j .. first + j + n - 1, whose rows of kv head `head` are
+// contiguous from byte `offset` of k (and of v) on (KVView's layout), without a division per
+// position.
+template <typename Fn>
+inline void for_each_run(const KVView& kv, int64_t head, int64_t first, int64_t n_tile, Fn&& fn) {
   int64_t block = first / kv.block_size, in_block = first % kv.block_size;
-  for (int64_t j = 0; j < n; ++j) {
-    slots[j] = int64_t{kv.block_table[block]} * kv.block_size + in_block;
-    if (++in_block == kv.block_size) {
-      in_block = 0;
-      ++block;
-    }
+  for (int64_t j = 0; j < n_tile; ++block, in_block = 0) {
+    const int64_t n = n_tile - j < kv.block_size - in_block ? n_tile - j : kv.block_size - in_block;
+    const int64_t physical = kv.block_table ? int64_t{kv.block_table[block]} : block;
+    fn(j, n, ((physical * kv.n_head_kv + head) * kv.block_size + in_block) * kv.head_bytes);
+    j += n;
   }
 }
 
-// Asks for the cache lines of one head's keys and values of the tile at `first` (n positions),
-// so that they arrive while the tile before it is computed: a head's rows are short and strided
-// (one of n_head_kv heads of each slot's row), which the hardware prefetchers follow poorly.
-inline void prefetch_tile(const KVView& kv, int64_t first, int64_t n, int64_t offset_bytes,
-                          int64_t head_bytes) {
-  int64_t slots[kBlockTile];
-  tile_slots(kv, first, n, slots);
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* k = kv.k + slots[j] * kv.row_bytes + offset_bytes;
-    const uint8_t* v = kv.v + slots[j] * kv.row_bytes + offset_bytes;
-    for (int64_t b = 0; b < head_bytes; b += 64) {
-      __builtin_prefetch(k + b);
-      __builtin_prefetch(v + b);
+// Asks for the cache lines of one kv head's keys and values of the tile at `first` (n
+// positions), so that they arrive while the tile before it is computed.
+inline void prefetch_tile(const KVView& kv, int64_t head, int64_t first, int64_t n) {
+  for_each_run(kv, head, first, n, [&](int64_t, int64_t n_run, int64_t offset) {
+    for (int64_t b = 0; b < n_run * kv.head_bytes; b += 64) {
+      __builtin_prefetch(kv.k + offset + b);
+      __builtin_prefetch(kv.v + offset + b);
     }
-  }
+  });
 }
 
 // Isa provides, for head_dim-long f32 vectors (head_dim a multiple of the ISA's vector width):
@@ -70,9 +61,8 @@ inline void prefetch_tile(const KVView& kv, int64_t first, int64_t n, int64_t of
 //   exp_and_sum2(s0, s1, n, max0, max1, &sum0, &sum1)     exp_and_sum of two queries
 //   accumulate2(p0, p1, values, n, hd, acc0, acc1)       accumulate for two queries
 // Rows provides, for the cache's row format (kv.type):
-//   bytes(n)                            bytes of n values (n a multiple of 32 or of head_dim):
-//                                       value `first` of a row starts bytes(first) in
-//   to_f32(src, dst, n)                 dst[n] = the n values starting at src, as f32
+//   to_f32(src, dst, n)                 dst[n] = the n values starting at src, as f32 (n a
+//                                       multiple of head_dim)
 template <typename Isa, typename Rows>
 void attention_block(const AttentionBlock& b, const KVView& kv) {
   const int64_t hd = b.head_dim, n_queries = b.n_rows * b.n_heads;
@@ -104,19 +94,16 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
 
   // Tiles start at multiples of kBlockTile, whatever keys the block's queries see: a query's tiles,
   // and so its bits, do not depend on which rows and heads share its block.
-  const int64_t head_bytes = Rows::bytes(hd), offset_bytes = Rows::bytes(b.kv_offset);
-  int64_t slots[kBlockTile];
   for (int64_t t0 = first_min / kBlockTile * kBlockTile; t0 < n_keys_max; t0 += kBlockTile) {
     const int64_t n_tile = n_keys_max - t0 < kBlockTile ? n_keys_max - t0 : kBlockTile;
     if (t0 + kBlockTile < n_keys_max) {
       const int64_t n_next = n_keys_max - t0 - kBlockTile;
-      prefetch_tile(kv, t0 + kBlockTile, n_next < kBlockTile ? n_next : kBlockTile, offset_bytes, head_bytes);
+      prefetch_tile(kv, b.kv_head, t0 + kBlockTile, n_next < kBlockTile ? n_next : kBlockTile);
     }
-    tile_slots(kv, t0, n_tile, slots);
-    for (int64_t j = 0; j < n_tile; ++j) {
-      Rows::to_f32(kv.k + slots[j] * kv.row_bytes + offset_bytes, keys + j * hd, hd);
-      Rows::to_f32(kv.v + slots[j] * kv.row_bytes + offset_bytes, values + j * hd, hd);
-    }
+    for_each_run(kv, b.kv_head, t0, n_tile, [&](int64_t j, int64_t n, int64_t offset) {
+      Rows::to_f32(kv.k + offset, keys + j * hd, n * hd);
+      Rows::to_f32(kv.v + offset, values + j * hd, n * hd);
+    });
     // The keys [j0, j0 + n) of the tile that query i sees (n <= 0: none).
     auto visible = [&](int64_t i, int64_t* j0) {
       if (n_keys[i] <= t0 || first_key[i] >= t0 + n_tile) return int64_t{0};  // future / before its window

@@ -24,7 +24,7 @@ struct AttentionBlock {
   int64_t n_rows = 0;
   int64_t head_begin = 0;
   int64_t n_heads = 0;
-  int64_t kv_offset = 0;  // the kv head's first value in a cache row: kv_head * head_dim
+  int64_t kv_head = 0;  // the kv head the block's query heads read
   int64_t head_dim = 0;
   float scale = 1.0f;
   float softcap = 0.0f;  // > 0: scaled scores s become softcap * tanh(s / softcap)

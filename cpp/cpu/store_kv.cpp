@@ -15,6 +15,19 @@ void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n) {
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
               const float* v, const OpsIsa& isa, ThreadPool& pool) {
   const int64_t grain = 16384 / n_kv_dim + 1;
+  const int64_t head_dim = n_kv_dim / kv.n_head_kv;
+  // Row r's kv heads, each to its place in the block of its position (KVView's layout).
+  auto store_heads = [&](auto&& write) {
+    parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t h = 0; h < kv.n_head_kv; ++h) {
+          const int64_t at = kv.offset(positions[r], h), from = r * n_kv_dim + h * head_dim;
+          write(k + from, kv.k + at, head_dim);
+          write(v + from, kv.v + at, head_dim);
+        }
+      }
+    });
+  };
   if (kv.type == DType::q8_0) {
     // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.
 #if EMBER_HAS_X86
@@ -22,27 +35,15 @@ void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_
 #else
     const auto quantize = quantize_row_q8_0;
 #endif
-    parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t slot = kv.slot(positions[r]);
-        quantize(k + r * n_kv_dim, kv.k + slot * kv.row_bytes, n_kv_dim);
-        quantize(v + r * n_kv_dim, kv.v + slot * kv.row_bytes, n_kv_dim);
-      }
-    });
-    return;
+    return store_heads([&](const float* src, uint8_t* dst, int64_t n) { quantize(src, dst, n); });
   }
 #if EMBER_HAS_X86
-  const auto convert = isa.avx2_f16c && n_kv_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
+  const auto convert = isa.avx2_f16c && head_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
 #else
   const auto convert = f32_to_f16_row_scalar;
 #endif
-  parallel_for(pool, n_rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t slot = kv.slot(positions[r]);
-      convert(k + r * n_kv_dim, reinterpret_cast<uint16_t*>(kv.k + slot * kv.row_bytes), n_kv_dim);
-      convert(v + r * n_kv_dim, reinterpret_cast<uint16_t*>(kv.v + slot * kv.row_bytes), n_kv_dim);
-    }
-  });
+  store_heads(
+      [&](const float* src, uint8_t* dst, int64_t n) { convert(src, reinterpret_cast<uint16_t*>(dst), n); });
 }
 
 }  // namespace ember::cpu

@@ -40,7 +40,8 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
     throw InvalidArgument(cat("[speculation] max_batch_rows must be >= 1, got ", config.max_batch_rows));
   }
   const ModelConfig& c = model_->config();
-  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks, config.block_size);
+  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, config.n_blocks,
+                        config.block_size);
   scratch_ = Scratch(model_->backend(), c, config.max_batch_rows);
 }
 

@@ -51,7 +51,7 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   const int64_t n_pad_blocks = (n_pad_rows + config.block_size - 1) / config.block_size;
   for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
   PagedKVCache::check_type(config.kv_type, c.head_dim);
-  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), config.n_blocks + n_pad_blocks,
+  cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, config.n_blocks + n_pad_blocks,
                         config.block_size, config.kv_type);
   // Room for the largest step plus its throwaway rows.
   const int64_t n_batch = config.max_num_batched_tokens + n_pad_rows;

@@ -25,19 +25,26 @@ void PagedKVCache::check_type(DType type, int64_t head_dim) {
   }
 }
 
-PagedKVCache::PagedKVCache(Backend& backend, int64_t n_layer_, int64_t n_kv_dim_, int64_t n_blocks_,
-                           int64_t block_size_, DType type_)
-    : type(type_), n_layer(n_layer_), n_blocks(n_blocks_), block_size(block_size_), n_kv_dim(n_kv_dim_) {
-  if (n_layer < 1 || n_kv_dim < 1 || n_blocks < 1 || block_size < 1) {
+PagedKVCache::PagedKVCache(Backend& backend, int64_t n_layer_, int64_t n_head_kv_, int64_t head_dim,
+                           int64_t n_blocks_, int64_t block_size_, DType type_)
+    : type(type_),
+      n_layer(n_layer_),
+      n_blocks(n_blocks_),
+      block_size(block_size_),
+      n_head_kv(n_head_kv_),
+      n_kv_dim(n_head_kv_ * head_dim) {
+  if (n_layer < 1 || n_head_kv < 1 || head_dim < 1 || n_blocks < 1 || block_size < 1) {
     throw InvalidArgument(cat("[kv] paged cache of ", n_layer, " layers x ", n_blocks, " blocks x ",
-                              block_size, " tokens x ", n_kv_dim, " values: every size must be >= 1"));
+                              block_size, " tokens x ", n_head_kv, " heads x ", head_dim,
+                              " values: every size must be >= 1"));
   }
   check_known_type(type);
-  if (n_kv_dim % type_traits(type).block_size != 0) {
-    throw InvalidArgument(cat("[kv] ", dtype_name(type), " rows of ", n_kv_dim,
+  if (head_dim % type_traits(type).block_size != 0) {
+    throw InvalidArgument(cat("[kv] ", dtype_name(type), " heads of ", head_dim,
                               " values are not whole blocks of ", type_traits(type).block_size));
   }
-  row_bytes = ember::row_bytes(type, n_kv_dim);
+  head_bytes = ember::row_bytes(type, head_dim);
+  row_bytes = n_head_kv * head_bytes;
   const int64_t n_rows = n_layer * n_slots();
   if (n_slots() / block_size != n_blocks || n_rows / n_layer != n_slots() || n_rows > INT64_MAX / row_bytes) {
     throw InvalidArgument(cat("[kv] paged cache of ", n_blocks, " blocks is too large"));

@@ -10,20 +10,22 @@
 namespace ember {
 
 struct PagedKVCache {
-  Buffer k;                 // [n_layer, n_blocks * block_size, row_bytes] key rows of `type`
-  Buffer v;                 // [n_layer, n_blocks * block_size, row_bytes] value rows of `type`
+  Buffer k;                 // [n_layer, n_blocks] blocks of keys of `type` (KVView's layout)
+  Buffer v;                 // [n_layer, n_blocks] blocks of values
   DType type = DType::f16;  // f16 or q8_0 (see KVView)
   int64_t n_layer = 0;
   int64_t n_blocks = 0;
   int64_t block_size = 0;
-  int64_t n_kv_dim = 0;   // n_head_kv * head_dim: values of one K (or V) row
-  int64_t row_bytes = 0;  // bytes of one K (or V) row: 2 * n_kv_dim (f16), n_kv_dim / 32 * 34 (q8_0)
+  int64_t n_head_kv = 0;
+  int64_t n_kv_dim = 0;    // n_head_kv * head_dim: values of one K (or V) row
+  int64_t head_bytes = 0;  // bytes of one kv head's values: 2 * head_dim (f16), head_dim / 32 * 34 (q8_0)
+  int64_t row_bytes = 0;   // bytes of one K (or V) row, all heads: n_head_kv * head_bytes
 
   PagedKVCache() = default;
-  // Throws InvalidArgument for non-positive sizes, a cache past the address space, or q8_0 rows
-  // that are not whole blocks; Unsupported for a type other than f16 and q8_0.
-  PagedKVCache(Backend& backend, int64_t n_layer, int64_t n_kv_dim, int64_t n_blocks, int64_t block_size,
-               DType type = DType::f16);
+  // Throws InvalidArgument for non-positive sizes, a cache past the address space, or q8_0
+  // heads that are not whole blocks; Unsupported for a type other than f16 and q8_0.
+  PagedKVCache(Backend& backend, int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
+               int64_t block_size, DType type = DType::f16);
 
   // Throws Unsupported, naming head_dim, unless a cache of `type` can hold heads of head_dim
   // values: any head_dim for f16; a multiple of 32 for q8_0 (a block must not straddle heads).
@@ -37,14 +39,15 @@ struct PagedKVCache {
     return 2 * n_layer * ember::row_bytes(type, n_kv_dim);
   }
 
-  // Layer il of one sequence: position t is slot block_table[t / block_size] * block_size +
-  // t % block_size. block_table [ceil(n_positions / block_size)] must outlive the view.
+  // Layer il of one sequence: position t is in block block_table[t / block_size].
+  // block_table [ceil(n_positions / block_size)] must outlive the view.
   KVView layer(int64_t il, const int32_t* block_table) const {
     KVView view;
     view.type = type;
     view.k = k.as<uint8_t>() + il * layer_bytes();
     view.v = v.as<uint8_t>() + il * layer_bytes();
-    view.row_bytes = row_bytes;
+    view.n_head_kv = n_head_kv;
+    view.head_bytes = head_bytes;
     view.block_table = block_table;
     view.block_size = block_size;
     return view;

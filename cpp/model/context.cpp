@@ -30,7 +30,7 @@ Context::Context(std::shared_ptr<const Model> model, const ContextOptions& optio
   }
   n_ctx_ = choose_n_ctx(c, options.n_ctx);
   const int64_t n_blocks = (n_ctx_ + kBlockSize - 1) / kBlockSize;
-  kv_ = PagedKVCache(model_->backend(), c.n_layer, c.n_kv_dim(), n_blocks, kBlockSize, DType::f16);
+  kv_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, n_blocks, kBlockSize, DType::f16);
   block_table_.resize(n_blocks);
   std::iota(block_table_.begin(), block_table_.end(), 0);
   scratch_ = Scratch(model_->backend(), c, std::min(options.n_batch, n_ctx_));

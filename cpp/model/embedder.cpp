@@ -88,11 +88,13 @@ void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs,
     SequenceRows s;
     s.row_begin = n_rows;
     s.n_rows = n;
-    // Slots of a contiguous cache: the sequence's position t sits at slot row_begin + t.
+    // A contiguous cache: the sequence's rows are one block of n slots from row row_begin on.
     s.kv.type = DType::f16;
     s.kv.k = k_cache_.as<uint8_t>() + n_rows * kv_row_bytes_;
     s.kv.v = v_cache_.as<uint8_t>() + n_rows * kv_row_bytes_;
-    s.kv.row_bytes = kv_row_bytes_;
+    s.kv.n_head_kv = c.n_head_kv;
+    s.kv.head_bytes = kv_row_bytes_ / s.kv.n_head_kv;
+    s.kv.block_size = std::max<int64_t>(n, 1);
     seq_rows_.push_back(s);
     for (int64_t t = 0; t < n; ++t) {
       tokens_[n_rows + t] = seqs[i][t];

@@ -57,42 +57,47 @@ struct Shape {
   int64_t n_head, n_head_kv, head_dim;
 };
 
-// One sequence's cache of n_ctx positions in a pool of blocks (or contiguous when block_size is 0).
+// One sequence's cache of n_ctx positions in a pool of blocks (block_size > 0, a shuffled block
+// table), or contiguous (block_size 0: no table, the positions' blocks of 16 in order).
 struct Cache {
   DType type;
-  int64_t n_kv_dim, row_bytes, block_size, n_slots;
-  std::vector<uint8_t> k, v;         // [n_slots, row_bytes]
+  int64_t n_head_kv, n_kv_dim, head_bytes, block_size, n_slots;
+  std::vector<uint8_t> k, v;         // [n_slots / block_size] blocks (KVView's layout)
   std::vector<int32_t> block_table;  // [ceil(n_ctx / block_size)] or empty
   KVView view() const {
     KVView kv;
     kv.type = type;
     kv.k = const_cast<uint8_t*>(k.data());
     kv.v = const_cast<uint8_t*>(v.data());
-    kv.row_bytes = row_bytes;
+    kv.n_head_kv = n_head_kv;
+    kv.head_bytes = head_bytes;
     kv.block_table = block_table.empty() ? nullptr : block_table.data();
     kv.block_size = block_size;
     return kv;
   }
 };
 
-Cache make_cache(DType type, int64_t n_kv_dim, int64_t n_ctx, int64_t block_size, std::mt19937_64& rng) {
+Cache make_cache(DType type, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx, int64_t block_size,
+                 std::mt19937_64& rng) {
   Cache c;
   c.type = type;
-  c.n_kv_dim = n_kv_dim;
-  c.row_bytes = row_bytes(type, n_kv_dim);
-  c.block_size = block_size;
+  c.n_head_kv = n_head_kv;
+  c.n_kv_dim = n_head_kv * head_dim;
+  c.head_bytes = row_bytes(type, head_dim);
   if (block_size > 0) {
     const int64_t n_blocks = (n_ctx + block_size - 1) / block_size;
     std::vector<int32_t> pool(n_blocks + 3);  // three blocks belong to nobody
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng);
     c.block_table.assign(pool.begin(), pool.begin() + n_blocks);
+    c.block_size = block_size;
     c.n_slots = static_cast<int64_t>(pool.size()) * block_size;
   } else {
-    c.n_slots = n_ctx + 2;
+    c.block_size = 16;
+    c.n_slots = (n_ctx + 2 + 15) / 16 * 16;
   }
-  c.k.assign(c.n_slots * c.row_bytes, 0xff);
-  c.v.assign(c.n_slots * c.row_bytes, 0xff);
+  c.k.assign(c.n_slots * n_head_kv * c.head_bytes, 0xff);
+  c.v.assign(c.k.size(), 0xff);
   return c;
 }
 
@@ -130,16 +135,19 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
   const KVView kv = c.view();
   store_kv(kv, positions.data(), n_ctx, c.n_kv_dim, ks.data(), vs.data(), isa, pool);
   const QuantizeRowFn reference = type_traits(c.type).quantize_row;
-  std::vector<uint8_t> want(c.row_bytes);
+  std::vector<uint8_t> want(c.n_head_kv * c.head_bytes);  // a row: head h's bytes from h * head_bytes
   int64_t n_bad = 0;
   for (int64_t t = 0; t < n_ctx; ++t) {
-    reference(k.data() + t * c.n_kv_dim, want.data(), c.n_kv_dim);
-    n_bad += std::memcmp(want.data(), kv.k_row(t), c.row_bytes) != 0;
-    reference(v.data() + t * c.n_kv_dim, want.data(), c.n_kv_dim);
-    n_bad += std::memcmp(want.data(), kv.v_row(t), c.row_bytes) != 0;
+    for (int kv_v = 0; kv_v < 2; ++kv_v) {
+      reference((kv_v ? v : k).data() + t * c.n_kv_dim, want.data(), c.n_kv_dim);
+      for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        const uint8_t* got = (kv_v ? kv.v : kv.k) + kv.offset(t, h);
+        n_bad += std::memcmp(want.data() + h * c.head_bytes, got, c.head_bytes) != 0;
+      }
+    }
   }
-  EXPECT(n_bad == 0,
-         name + ": store_kv bytes differ from the reference converter in " + std::to_string(n_bad) + " rows");
+  EXPECT(n_bad == 0, name + ": store_kv bytes differ from the reference converter in " +
+                         std::to_string(n_bad) + " head rows");
 }
 
 // out[n_rows, n_head * head_dim] in double: softmax(cap(scale q·k)) · v over the dequantized cache,
@@ -152,11 +160,14 @@ std::vector<double> reference_attention(const Cache& c, const Shape& s, const st
   const int64_t max_pos = *std::max_element(positions.begin(), positions.end());
   std::vector<float> keys((max_pos + 1) * c.n_kv_dim), values(keys.size());  // [position, n_kv_dim]
   const KVView kv = c.view();
+  const int64_t hd = s.head_dim;
   for (int64_t t = 0; t <= max_pos; ++t) {
-    dequantize(kv.k_row(t), keys.data() + t * c.n_kv_dim, c.n_kv_dim);
-    dequantize(kv.v_row(t), values.data() + t * c.n_kv_dim, c.n_kv_dim);
+    for (int64_t h = 0; h < s.n_head_kv; ++h) {
+      dequantize(kv.k + kv.offset(t, h), keys.data() + t * c.n_kv_dim + h * hd, hd);
+      dequantize(kv.v + kv.offset(t, h), values.data() + t * c.n_kv_dim + h * hd, hd);
+    }
   }
-  const int64_t hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int64_t group = s.n_head / s.n_head_kv;
   std::vector<double> out(positions.size() * s.n_head * hd);
   std::vector<double> score(max_pos + 1);
   for (size_t r = 0; r < positions.size(); ++r) {
@@ -271,8 +282,8 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
                                  " n_head_kv=" + std::to_string(s.n_head_kv) +
                                  " head_dim=" + std::to_string(s.head_dim) +
                                  (block_size ? " paged by " + std::to_string(block_size)
-                                             : std::string(" contiguous"));
-        Cache c = make_cache(type, n_kv_dim, n_ctx, block_size, rng);
+                                             : std::string(" contiguous by 16"));
+        Cache c = make_cache(type, s.n_head_kv, s.head_dim, n_ctx, block_size, rng);
         const std::vector<float> k = random_rows(n_ctx, n_kv_dim, rng), v = random_rows(n_ctx, n_kv_dim, rng);
         store_and_check(c, k, v, n_ctx, isa, pool, name);
         double max_abs_v = 0.0;
@@ -304,7 +315,7 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
   // f16 alone takes head sizes that are not multiples of 32 (q8_0 refuses them, below).
   for (const Shape& s : {Shape{4, 2, 8}, Shape{2, 1, 40}, Shape{3, 3, 20}}) {
     const int64_t n_ctx = 90;
-    Cache c = make_cache(DType::f16, s.n_head_kv * s.head_dim, n_ctx, 16, rng);
+    Cache c = make_cache(DType::f16, s.n_head_kv, s.head_dim, n_ctx, 16, rng);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> k(n_ctx * c.n_kv_dim), v(k.size());
     for (float& x : k) x = normal(rng);
@@ -417,14 +428,18 @@ TEST(paged_kv_cache_checks_types_and_sizes) {
   CpuBackend backend(1);
   CHECK_THROWS(Unsupported, PagedKVCache::check_type(DType::q8_0, 8), "head_dim is 8");
   CHECK_THROWS(Unsupported, PagedKVCache::check_type(DType::q4_0, 64), "use f16 or q8_0");
-  CHECK_THROWS(InvalidArgument, PagedKVCache(backend, 1, 48, 4, 16, DType::q8_0), "not whole blocks");
-  PagedKVCache q8(backend, 2, 192, 4, 16, DType::q8_0);
+  CHECK_THROWS(InvalidArgument, PagedKVCache(backend, 1, 1, 48, 4, 16, DType::q8_0), "not whole blocks");
+  PagedKVCache q8(backend, 2, 3, 64, 4, 16, DType::q8_0);
+  CHECK_EQ(q8.head_bytes, 2 * 34);
   CHECK_EQ(q8.row_bytes, 6 * 34);
   CHECK_EQ(q8.layer_bytes(), 64 * 6 * 34);
   CHECK_EQ(q8.k.n_bytes(), size_t{2 * 64 * 6 * 34});
   const KVView layer1 = q8.layer(1, nullptr);
   CHECK(layer1.type == DType::q8_0);
   CHECK(layer1.k == q8.k.as<uint8_t>() + q8.layer_bytes());
+  // Block 2, kv head 1, slot 5 of the block: past two blocks of 3 x 16 rows, and head 0's 16.
+  const int32_t table[] = {3, 0, 2};
+  CHECK_EQ(q8.layer(0, table).offset(2 * 16 + 5, 1), ((2 * 3 + 1) * 16 + 5) * 2 * 34);
 }
 
 }  // namespace

@@ -396,15 +396,21 @@ TEST(rope) {
 
 // A paged cache of n_blocks blocks with a shuffled block table for one sequence of n_pos tokens.
 struct PagedSetup {
-  int64_t block_size = 0, n_blocks = 0, n_kv_dim = 0, row_bytes = 0;
+  int64_t block_size = 0, n_blocks = 0, n_kv_dim = 0, n_head_kv = 0, head_bytes = 0, row_bytes = 0;
   std::vector<int32_t> table;
+  // Bytes from the cache's start to kv head h's values in slot `slot` (KVView's layout).
+  int64_t offset(int64_t slot, int64_t h) const {
+    return ((slot / block_size * n_head_kv + h) * block_size + slot % block_size) * head_bytes;
+  }
 };
-PagedSetup paged_setup(DType type, int64_t n_kv_dim, int64_t n_pos) {
+PagedSetup paged_setup(DType type, int64_t n_head_kv, int64_t n_kv_dim, int64_t n_pos) {
   PagedSetup s;
   s.block_size = pick({4, 16});
   s.n_blocks = n_pos / s.block_size + 3;
   s.n_kv_dim = n_kv_dim;
-  s.row_bytes = row_bytes(type, n_kv_dim);
+  s.n_head_kv = n_head_kv;
+  s.head_bytes = row_bytes(type, n_kv_dim / n_head_kv);
+  s.row_bytes = n_head_kv * s.head_bytes;
   for (int64_t i = 0; i < s.n_blocks; ++i) s.table.push_back(static_cast<int32_t>(i));
   std::shuffle(s.table.begin(), s.table.end(), rng());
   return s;
@@ -414,16 +420,18 @@ KVView view_of(DType type, const PagedSetup& s, const Buffer& k, const Buffer& v
   view.type = type;
   view.k = k.as<uint8_t>();
   view.v = v.as<uint8_t>();
-  view.row_bytes = s.row_bytes;
+  view.n_head_kv = s.n_head_kv;
+  view.head_bytes = s.head_bytes;
   view.block_table = s.table.data();
   view.block_size = s.block_size;
   return view;
 }
 
 void check_store_kv(DType type) {
-  const int64_t n_kv_dim = type == DType::q8_0 ? 32 * pick({1, 3}) : pick({8, 40, 96});
+  const int64_t n_head_kv = pick({1, 2});
+  const int64_t n_kv_dim = n_head_kv * (type == DType::q8_0 ? 32 * pick({1, 3}) : pick({4, 20, 48}));
   const int64_t first = pick({0, 5, 30}), n_rows = pick({1, 7, 20});
-  const PagedSetup s = paged_setup(type, n_kv_dim, first + n_rows);
+  const PagedSetup s = paged_setup(type, n_head_kv, n_kv_dim, first + n_rows);
   const std::vector<float> k = randoms(n_rows * n_kv_dim, 3), v = randoms(n_rows * n_kv_dim, 3);
   std::vector<int32_t> pos(n_rows);
   for (int64_t r = 0; r < n_rows; ++r) pos[r] = static_cast<int32_t>(first + r);
@@ -466,7 +474,7 @@ void check_attention(DType type) {
   const int64_t n_kv_dim = n_head_kv * head_dim;
   const int64_t first = pick({0, 9, 70, 150}), n_rows = pick({1, 5, 17});
   const int64_t n_pos = first + n_rows;
-  const PagedSetup s = paged_setup(type, n_kv_dim, n_pos);
+  const PagedSetup s = paged_setup(type, n_head_kv, n_kv_dim, n_pos);
   std::vector<int32_t> pos(n_pos);
   for (int64_t t = 0; t < n_pos; ++t) pos[t] = static_cast<int32_t>(t);
   // The cache as the CPU writes it, copied to the device, so both read the same keys/values.
@@ -482,11 +490,12 @@ void check_attention(DType type) {
     vbytes = get<uint8_t>(cpu, vc, cache_bytes);
   }
   std::vector<float> kd(s.n_blocks * s.block_size * n_kv_dim), vd(kd.size());
-  for (int64_t slot = 0; slot < s.n_blocks * s.block_size; ++slot) {
-    type_traits(type).dequantize_row(kbytes.data() + slot * s.row_bytes, kd.data() + slot * n_kv_dim,
-                                     n_kv_dim);
-    type_traits(type).dequantize_row(vbytes.data() + slot * s.row_bytes, vd.data() + slot * n_kv_dim,
-                                     n_kv_dim);
+  for (int64_t slot = 0; slot < s.n_blocks * s.block_size; ++slot) {  // kd, vd: [slot][n_kv_dim]
+    for (int64_t h = 0; h < n_head_kv; ++h) {
+      const int64_t at = slot * n_kv_dim + h * head_dim;
+      type_traits(type).dequantize_row(kbytes.data() + s.offset(slot, h), kd.data() + at, head_dim);
+      type_traits(type).dequantize_row(vbytes.data() + s.offset(slot, h), vd.data() + at, head_dim);
+    }
   }
   for (const auto& [window, softcap] :
        {std::pair<int64_t, float>{0, 0.0f}, {pick({1, 6, 40}), 0.0f}, {pick({0, 6, 40}), 2.0f}}) {

@@ -201,7 +201,7 @@ TEST(paged_kv_cache_matches_a_contiguous_cache) {
   for (DType type : {DType::f16, DType::q8_0}) {
     const int64_t n_head = 4, n_head_kv = 2, head_dim = 64, n_kv = n_head_kv * head_dim, bs = 4;
     KVCacheManager kv(kv_config(16, static_cast<int>(bs)));
-    PagedKVCache paged(backend, /*n_layer=*/2, n_kv, kv.n_blocks(), bs, type);
+    PagedKVCache paged(backend, /*n_layer=*/2, n_head_kv, head_dim, kv.n_blocks(), bs, type);
     CHECK_EQ(paged.row_bytes, row_bytes(type, n_kv));
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -229,8 +229,10 @@ TEST(paged_kv_cache_matches_a_contiguous_cache) {
       view.type = type;
       view.k = contiguous_k[s].as<uint8_t>();
       view.v = contiguous_v[s].as<uint8_t>();
-      view.row_bytes = paged.row_bytes;
-      view.block_table = nullptr;  // contiguous: position p is slot p (see KVView in backend.h)
+      view.n_head_kv = n_head_kv;
+      view.head_bytes = paged.head_bytes;
+      view.block_table = nullptr;  // contiguous: one block of every position (KVView in backend.h)
+      view.block_size = n_pos;
       return view;
     };
     for (SequenceId id : {1, 2}) {

@@ -47,7 +47,8 @@ TEST(batched_sequences_match_each_sequence_alone) {
   auto model = Model::load(model_path(), ModelOptions{2});
   const int64_t n_vocab = model->config().n_vocab;
   const int64_t block_size = 4;
-  PagedKVCache cache(model->backend(), model->config().n_layer, model->config().n_kv_dim(), 32, block_size);
+  PagedKVCache cache(model->backend(), model->config().n_layer, model->config().n_head_kv,
+                     model->config().head_dim, 32, block_size);
   Scratch scratch(model->backend(), model->config(), 64);
 
   const std::vector<std::vector<int32_t>> prompts = {prompt(7, 1), prompt(1, 2), prompt(12, 3),
@@ -67,7 +68,8 @@ TEST(batched_sequences_match_each_sequence_alone) {
     std::vector<int32_t> all = prompts[s];
     all.insert(all.end(), decoded[s].begin(), decoded[s].end());
     const int64_t n = static_cast<int64_t>(all.size());
-    PagedKVCache alone(model->backend(), model->config().n_layer, model->config().n_kv_dim(), 1, n);
+    PagedKVCache alone(model->backend(), model->config().n_layer, model->config().n_head_kv,
+                       model->config().head_dim, 1, n);
     Scratch alone_scratch(model->backend(), model->config(), n);
     std::vector<int32_t> positions(n);
     std::iota(positions.begin(), positions.end(), 0);
@@ -247,7 +249,8 @@ TEST(runner_rows_do_not_depend_on_the_batch) {
   // from a padded one's (else the padding, and this test, would prove nothing).
   if (min_rows > 1) {
     const int64_t n_vocab = model->config().n_vocab;
-    PagedKVCache cache(model->backend(), model->config().n_layer, model->config().n_kv_dim(), 8, 4);
+    PagedKVCache cache(model->backend(), model->config().n_layer, model->config().n_head_kv,
+                       model->config().head_dim, 8, 4);
     Scratch scratch(model->backend(), model->config(), 8);
     std::vector<float> one(n_vocab), many(min_rows * n_vocab);
     auto run = [&](int64_t n_rows, float* logits) {
