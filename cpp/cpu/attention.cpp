@@ -3,8 +3,10 @@
 // in tiles with an online softmax (flash-attention style), so no [n_keys] score buffer is ever
 // allocated. Cached values are converted to f32 and everything accumulates in f32.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "cpu/attention_block.h"
 #include "cpu/op_kernels.h"
@@ -91,19 +93,23 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
   // Tasks of (block of rows, kv head, part of its query heads), each converting a cache tile once
   // for all its queries. A query's result does not depend on the rows and heads that share its
   // block, so decode, prefill chunks and speculative verification agree bit for bit. Parts: as
-  // few as the block size allows, more when there are fewer tasks than threads (decode with few
-  // kv heads). Later rows see more keys, so tasks go out from the last block back (longest first).
+  // few as the block size allows, more when there are fewer tasks (times key chunks) than threads
+  // (decode with few kv heads). Later rows see more keys, so tasks go out from the last block back
+  // (longest first).
+  // Key chunks count as parallel work too (below): only a short context splits the query heads.
+  const int64_t n_chunks = (max_keys + kKeyChunk - 1) / kKeyChunk;
   int64_t n_parts = (group + kMaxBlockQueries - 1) / kMaxBlockQueries;
   int64_t heads_per_part = (group + n_parts - 1) / n_parts;
   int64_t rows_per_block = kMaxBlockQueries / heads_per_part;
   const int64_t n_blocks = (n_rows + rows_per_block - 1) / rows_per_block;
-  while (n_blocks * params.n_head_kv * n_parts < pool.n_threads() && heads_per_part > 1) {
+  while (n_blocks * params.n_head_kv * n_parts * n_chunks < pool.n_threads() && heads_per_part > 1) {
     ++n_parts;
     heads_per_part = (group + n_parts - 1) / n_parts;
   }
   n_parts = (group + heads_per_part - 1) / heads_per_part;
   const int64_t n_tasks = n_blocks * params.n_head_kv * n_parts;
-  parallel_tasks(pool, n_tasks, tiny, [&](int64_t task) {
+  // Task t's block of queries (chunk mode and partial are set by the caller).
+  auto block_of = [&](int64_t task) {
     const int64_t block = n_blocks - 1 - task / (params.n_head_kv * n_parts);
     const int64_t kv_head = task / n_parts % params.n_head_kv, part = task % n_parts;
     const int64_t r0 = block * rows_per_block;
@@ -120,8 +126,36 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.scale = params.scale;
     b.softcap = params.softcap;
     b.window = params.window;
-    block_kernel(b, kv);
-  });
+    return b;
+  };
+  // Fewer tasks than threads can share (decode, verification of a few rows): the key chunks of
+  // each task go out as tasks of their own, and the one that finishes a task's last chunk merges
+  // them (the operations of one task doing all its chunks: see attention_block.h). SmolLM2 (3 kv
+  // heads), 2 threads, one row at 800 keys: 3 tasks become 12.
+  if (n_chunks > 1 && n_tasks < 2 * pool.n_threads() && !tiny) {
+    const int64_t state_floats = kMaxBlockQueries * (head_dim + 2);
+    thread_local std::vector<float> partials;
+    partials.resize(static_cast<size_t>(n_tasks * n_chunks * state_floats));
+    std::vector<std::atomic<int64_t>> chunks_left(static_cast<size_t>(n_tasks));
+    for (auto& left : chunks_left) left.store(n_chunks, std::memory_order_relaxed);
+    float* const states = partials.data();  // the calling thread's buffer, shared with the workers
+    parallel_tasks(pool, n_tasks * n_chunks, false, [&](int64_t t) {
+      const int64_t task = t / n_chunks;
+      AttentionBlock b = block_of(task);
+      b.mode = AttentionMode::chunk;
+      b.chunk = n_chunks - 1 - t % n_chunks;  // later chunks hold more rows' keys: longest first
+      b.partial = states + (task * n_chunks + b.chunk) * state_floats;
+      block_kernel(b, kv);
+      if (chunks_left[task].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        b.mode = AttentionMode::merge;
+        b.n_chunks = n_chunks;
+        b.partial = states + task * n_chunks * state_floats;
+        block_kernel(b, kv);
+      }
+    });
+    return;
+  }
+  parallel_tasks(pool, n_tasks, tiny, [&](int64_t task) { block_kernel(block_of(task), kv); });
 }
 
 }  // namespace ember::cpu

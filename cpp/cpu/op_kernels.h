@@ -16,6 +16,11 @@ namespace ember::cpu {
 // head_dim values at kv_offset of each cached row, f16 or q8_0 (kv.type; q8_0 needs head_dim and
 // kv_offset multiples of 32). Accumulates in f32. See attention_block.h.
 inline constexpr int64_t kMaxBlockQueries = 32;
+// Keys per chunk of attention_block's softmax (attention_block.h).
+inline constexpr int64_t kKeyChunk = 256;
+
+enum class AttentionMode { whole, chunk, merge };
+
 struct AttentionBlock {
   const float* q = nullptr;            // [n_rows, row_stride] query rows of the block
   float* out = nullptr;                // [n_rows, row_stride] attention output rows of the block
@@ -29,6 +34,12 @@ struct AttentionBlock {
   float scale = 1.0f;
   float softcap = 0.0f;  // > 0: scaled scores s become softcap * tanh(s / softcap)
   int64_t window = 0;    // > 0: a row at position p sees keys p - window + 1 .. p only
+  // whole: the result into out; chunk: chunk `chunk`'s softmax state into partial (max, sum and
+  // acc of the n_rows * n_heads queries, in kMaxBlockQueries * (head_dim + 2) floats); merge: the
+  // result of the n_chunks states one after the other in partial.
+  AttentionMode mode = AttentionMode::whole;
+  int64_t chunk = 0, n_chunks = 0;
+  float* partial = nullptr;
 };
 void attention_block_scalar(const AttentionBlock& block, const KVView& kv);
 // head_dim a multiple of 8.
