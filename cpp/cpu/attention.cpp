@@ -134,11 +134,19 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
   // heads), 2 threads, one row at 800 keys: 3 tasks become 12.
   if (n_chunks > 1 && n_tasks < 2 * pool.n_threads() && !tiny) {
     const int64_t state_floats = kMaxBlockQueries * (head_dim + 2);
+    // The calling thread's buffers, shared with the workers for the call (no allocation per step
+    // once they have grown).
     thread_local std::vector<float> partials;
+    thread_local std::vector<std::atomic<int64_t>> chunks_left;
     partials.resize(static_cast<size_t>(n_tasks * n_chunks * state_floats));
-    std::vector<std::atomic<int64_t>> chunks_left(static_cast<size_t>(n_tasks));
-    for (auto& left : chunks_left) left.store(n_chunks, std::memory_order_relaxed);
-    float* const states = partials.data();  // the calling thread's buffer, shared with the workers
+    if (chunks_left.size() < static_cast<size_t>(n_tasks)) {
+      chunks_left = std::vector<std::atomic<int64_t>>(static_cast<size_t>(n_tasks));
+    }
+    for (int64_t task = 0; task < n_tasks; ++task) {
+      chunks_left[task].store(n_chunks, std::memory_order_relaxed);
+    }
+    float* const states = partials.data();
+    std::atomic<int64_t>* const left = chunks_left.data();
     parallel_tasks(pool, n_tasks * n_chunks, false, [&](int64_t t) {
       const int64_t task = t / n_chunks;
       AttentionBlock b = block_of(task);
@@ -146,7 +154,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
       b.chunk = n_chunks - 1 - t % n_chunks;  // later chunks hold more rows' keys: longest first
       b.partial = states + (task * n_chunks + b.chunk) * state_floats;
       block_kernel(b, kv);
-      if (chunks_left[task].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (left[task].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         b.mode = AttentionMode::merge;
         b.n_chunks = n_chunks;
         b.partial = states + task * n_chunks * state_floats;

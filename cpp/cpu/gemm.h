@@ -23,6 +23,9 @@ GemmFn gemm_kernel_neon(DType type);  // packed types only (q4_0, q4_1, q8_0, q4
 // nullptr where they read the file's rows.
 WeightPackFn gemm_weight_packer_avx512(DType type);
 WeightPackFn gemm_weight_packer_avx2(DType type);  // these types' GEMMs also take 1..3 rows
+// Whether the avx2 GEMM of a type sums whole K-quant super-blocks in integers (tile_k), so that
+// its activations must share one scale per super-block (ActFormat::q8a_k).
+bool gemm_sums_super_blocks_avx2(DType type);
 
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);

@@ -5,9 +5,9 @@
 // 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
 // group across R <= 6 rows (kGroupOuter). The packed K-quants (q4_k, q6_k) sum a whole
 // super-block in int32 with their integer scales against activations that share one scale per
-// super-block (tile_k). Signed types (q8_0, iq4_nl) widen every group, take
-// R <= 8 rows per tile and keep |q| in the panel beside q; packed q8_0 reads the packed layout
-// without a panel up to kDirectMaxRows rows (see signed_block and gemm_quant).
+// super-block (tile_k). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile
+// and keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
+// kDirectMaxRows rows (see signed_block and gemm_quant).
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -443,6 +443,27 @@ inline void unsigned_block(const Block8& p, const BlockQ8A* const* rows, int64_t
   }
 }
 
+// rows[R]: the activation rows of a tile, act_row_bytes apart.
+template <int R>
+inline void tile_rows(const uint8_t* act, int64_t act_row_bytes, const BlockQ8A** rows) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
+}
+
+// The first nc[h] columns of half h's accumulators of each row into y (row stride ldy).
+template <int R, int kHalves>
+inline void store_tile(const __m256 (*acc)[R], float* y, int64_t ldy, const int* nc) {
+  alignas(32) float out[kCols];
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm256_store_ps(out, acc[h][r]);
+      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
+    }
+  }
+}
+
 // y[R][8 kHalves] = R activation rows · the columns sources[0..kHalves) give (8 each: the
 // halves of one 16-column group in decode, so its bytes stream once with two independent
 // accumulator chains); only the first nc[h] columns of half h are stored. Every column gets
@@ -457,8 +478,7 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
     for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
   }
   const BlockQ8A* rows[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
+  tile_rows<R>(act, act_row_bytes, rows);
   for (int64_t b = 0; b < n_blocks; ++b) {
     sources[0].prefetch(b);
 #pragma GCC unroll 2
@@ -472,15 +492,7 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
       }
     }
   }
-  alignas(32) float out[kCols];
-#pragma GCC unroll 2
-  for (int h = 0; h < kHalves; ++h) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      _mm256_store_ps(out, acc[h][r]);
-      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
-    }
-  }
+  store_tile<R, kHalves>(acc, y, ldy, nc);
 }
 
 // K-quants, block j of the super-block at b0, for R rows and the kHalves column halves of the
@@ -538,8 +550,7 @@ void tile_k(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t
     for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
   }
   const BlockQ8A* rows[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const BlockQ8A*>(act + r * act_row_bytes);
+  tile_rows<R>(act, act_row_bytes, rows);
   for (int64_t b0 = 0; b0 < n_blocks; b0 += 8) {
     sources[0].prefetch(b0);
     SuperK8 scratch[kHalves];
@@ -571,15 +582,7 @@ void tile_k(const Source* sources, int64_t n_blocks, const uint8_t* act, int64_t
       }
     }
   }
-  alignas(32) float out[kCols];
-#pragma GCC unroll 2
-  for (int h = 0; h < kHalves; ++h) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      _mm256_store_ps(out, acc[h][r]);
-      std::memcpy(y + r * ldy + kCols * h, out, sizeof(float) * nc[h]);
-    }
-  }
+  store_tile<R, kHalves>(acc, y, ldy, nc);
 }
 
 // The tile of a type: tile_k for the K-quants, tile_quant for the rest.
@@ -709,6 +712,19 @@ void decode_rows(const GemmArgs& g) {
   }
 }
 
+// Every row of g over the panel `panels` of columns c0 .. c0 + nc[0], in tiles of up to
+// kTileRows<F> rows.
+template <typename F, typename Source>
+void panel_row_tiles(const GemmArgs& g, const Source& panels, int64_t n_blocks, int64_t c0, const int* nc) {
+  constexpr int kRows = kTileRows<F>;
+  for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
+    const uint8_t* act = g.act + r0 * g.act_row_bytes;
+    float* y = g.y + r0 * g.ldy + c0;
+    with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)),
+                     [&]<int R>() { tile<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc); });
+  }
+}
+
 // Packed types: below kMaxRows rows (packed signed types: up to kDirectMaxRows) the tiles read
 // the packed layout directly (decode: the weights stream once, no panel), from there on through a
 // panel packed from it. Both run tile_quant on the same values, so a row's result never depends
@@ -735,15 +751,7 @@ void gemm_quant(const GemmArgs& g) {
       pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc[0], n_blocks, panel);
     }
     if constexpr (kSigned<F>) pack_panel_abs(panel, n_blocks, abs);
-    const PanelSource<kSigned<F>> panels{panel, abs};
-    constexpr int kRows = kTileRows<F>;
-    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
-      const uint8_t* act = g.act + r0 * g.act_row_bytes;
-      float* y = g.y + r0 * g.ldy + c0;
-      with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
-        tile_quant<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
-      });
-    }
+    panel_row_tiles<F>(g, PanelSource<kSigned<F>>{panel, abs}, n_blocks, c0, nc);
   }
 }
 
@@ -761,15 +769,7 @@ void gemm_k(const GemmArgs& g) {
     const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
                                  static_cast<int>(c0 % 16 / 8)};
     pack_panel_k<F>(source, n_blocks, u, supers);
-    const PanelSourceK panels{u, supers};
-    constexpr int kRows = kTileRows<F>;
-    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kRows) {
-      const uint8_t* act = g.act + r0 * g.act_row_bytes;
-      float* y = g.y + r0 * g.ldy + c0;
-      with_rows<kRows>(static_cast<int>(std::min<int64_t>(kRows, g.n_rows - r0)), [&]<int R>() {
-        tile_k<R, 1, F>(&panels, n_blocks, act, g.act_row_bytes, y, g.ldy, nc);
-      });
-    }
+    panel_row_tiles<F>(g, PanelSourceK{u, supers}, n_blocks, c0, nc);
   }
 }
 
@@ -846,6 +846,8 @@ WeightPackFn gemm_weight_packer_avx2(DType type) {
     default: return nullptr;
   }
 }
+
+bool gemm_sums_super_blocks_avx2(DType type) { return type == DType::q4_k || type == DType::q6_k; }
 
 GemmFn gemm_kernel_avx2(DType type) {
   for (const GemmEntry& e : kGemms) {

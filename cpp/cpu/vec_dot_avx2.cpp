@@ -2,8 +2,6 @@
 // Integer products use maddubs (u8 x s8 -> s16 pairs) then madd with ones; maddubs saturates a
 // pair at 32767, so types whose u can exceed 127 (q8_0, iq4_nl) go through the signed form
 // q = u - 128 with the sign moved onto the activation.
-#include <type_traits>
-
 #include "cpu/gemm.h"
 #include "cpu/matmul_kernels.h"
 #include "cpu/vec_dot_x86.h"
@@ -30,13 +28,9 @@ struct BlockDotAvx2 {
   }
 };
 
-// The packed K-quants' kernels sum whole super-blocks in integers (gemm_avx2.cpp: tile_k), so
-// their activations share a scale per super-block.
 template <typename F>
 TypeKernels quant_kernels() {
-  constexpr bool kSuperK = std::is_same_v<F, FormatQ4_K> || std::is_same_v<F, FormatQ6_K>;
-  return {kSuperK ? ActFormat::q8a_k : ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr,
-          kGemmColsAvx2};
+  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr, kGemmColsAvx2};
 }
 
 IsaKernels make_table() {
@@ -61,6 +55,8 @@ IsaKernels make_table() {
   set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx2(static_cast<DType>(i));
+    // The K-quant GEMMs that sum whole super-blocks need their activations scaled per super-block.
+    if (gemm_sums_super_blocks_avx2(static_cast<DType>(i))) t.types[i].act = ActFormat::q8a_k;
     // Packed types' GEMMs stream the packed weights for 1..3 rows, with the same bits.
     t.types[i].pack = gemm_weight_packer_avx2(static_cast<DType>(i));
     t.types[i].gemm_any_rows = t.types[i].pack != nullptr;
