@@ -56,11 +56,11 @@ inline void prefetch_tile(const KVView& kv, int64_t head, int64_t first, int64_t
 //   scores(q, keys, n_keys, hd, s)      s[j] = q · keys[j * hd ...], returns max_j s[j]
 //   exp_and_sum(s, n, max) -> Σ         s[j] = exp(s[j] - max), returns the sum
 //   accumulate(p, values, n, hd, acc)   acc[hd] += Σ_j p[j] * values[j * hd ...]
-//   kQueryPairs                         whether it has these two, each giving both queries the
-//                                       bits of the one-query primitive:
-//   scores2(q0, q1, keys, n, hd, s0, s1, &max0, &max1)   scores of two queries
+//   kQueryPairs                         whether it has these, each giving every query the bits
+//                                       of the one-query primitive:
+//   scores_pairs<P>(q, keys, n, hd, s, max)     scores of P pairs of queries (q[2P], s[2P], max[2P])
 //   exp_and_sum2(s0, s1, n, max0, max1, &sum0, &sum1)     exp_and_sum of two queries
-//   accumulate2(p0, p1, values, n, hd, acc0, acc1)       accumulate for two queries
+//   accumulate_pairs<P>(p, values, n, hd, acc)  accumulate for P pairs (p[2P], acc[2P])
 // Rows provides, for the cache's row format (kv.type):
 //   to_f32(src, dst, n)                 dst[n] = the n values starting at src, as f32 (n a
 //                                       multiple of head_dim)
@@ -77,8 +77,8 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
   alignas(64) float keys[kBlockTile * kMaxHeadDim];           // [tile, hd] f32 keys of the tile
   alignas(64) float values[kBlockTile * kMaxHeadDim];         // [tile, hd] f32 values of the tile
   alignas(64) float queries[kMaxBlockQueries * kMaxHeadDim];  // [n_queries, hd] q * scale
-  alignas(64) float score[kBlockTile + 8];
-  alignas(64) float score2[kBlockTile + 8];  // the second query's of a pair (Isa::kQueryPairs)
+  alignas(64) float scores[4][kBlockTile + 8];                // of up to 4 queries at once (Isa::kQueryPairs)
+  float* const score = scores[0];
   // The chunk's state (running max, sum and Σ p·v), and the merged one of the chunks before it.
   alignas(64) float acc[kMaxBlockQueries * kMaxHeadDim];
   float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries];
@@ -147,21 +147,42 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
         const int64_t n = visible(i, &j0);
         if (n <= 0) continue;
         if constexpr (Isa::kQueryPairs) {
-          // Two queries that see the same keys go through the tile together (Isa's pair
-          // primitives give each query the bits of the single ones).
-          int64_t j1 = 0;
-          if (i + 1 < n_queries && visible(i + 1, &j1) == n && j1 == j0) {
-            float max0, max1;
-            Isa::scores2(queries + i * hd, queries + (i + 1) * hd, keys + j0 * hd, n, hd, score, score2,
-                         &max0, &max1);
-            rescale_step(i, score, n, max0);
-            rescale_step(i + 1, score2, n, max1);
-            float sum0, sum1;
-            Isa::exp_and_sum2(score, score2, n, running_max[i], running_max[i + 1], &sum0, &sum1);
-            running_sum[i] += sum0;
-            running_sum[i + 1] += sum1;
-            Isa::accumulate2(score, score2, values + j0 * hd, n, hd, acc + i * hd, acc + (i + 1) * hd);
-            ++i;
+          // Queries that see the same keys go through the tile together, four (two pairs, which
+          // share the key and value loads) or two at a time (Isa's pair primitives give each
+          // query the bits of the single ones).
+          int64_t same = 1;
+          for (int64_t j1 = 0; same < 4 && i + same < n_queries; ++same) {
+            if (visible(i + same, &j1) != n || j1 != j0) break;
+          }
+          if (same >= 2) {
+            const int n_group = same == 4 ? 4 : 2;
+            const float* q[4];
+            float* s[4];
+            float* a[4];
+            float max[4];
+            for (int k = 0; k < n_group; ++k) {
+              q[k] = queries + (i + k) * hd;
+              s[k] = scores[k];
+              a[k] = acc + (i + k) * hd;
+            }
+            if (n_group == 4) {
+              Isa::template scores_pairs<2>(q, keys + j0 * hd, n, hd, s, max);
+            } else {
+              Isa::template scores_pairs<1>(q, keys + j0 * hd, n, hd, s, max);
+            }
+            for (int k = 0; k < n_group; ++k) rescale_step(i + k, s[k], n, max[k]);
+            for (int k = 0; k < n_group; k += 2) {
+              float sum0, sum1;
+              Isa::exp_and_sum2(s[k], s[k + 1], n, running_max[i + k], running_max[i + k + 1], &sum0, &sum1);
+              running_sum[i + k] += sum0;
+              running_sum[i + k + 1] += sum1;
+            }
+            if (n_group == 4) {
+              Isa::template accumulate_pairs<2>(s, values + j0 * hd, n, hd, a);
+            } else {
+              Isa::template accumulate_pairs<1>(s, values + j0 * hd, n, hd, a);
+            }
+            i += n_group - 1;
             continue;
           }
         }
