@@ -476,16 +476,20 @@ const GGUFTensorInfo* GGUFFile::find_tensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
-void GGUFFile::drop_pages(const void* data, size_t n_bytes) const {
+void GGUFFile::drop_pages(const void* data, size_t n_bytes) const { advise(data, n_bytes, MADV_DONTNEED); }
+
+void GGUFFile::will_need(const void* data, size_t n_bytes) const { advise(data, n_bytes, MADV_WILLNEED); }
+
+void GGUFFile::advise(const void* data, size_t n_bytes, int advice) const {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
   const auto end = (reinterpret_cast<uintptr_t>(data) + n_bytes) / page * page;
   const auto map_begin = reinterpret_cast<uintptr_t>(base_), map_end = map_begin + size_;
   if (begin < end && begin >= map_begin && end <= map_end) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is harmless
+    madvise(reinterpret_cast<void*>(begin), end - begin, advice);  // advice: failure is harmless
     return;
   }
-  for (const auto& shard : other_shards_) shard->drop_pages(data, n_bytes);  // the one holding it acts
+  for (const auto& shard : other_shards_) shard->advise(data, n_bytes, advice);  // the one holding it acts
 }
 
 }  // namespace ember

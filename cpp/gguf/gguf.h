@@ -104,6 +104,10 @@ class GGUFFile {
   // resident memory (MADV_DONTNEED: read again, they come back from the file): for tensors a
   // backend copied at load and never reads from the file again.
   void drop_pages(const void* data, size_t n_bytes) const;
+  // Asks the kernel to start reading the pages of [data, data + n_bytes) into the page cache
+  // (MADV_WILLNEED), so that a reader that touches them out of order does not wait on one fault
+  // at a time.
+  void will_need(const void* data, size_t n_bytes) const;
 
   const std::vector<GGUFTensorInfo>& tensors() const { return tensors_; }
   const GGUFTensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent
@@ -127,6 +131,8 @@ class GGUFFile {
   std::vector<GGUFTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
   std::vector<std::shared_ptr<const GGUFFile>> other_shards_;  // shards 1..n-1 of a split model
+  // madvise(advice) on the whole pages of [data, data + n_bytes), in whichever shard maps them.
+  void advise(const void* data, size_t n_bytes, int advice) const;
 };
 
 }  // namespace ember
