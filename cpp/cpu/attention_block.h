@@ -154,35 +154,34 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
           for (int64_t j1 = 0; same < 4 && i + same < n_queries; ++same) {
             if (visible(i + same, &j1) != n || j1 != j0) break;
           }
-          if (same >= 2) {
-            const int n_group = same == 4 ? 4 : 2;
-            const float* q[4];
-            float* s[4];
-            float* a[4];
-            float max[4];
-            for (int k = 0; k < n_group; ++k) {
+          // Queries i .. i + 2P - 1 (P pairs) through the tile.
+          auto pairs = [&]<int P>() {
+            const float* q[2 * P];
+            float* s[2 * P];
+            float* a[2 * P];
+            float max[2 * P];
+            for (int k = 0; k < 2 * P; ++k) {
               q[k] = queries + (i + k) * hd;
               s[k] = scores[k];
               a[k] = acc + (i + k) * hd;
             }
-            if (n_group == 4) {
-              Isa::template scores_pairs<2>(q, keys + j0 * hd, n, hd, s, max);
-            } else {
-              Isa::template scores_pairs<1>(q, keys + j0 * hd, n, hd, s, max);
-            }
-            for (int k = 0; k < n_group; ++k) rescale_step(i + k, s[k], n, max[k]);
-            for (int k = 0; k < n_group; k += 2) {
+            Isa::template scores_pairs<P>(q, keys + j0 * hd, n, hd, s, max);
+            for (int k = 0; k < 2 * P; ++k) rescale_step(i + k, s[k], n, max[k]);
+            for (int k = 0; k < 2 * P; k += 2) {
               float sum0, sum1;
               Isa::exp_and_sum2(s[k], s[k + 1], n, running_max[i + k], running_max[i + k + 1], &sum0, &sum1);
               running_sum[i + k] += sum0;
               running_sum[i + k + 1] += sum1;
             }
-            if (n_group == 4) {
-              Isa::template accumulate_pairs<2>(s, values + j0 * hd, n, hd, a);
+            Isa::template accumulate_pairs<P>(s, values + j0 * hd, n, hd, a);
+            i += 2 * P - 1;
+          };
+          if (same >= 2) {
+            if (same == 4) {
+              pairs.template operator()<2>();
             } else {
-              Isa::template accumulate_pairs<1>(s, values + j0 * hd, n, hd, a);
+              pairs.template operator()<1>();
             }
-            i += n_group - 1;
             continue;
           }
         }
