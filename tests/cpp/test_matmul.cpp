@@ -103,14 +103,20 @@ std::vector<uint8_t> kernel_layout(const IsaKernels& kernels, DType type, const 
   return packed;
 }
 
-// Rows of activations with varied magnitudes; one block of zeros exercises d == 0.
+// Rows of activations with varied magnitudes, row to row and block to block (blocks of a
+// super-block then take every power-of-two step below its largest, see quantize_act.h); one
+// block of zeros exercises d == 0.
 std::vector<float> random_acts(int64_t n_rows, int64_t n_in, std::mt19937_64& rng) {
   std::vector<float> x(n_rows * n_in);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> mag(0.1f, 10.0f);
+  std::uniform_real_distribution<float> mag(0.1f, 10.0f), block_mag(0.02f, 1.0f);
   for (int64_t r = 0; r < n_rows; ++r) {
     const float m = mag(rng);
-    for (int64_t i = 0; i < n_in; ++i) x[r * n_in + i] = normal(rng) * m;
+    float mb = m;
+    for (int64_t i = 0; i < n_in; ++i) {
+      if (i % 32 == 0) mb = m * block_mag(rng);
+      x[r * n_in + i] = normal(rng) * mb;
+    }
   }
   if (n_in >= 64) std::memset(&x[32], 0, 32 * sizeof(float));
   return x;
