@@ -81,6 +81,14 @@ class Buffer {
   bool owned_ = false;  // false: wraps memory someone else owns (e.g. the GGUF mapping)
 };
 
+// One output of Backend::matmul_many: y[n_rows, n_out] = x · Wᵀ, with w as matmul() takes it.
+struct MatmulOut {
+  DType wtype;
+  const void* w;
+  int64_t n_out;
+  float* y;
+};
+
 // How RoPE pairs up the dimensions of a head.
 enum class RopeLayout {
   interleaved,  // pairs (2i, 2i+1): llama.cpp's "normal" mode (GGUF llama Q/K rows are permuted for it)
@@ -205,6 +213,13 @@ class Backend {
   // tensor {n_in, n_out} of `wtype`.
   virtual void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows,
                       float* y) = 0;
+  // matmul() of one x[n_rows, n_in] by each of several weights (a layer's q, k and v; gate and
+  // up), each output as its own matmul() gives it. One by one here; the CPU backend shares the
+  // activations' quantization and one job on its threads between them.
+  virtual void matmul_many(const MatmulOut* outs, int n_outs, int64_t n_in, const float* x, int64_t n_rows) {
+    for (int i = 0; i < n_outs; ++i)
+      matmul(outs[i].wtype, outs[i].w, n_in, outs[i].n_out, x, n_rows, outs[i].y);
+  }
   // y[n_ids, n_cols] = table[ids[i], :] dequantized; table is {n_cols, n_table_rows} of `type`.
   virtual void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
                         float* y) = 0;

@@ -91,6 +91,11 @@ void CpuBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
   cpu::matmul(wtype, w, n_in, n_out, x, n_rows, y, pool_, matmul_workspace_);
 }
 
+void CpuBackend::matmul_many(const MatmulOut* outs, int n_outs, int64_t n_in, const float* x,
+                             int64_t n_rows) {
+  cpu::matmul_many(outs, n_outs, n_in, x, n_rows, pool_, matmul_workspace_);
+}
+
 void CpuBackend::get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
                           float* y) {
   cpu::get_rows(type, table, n_cols, ids, n_ids, y, pool_);

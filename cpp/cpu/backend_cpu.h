@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
 
   void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows,
               float* y) override;
+  void matmul_many(const MatmulOut* outs, int n_outs, int64_t n_in, const float* x, int64_t n_rows) override;
   void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
                 float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t n_cols, float eps,

@@ -100,27 +100,55 @@ void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float
   matmul_with(active_kernels(), wtype, w, n_in, n_out, x, n_rows, y, pool, workspace);
 }
 
+void matmul_many(const MatmulOut* outs, int n_outs, int64_t n_in, const float* x, int64_t n_rows,
+                 ThreadPool& pool, MatmulWorkspace& workspace) {
+  matmul_many_with(active_kernels(), outs, n_outs, n_in, x, n_rows, pool, workspace);
+}
+
 void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
                  const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace) {
-  const TypeKernels& k = kernels.of(wtype);
-  const int64_t block = type_traits(wtype).block_size;
-  if (k.act == ActFormat::none) {
-    throw Unsupported(cat("[cpu] matmul: no kernel for weight type ", dtype_name(wtype)));
-  }
-  if (n_in % block != 0) {
-    throw InvalidArgument(cat("[cpu] matmul: n_in ", n_in, " is not a multiple of ", dtype_name(wtype),
-                              "'s block size ", block));
-  }
-  if (n_rows <= 0 || n_out <= 0) return;
-  const auto* w_bytes = static_cast<const uint8_t*>(w);
-  const int64_t w_row_bytes = row_bytes(wtype, n_in);
+  const MatmulOut out{wtype, w, n_out, y};
+  matmul_many_with(kernels, &out, 1, n_in, x, n_rows, pool, workspace);
+}
 
-  const bool use_gemm = uses_gemm(k, n_rows);
+void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_outs, int64_t n_in,
+                      const float* x, int64_t n_rows, ThreadPool& pool, MatmulWorkspace& workspace) {
+  for (int i = 0; i < n_outs; ++i) {
+    const DType wtype = outs[i].wtype;
+    const int64_t block = type_traits(wtype).block_size;
+    if (kernels.of(wtype).act == ActFormat::none) {
+      throw Unsupported(cat("[cpu] matmul: no kernel for weight type ", dtype_name(wtype)));
+    }
+    if (n_in % block != 0) {
+      throw InvalidArgument(cat("[cpu] matmul: n_in ", n_in, " is not a multiple of ", dtype_name(wtype),
+                                "'s block size ", block));
+    }
+  }
+  if (n_rows <= 0 || n_outs == 0) return;
+  constexpr int kMaxOuts = 8;
+  if (n_outs > kMaxOuts) {
+    for (int i = 0; i < n_outs; i += kMaxOuts) {
+      matmul_many_with(kernels, outs + i, std::min(kMaxOuts, n_outs - i), n_in, x, n_rows, pool, workspace);
+    }
+    return;
+  }
+  const TypeKernels& k0 = kernels.of(outs[0].wtype);
+  const bool use_gemm = uses_gemm(k0, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
   const ActTiling& tiling = kernels.act_tiling;
-  const bool tiled = use_gemm && k.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
+  const bool tiled = use_gemm && k0.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
+  // Weights share the call only where they take the activations in the same form on the same path.
+  for (int i = 1; i < n_outs; ++i) {
+    const TypeKernels& k = kernels.of(outs[i].wtype);
+    if (k.act != k0.act || uses_gemm(k, n_rows) != use_gemm || (use_gemm && k.act_tiled != k0.act_tiled)) {
+      for (int j = 0; j < n_outs; ++j)
+        matmul_many_with(kernels, &outs[j], 1, n_in, x, n_rows, pool, workspace);
+      return;
+    }
+  }
+
   // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
-  const ScratchLayout layout = scratch_layout(kernels, is_quantized(k.act), tiled, use_gemm, n_rows, n_in,
+  const ScratchLayout layout = scratch_layout(kernels, is_quantized(k0.act), tiled, use_gemm, n_rows, n_in,
                                               pool.n_threads());
   uint8_t* const scratch = workspace.reserve(layout.total());
   uint8_t* const act_tiles = scratch + layout.act_bytes;   // [tiling.bytes(n_rows, n_in)]
@@ -129,7 +157,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   // Activations in the kernels' format: [n_rows][act_row_bytes].
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   int64_t act_row_bytes = n_in * static_cast<int64_t>(sizeof(float));
-  if (is_quantized(k.act)) {
+  if (is_quantized(k0.act)) {
     act_row_bytes = (n_in / 32) * static_cast<int64_t>(sizeof(BlockQ8A));
     uint8_t* q = scratch;  // [n_rows][act_row_bytes]
     // Rows are handed out in whole tiles, so each thread packs the tiles of the rows it just
@@ -139,7 +167,7 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
     auto quantize_units = [&](int64_t begin, int64_t end) {
       for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
         kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in,
-                             act_blocks_per_scale(k.act));
+                             act_blocks_per_scale(k0.act));
       }
       if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };
@@ -155,41 +183,63 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
     act = q;
   }
 
-  if (use_gemm) {
-    const int64_t n_panels = (n_out + k.gemm_cols - 1) / k.gemm_cols;
-    const int n_parts = n_rows >= kGemmPartsMinRows
-                            ? static_cast<int>(std::min<int64_t>(layout.n_parts, n_panels))
-                            : pool.n_threads();
-    pool.run(n_parts, [&](int ith, int nth) {
-      int64_t begin, end;
-      split_range(n_panels, ith, nth, &begin, &end);
-      if (begin == end) return;
-      GemmArgs args{w_bytes,
-                    w_row_bytes,
-                    n_in,
-                    begin * k.gemm_cols,
-                    std::min(end * k.gemm_cols, n_out),
-                    act,
-                    act_row_bytes,
-                    n_rows,
-                    y,
-                    n_out,
-                    panels + ith * layout.panel_bytes,
-                    tiled ? act_tiles : nullptr};
-      k.gemm(args);
-    });
-    return;
+  // The outputs' columns in units (GEMM panels of gemm_cols columns, or single columns for
+  // vec_dot), laid end to end and weighed by their weight bytes: each part of the job takes one
+  // contiguous share of those bytes (decode: each thread streams its share once, possibly across
+  // two weights).
+  struct Span {
+    int64_t cols_per_unit, n_units, unit_cost, cost_begin;
+  };
+  Span spans[kMaxOuts];
+  int64_t total_cost = 0, total_units = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    const int64_t cols = use_gemm ? kernels.of(outs[i].wtype).gemm_cols : 1;
+    const int64_t n_units = (outs[i].n_out + cols - 1) / cols;
+    spans[i] = {cols, n_units, cols * row_bytes(outs[i].wtype, n_in), total_cost};
+    total_cost += n_units * spans[i].unit_cost;
+    total_units += n_units;
   }
-
-  // Decode: each thread streams its contiguous range of weight rows once; the vec_dot kernels
-  // prefetch a fixed distance ahead along that stream (see vec_dot_x86.h).
-  pool.run([&](int ith, int nth) {
-    int64_t begin, end;
-    split_range(n_out, ith, nth, &begin, &end);
-    for (int64_t c = begin; c < end; ++c) {
-      const uint8_t* w_row = w_bytes + c * w_row_bytes;
-      for (int64_t r = 0; r < n_rows; ++r) {
-        y[r * n_out + c] = k.vec_dot(n_in, w_row, act + r * act_row_bytes);
+  const int n_parts = use_gemm && n_rows >= kGemmPartsMinRows
+                          ? static_cast<int>(std::min<int64_t>(layout.n_parts, total_units))
+                          : pool.n_threads();
+  pool.run(n_parts, [&](int ith, int nth) {
+    const int64_t cost_lo = total_cost * ith / nth, cost_hi = total_cost * (ith + 1) / nth;
+    // Unit u of a span belongs to the part whose cost range holds the cost where u starts.
+    auto first_unit_at = [](const Span& s, int64_t cost) {
+      const int64_t into = std::max<int64_t>(cost - s.cost_begin, 0);
+      return std::min((into + s.unit_cost - 1) / s.unit_cost, s.n_units);
+    };
+    for (int i = 0; i < n_outs; ++i) {
+      const Span& s = spans[i];
+      const int64_t u_begin = first_unit_at(s, cost_lo), u_end = first_unit_at(s, cost_hi);
+      if (u_begin >= u_end) continue;
+      const MatmulOut& out = outs[i];
+      const TypeKernels& k = kernels.of(out.wtype);
+      const auto* w_bytes = static_cast<const uint8_t*>(out.w);
+      const int64_t w_row_bytes = row_bytes(out.wtype, n_in);
+      const int64_t c_begin = u_begin * s.cols_per_unit, c_end = std::min(u_end * s.cols_per_unit, out.n_out);
+      if (use_gemm) {
+        GemmArgs args{w_bytes,
+                      w_row_bytes,
+                      n_in,
+                      c_begin,
+                      c_end,
+                      act,
+                      act_row_bytes,
+                      n_rows,
+                      out.y,
+                      out.n_out,
+                      panels + ith * layout.panel_bytes,
+                      tiled ? act_tiles : nullptr};
+        k.gemm(args);
+        continue;
+      }
+      // Decode without a GEMM: each thread streams its contiguous range of weight rows once; the
+      // vec_dot kernels prefetch a fixed distance ahead along that stream (see vec_dot_x86.h).
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const uint8_t* w_row = w_bytes + c * w_row_bytes;
+        for (int64_t r = 0; r < n_rows; ++r)
+          out.y[r * out.n_out + c] = k.vec_dot(n_in, w_row, act + r * act_row_bytes);
       }
     }
   });

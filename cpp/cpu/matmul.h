@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "core/thread_pool.h"
 #include "cpu/matmul_workspace.h"
 #include "quant/types.h"
@@ -16,6 +17,14 @@ namespace ember::cpu {
 // wtype; allocates only if `workspace` holds less than matmul_workspace_bytes(n_rows, n_in, ...).
 void matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_rows, float* y,
             ThreadPool& pool, MatmulWorkspace& workspace);
+
+// matmul() of one x[n_rows, n_in] by several weights, each output bit-identical to its own
+// matmul() call. Weights whose kernels take x in the same form share one quantization of x and
+// one job on the pool, each thread taking one contiguous share of all their weight bytes: a decode
+// step's q, k and v projections (or gate and up) wait for the slowest thread once, not three
+// times (or twice).
+void matmul_many(const MatmulOut* outs, int n_outs, int64_t n_in, const float* x, int64_t n_rows,
+                 ThreadPool& pool, MatmulWorkspace& workspace);
 
 // True if matmul() accepts weights of this dtype.
 bool matmul_supports(DType wtype);

@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "cpu/cpu_features.h"
+#include "cpu/matmul.h"
 #include "cpu/matmul_workspace.h"
 #include "cpu/quantize_act.h"
 #include "cpu/weight_pack.h"
@@ -106,11 +107,13 @@ const IsaKernels& isa_kernels_neon();
 
 namespace ember::cpu {
 
-// cpu::matmul and its queries with an explicit kernel table (tests run every ISA this CPU
+// cpu::matmul, matmul_many and their queries with an explicit kernel table (tests run every ISA this CPU
 // supports through them). matmul_with's w is in the table's layout for wtype: the file's rows,
 // or where TypeKernels::pack is set, what pack_matmul_weight made of them.
 void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
                  const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace);
+void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_outs, int64_t n_in,
+                      const float* x, int64_t n_rows, ThreadPool& pool, MatmulWorkspace& workspace);
 int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype);
 int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads);
 // Writes w (the file's rows, {n_in, n_out}) in the layout kernels.of(wtype).pack defines into

@@ -45,11 +45,10 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
     const LayerWeights& l = w.layers[il];
 
     // --- attention: x = norm(x + wo · attention(q, k, v) + bo) ---
-    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, x, n, q);
+    const MatmulOut qkv[] = {l.wq.into(q), l.wk.into(k), l.wv.into(v)};
+    be.matmul_many(qkv, 3, n_embd, x, n);
     be.add_bias(q, l.bq.f32(), n, n_q);
-    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, x, n, k);
     be.add_bias(k, l.bk.f32(), n, n_kv);
-    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, x, n, v);
     be.add_bias(v, l.bv.f32(), n, n_kv);
     store_kv_of_sequences(be, batch, il, n_kv, k, v);
     for (int64_t is = 0; is < batch.n_seqs; ++is) {

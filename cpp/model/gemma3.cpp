@@ -37,15 +37,16 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
     // --- attention: x += post_norm(wo · attention(rope(norm(q)), rope(norm(k)), v)), the Q/K
     // norms Gemma 3's only ---
     be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
-    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, xn, n, k);
-    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
+    // q, k and v in one call; a chunk of a long prompt that wants no logits needs the last
+    // layer only for its cache (k and v).
+    const bool cache_only = last && batch.n_outputs == 0;
+    const MatmulOut kvq[] = {l.wk.into(k), l.wv.into(v), l.wq.into(q)};
+    be.matmul_many(kvq, cache_only ? 2 : 3, n_embd, xn, n);
     if (l.k_norm) be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
     be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
     store_kv_of_sequences(be, batch, il, n_kv, k, v);
-    // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
-    if (last && batch.n_outputs == 0) break;
+    if (cache_only) break;
 
-    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
     if (l.q_norm) be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
     be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
     attend_sequences(be, batch, il, n_q, attention, q, attn);
@@ -67,8 +68,8 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
 
     // --- feed-forward: x += post_norm(down(gelu(gate(h)) * up(h))), h = norm(x) ---
     be.rms_norm(x, l.ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);
-    be.matmul(l.ffn_gate.type, l.ffn_gate.data, n_embd, c.n_ff, xn, n_rows, gate);
-    be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, xn, n_rows, up);
+    const MatmulOut gate_up[] = {l.ffn_gate.into(gate), l.ffn_up.into(up)};
+    be.matmul_many(gate_up, 2, n_embd, xn, n_rows);
     be.gelu_mul(gate, up, n_rows * c.n_ff, gate);
     be.matmul(l.ffn_down.type, l.ffn_down.data, c.n_ff, n_embd, gate, n_rows, xn);
     be.rms_norm(xn, l.post_ffn_norm.f32(), n_rows, n_embd, c.rms_eps, xn);

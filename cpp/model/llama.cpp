@@ -33,17 +33,18 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
 
     // --- attention ---
     be.rms_norm(x, l.attn_norm.f32(), n, n_embd, c.rms_eps, xn);
-    be.matmul(l.wk.type, l.wk.data, n_embd, n_kv, xn, n, k);
-    be.matmul(l.wv.type, l.wv.data, n_embd, n_kv, xn, n, v);
+    // q, k and v in one call; a chunk of a long prompt that wants no logits needs the last
+    // layer only for its cache (k and v).
+    const bool cache_only = last && batch.n_outputs == 0;
+    const MatmulOut kvq[] = {l.wk.into(k), l.wv.into(v), l.wq.into(q)};
+    be.matmul_many(kvq, cache_only ? 2 : 3, n_embd, xn, n);
     if (l.bk) be.add_bias(k, l.bk.f32(), n, n_kv);
     if (l.bv) be.add_bias(v, l.bv.f32(), n, n_kv);
     if (l.k_norm) be.rms_norm(k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, k);
     be.rope(k, n, c.n_head_kv, c.head_dim, batch.positions, rope);
     store_kv_of_sequences(be, batch, il, n_kv, k, v);
-    // A chunk of a long prompt that wants no logits needs the last layer only for its cache.
-    if (last && batch.n_outputs == 0) break;
+    if (cache_only) break;
 
-    be.matmul(l.wq.type, l.wq.data, n_embd, n_q, xn, n, q);
     if (l.bq) be.add_bias(q, l.bq.f32(), n, n_q);
     if (l.q_norm) be.rms_norm(q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, q);
     be.rope(q, n, c.n_head, c.head_dim, batch.positions, rope);
@@ -69,8 +70,8 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
       moe_feed_forward(be, c, l.moe, s.moe, xn, n_rows, x);
       continue;
     }
-    be.matmul(l.ffn_gate.type, l.ffn_gate.data, n_embd, c.n_ff, xn, n_rows, gate);
-    be.matmul(l.ffn_up.type, l.ffn_up.data, n_embd, c.n_ff, xn, n_rows, up);
+    const MatmulOut gate_up[] = {l.ffn_gate.into(gate), l.ffn_up.into(up)};
+    be.matmul_many(gate_up, 2, n_embd, xn, n_rows);
     be.silu_mul(gate, up, n_rows * c.n_ff, gate);
     be.matmul(l.ffn_down.type, l.ffn_down.data, c.n_ff, n_embd, gate, n_rows, xn);
     be.add(x, xn, n_rows * n_embd, x);

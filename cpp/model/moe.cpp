@@ -148,8 +148,8 @@ void swiglu(Backend& be, const WeightTensor& gate, const WeightTensor& up, const
             int64_t n_embd, int64_t n_ff, MoeScratch& s, const float* in, int64_t n, float* out) {
   float* g = s.gate.as<float>();
   float* u = s.up.as<float>();
-  be.matmul(gate.type, gate.data, n_embd, n_ff, in, n, g);
-  be.matmul(up.type, up.data, n_embd, n_ff, in, n, u);
+  const MatmulOut gate_up[] = {{gate.type, gate.data, n_ff, g}, {up.type, up.data, n_ff, u}};
+  be.matmul_many(gate_up, 2, n_embd, in, n);
   be.silu_mul(g, u, n * n_ff, g);
   be.matmul(down.type, down.data, n_ff, n_embd, g, n, out);
 }

@@ -24,6 +24,8 @@ struct WeightTensor {
 
   explicit operator bool() const { return data != nullptr; }
   const float* f32() const { return static_cast<const float*>(data); }
+  // This matmul weight's share of a Backend::matmul_many call, writing y [n_rows, ne1].
+  MatmulOut into(float* y) const { return {type, data, ne1, y}; }
 };
 
 // A mixture-of-experts feed-forward (qwen2moe, qwen3moe). The experts' weights are 3-D tensors

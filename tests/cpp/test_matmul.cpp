@@ -358,6 +358,46 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
+// matmul_many gives each output the bits of its own matmul call: weights of one type, of types
+// that share the activations' form (q4_k with q6_k: a Q4_K_M layer's q, k, v), and of types that
+// do not (f16 with q8_0: run one by one), at decode and prefill row counts, on a pool whose
+// threads then take shares that cross from one weight into the next.
+void check_matmul_many(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_64& rng) {
+  const int64_t n_in = 512;
+  const std::vector<std::vector<std::pair<DType, int64_t>>> groups = {
+      {{DType::q4_0, 96}, {DType::q4_0, 16}, {DType::q4_0, 16}},
+      {{DType::q4_k, 64}, {DType::q6_k, 33}, {DType::q4_k, 48}},
+      {{DType::f16, 40}, {DType::q8_0, 24}}};
+  for (const auto& group : groups) {
+    for (int64_t n_rows : {1, 3, 5, 40}) {
+      const std::vector<float> x = random_acts(n_rows, n_in, rng);
+      std::vector<std::vector<uint8_t>> weights;
+      std::vector<std::vector<float>> alone, together;
+      std::vector<MatmulOut> outs;
+      for (const auto& [type, n_out] : group) {
+        weights.push_back(
+            kernel_layout(kernels, type, random_weights(type, n_in, n_out, rng), n_in, n_out, pool));
+        alone.emplace_back(n_rows * n_out);
+        together.emplace_back(n_rows * n_out, NAN);
+        matmul_with(kernels, type, weights.back().data(), n_in, n_out, x.data(), n_rows, alone.back().data(),
+                    pool, workspace());
+      }
+      for (size_t i = 0; i < group.size(); ++i) {
+        outs.push_back({group[i].first, weights[i].data(), group[i].second, together[i].data()});
+      }
+      matmul_many_with(kernels, outs.data(), static_cast<int>(outs.size()), n_in, x.data(), n_rows, pool,
+                       workspace());
+      for (size_t i = 0; i < group.size(); ++i) {
+        const bool same = std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * sizeof(float)) ==
+                          0;
+        check(same, std::string(isa_name(kernels.level)) + " matmul_many: output " + std::to_string(i) +
+                        " (" + dtype_name(group[i].first) + ") of " + std::to_string(n_rows) +
+                        " rows differs from its own matmul");
+      }
+    }
+  }
+}
+
 // Every check of one ISA level, when this CPU runs it and EMBER_CPU_ISA allows it.
 void check_level(IsaLevel level) {
   // Check the CPU before isa_kernels(): building a table runs code compiled for its ISA.
@@ -371,6 +411,7 @@ void check_level(IsaLevel level) {
   std::vector<DType> quant_types(std::begin(kSmallTypes), std::end(kSmallTypes));
   quant_types.insert(quant_types.end(), std::begin(kKTypes), std::end(kKTypes));
   check_rows_exact(kernels, pool, rng(), quant_types);
+  check_matmul_many(kernels, pool, rng());
   if (level == IsaLevel::amx) check_amx_bit_identical(pool, rng());
   std::printf("isa %s: %d passed, %d failed\n", isa_name(level), test::n_expects_passed(),
               test::n_expects_failed());
