@@ -65,9 +65,27 @@ Buffer CpuBackend::prepare_matmul_weight(DType wtype, const void* data, int64_t 
   if (kernels.of(wtype).pack == nullptr) {
     return wrap_host(data, static_cast<size_t>(row_bytes(wtype, n_in) * n_out));
   }
-  Buffer packed = alloc(static_cast<size_t>(cpu::packed_weight_bytes(wtype, n_in, n_out)));
-  cpu::pack_matmul_weight(kernels, wtype, data, n_in, n_out, packed.data(), pool_);
-  return packed;
+  const size_t n_bytes = static_cast<size_t>(cpu::packed_weight_bytes(wtype, n_in, n_out));
+  void* packed = alloc_weight(n_bytes);
+  cpu::pack_matmul_weight(kernels, wtype, data, n_in, n_out, packed, pool_);
+  return Buffer(this, packed, n_bytes, /*owned=*/false);
+}
+
+void* CpuBackend::alloc_weight(size_t n_bytes) {
+  // Repacked weights lie end to end in chunks of whole huge pages (alloc()), so that every one of
+  // them streams from huge pages, where one to a block would leave the small ones (a small
+  // model's every matrix, a 1.1B's k and v) and every block's tail past its last whole huge page
+  // on 4 KiB pages. A chunk's pages are committed as the packers write them; the arena lives as
+  // long as the backend (a model's).
+  constexpr size_t kChunk = size_t{64} << 20, kAlign = 64;
+  const size_t need = (n_bytes + kAlign - 1) / kAlign * kAlign;
+  if (weight_chunks_.empty() || chunk_used_ + need > weight_chunks_.back().n_bytes()) {
+    weight_chunks_.push_back(alloc(std::max(kChunk, need)));
+    chunk_used_ = 0;
+  }
+  void* at = weight_chunks_.back().as<uint8_t>() + chunk_used_;
+  chunk_used_ += need;
+  return at;
 }
 
 void CpuBackend::upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) {

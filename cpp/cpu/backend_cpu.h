@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include <vector>
+
 #include "backend.h"
 #include "core/thread_pool.h"
 #include "cpu/matmul_workspace.h"
@@ -63,9 +65,14 @@ class CpuBackend final : public Backend {
   void free_buffer(void* data, size_t n_bytes) override;
 
  private:
+  // n_bytes of repacked weights, 64-byte aligned, from the weight arena (see the .cpp).
+  void* alloc_weight(size_t n_bytes);
+
   ThreadPool pool_;
   cpu::OpsIsa isa_;
   cpu::MatmulWorkspace matmul_workspace_;  // every matmul's scratch, sized by reserve_matmul
+  std::vector<Buffer> weight_chunks_;      // the weight arena's chunks, filled in order
+  size_t chunk_used_ = 0;                  // bytes of the last chunk handed out
 };
 
 }  // namespace ember
