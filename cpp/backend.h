@@ -205,7 +205,8 @@ class Backend {
   // The weights matmul() reads for the GGUF tensor {n_in, n_out} of `wtype` at `data` (in the
   // file mapping), made once at load: a view of `data` where the backend reads the file's layout
   // (no copy), else memory of its own holding the layout its kernels read fastest (a repacked
-  // copy the caller keeps alive). matmul() must be given the returned buffer's data().
+  // copy, valid while the returned buffer and the backend live: the CPU's is a view into a weight
+  // arena it owns). matmul() must be given the returned buffer's data().
   virtual Buffer prepare_matmul_weight(DType wtype, const void* data, int64_t n_in, int64_t n_out) = 0;
 
   // --- ops ---

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <memory>
-
 #include <vector>
 
 #include "backend.h"

@@ -107,8 +107,8 @@ const IsaKernels& isa_kernels_neon();
 
 namespace ember::cpu {
 
-// cpu::matmul, matmul_many and their queries with an explicit kernel table (tests run every ISA this CPU
-// supports through them). matmul_with's w is in the table's layout for wtype: the file's rows,
+// cpu::matmul, matmul_many and their queries with an explicit kernel table (tests run every ISA
+// this CPU supports through them). matmul_with's w is in the table's layout for wtype: the file's rows,
 // or where TypeKernels::pack is set, what pack_matmul_weight made of them.
 void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t n_in, int64_t n_out,
                  const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace);

@@ -103,9 +103,9 @@ std::vector<uint8_t> kernel_layout(const IsaKernels& kernels, DType type, const 
   return packed;
 }
 
-// Rows of activations with varied magnitudes, row to row and block to block (blocks of a
-// super-block then take every power-of-two step below its largest, see quantize_act.h); one
-// block of zeros exercises d == 0.
+// Rows of activations with varied magnitudes, row to row and block to block (so that
+// ActFormat::q8a_k rows hold blocks far below their super-block's largest); one block of zeros
+// exercises d == 0.
 std::vector<float> random_acts(int64_t n_rows, int64_t n_in, std::mt19937_64& rng) {
   std::vector<float> x(n_rows * n_in);
   std::normal_distribution<float> normal(0.0f, 1.0f);
