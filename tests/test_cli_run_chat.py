@@ -181,6 +181,22 @@ def test_chat_system_message_from_a_pipe(stories_path: Path, stories_llm: LLM) -
     assert proc.returncode == 0 and proc.stdout == want + "\n"
 
 
+def test_chat_speculates_with_the_same_answers(stories_path: Path, smollm2_path: Path,
+                                               stories_llm: LLM) -> None:
+    want = stories_llm.chat([{"role": "user", "content": "Hello"}], temperature=0.0,
+                            max_tokens=30).text
+    for spec in (["--spec", "ngram"], ["--draft-model", str(stories_path), "--draft-max", "4"]):
+        proc = ember("chat", str(stories_path), "--temp", "0", "-n", "30", *spec, *FAST,
+                     stdin="Hello\n")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == want + "\n"
+    # The draft model is loaded and checked (its vocabulary is not the model's).
+    line = one_error_line(ember("chat", str(stories_path), "--draft-model", str(smollm2_path),
+                                *FAST, stdin="Hello\n"))
+    assert line == (f"error: [speculation] the draft model '{smollm2_path}' has 49152 tokens, "
+                    "the model 512: a draft model needs the same vocabulary")
+
+
 # --- ember chat in a terminal ----------------------------------------------------------------
 
 class Terminal:

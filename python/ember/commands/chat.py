@@ -38,6 +38,10 @@ def chat(
     threads: opt.Threads = None,
     device: opt.Device = None,
     ctx_size: opt.CtxSize = None,
+    spec: opt.Spec = "none",
+    draft_model: opt.DraftModel = None,
+    draft_max: opt.DraftMax = 16,
+    draft_min: opt.DraftMin = 1,
     chat_template: opt.ChatTemplateOpt = None,
 ) -> None:
     """Chat with a model in the terminal (reads messages from stdin when it is a pipe)."""
@@ -46,7 +50,9 @@ def chat(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size, device=device, chat_template=chat_template)
+    llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
+                       draft_max=draft_max, draft_min=draft_min, device=device,
+                       chat_template=chat_template)
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())
