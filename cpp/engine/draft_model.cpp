@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/forward.h"
+#include "quant/types.h"
 
 namespace ember {
 
@@ -27,6 +28,12 @@ void check_same_vocabulary(const Model& target, const Model& draft) {
   }
 }
 
+int64_t draft_vocab_rows(int64_t n_vocab) {
+  if (n_vocab < 32768) return n_vocab;
+  const int64_t rows = (std::max<int64_t>(16384, n_vocab / 4) + kVocabRowsAlign - 1) / kVocabRowsAlign;
+  return std::min(n_vocab, rows * kVocabRowsAlign);
+}
+
 ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelConfig& config)
     : model_(std::move(draft)), config_(config), kv_([&] {
         KVCacheConfig c;
@@ -43,6 +50,36 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
   cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, config.n_blocks,
                         config.block_size);
   scratch_ = Scratch(model_->backend(), c, config.max_batch_rows);
+  vocab_rows_ = config.vocab_rows < 0    ? draft_vocab_rows(c.n_vocab)
+                : config.vocab_rows == 0 ? c.n_vocab
+                                         : config.vocab_rows;
+  if (vocab_rows_ > c.n_vocab || (vocab_rows_ < c.n_vocab && vocab_rows_ % kVocabRowsAlign != 0)) {
+    throw InvalidArgument(cat("[speculation] a draft model's vocab_rows must be at most its ", c.n_vocab,
+                              " tokens and a multiple of ", kVocabRowsAlign, ", got ", config.vocab_rows));
+  }
+  // The rare tokens' rows come from the file's head: where its type has no row reader, every
+  // guess scores the whole vocabulary.
+  const GGUFTensorInfo* head = model_->file().find_tensor(model_->weights().tied_output ? "token_embd.weight"
+                                                                                        : "output.weight");
+  if (head && type_traits(head->type).dequantize_row) {
+    head_ = head->data;
+    head_type_ = head->type;
+  } else {
+    vocab_rows_ = c.n_vocab;
+  }
+}
+
+void ModelDrafter::scan_rare(SequenceDraft& s, std::span<const int32_t> tokens) const {
+  const int64_t n_embd = model_->config().n_embd, n_row_bytes = row_bytes(head_type_, n_embd);
+  for (; s.n_scanned < static_cast<int64_t>(tokens.size()); ++s.n_scanned) {
+    const int32_t t = tokens[static_cast<size_t>(s.n_scanned)];
+    if (t < vocab_rows_ || std::ranges::find(s.rare, t) != s.rare.end()) continue;
+    if (s.rare.size() == kMaxRare) break;
+    s.rare.push_back(t);
+    s.rare_rows.resize(s.rare.size() * static_cast<size_t>(n_embd));
+    type_traits(head_type_)
+        .dequantize_row(head_ + t * n_row_bytes, s.rare_rows.data() + s.rare_rows.size() - n_embd, n_embd);
+  }
 }
 
 void ModelDrafter::release(std::span<const RequestId> ids) {
@@ -69,26 +106,74 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     seq_rows_.push_back({row_begin, r.count, cache_.layer(0, kv_.block_table(queries[r.query].id).data())});
     if (r.wants_logits) output_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
   }
+  ForwardBatch batch;
+  batch.tokens = tokens_.data();
+  batch.positions = positions_.data();
+  batch.n_tokens = static_cast<int64_t>(tokens_.size());
+  batch.seqs = seq_rows_.data();
+  batch.n_seqs = static_cast<int64_t>(seq_rows_.size());
+  batch.kv_layer_stride = cache_.layer_bytes();
+  batch.output_rows = output_rows_.data();
+  batch.n_outputs = static_cast<int64_t>(output_rows_.size());
+  const ModelConfig& c = model_->config();
+  const bool part = vocab_rows_ < c.n_vocab;
+  batch.n_vocab_rows = vocab_rows_;
+  logits_.resize(static_cast<size_t>(batch.n_outputs * vocab_rows_));
+  if (part) {
+    hidden_.resize(static_cast<size_t>(batch.n_outputs * c.n_embd));
+    batch.hidden = hidden_.data();
+  }
+  validate_batch(*model_, scratch_, batch);
   const auto begin = std::chrono::steady_clock::now();
-  forward_rows(*model_, scratch_, tokens_, positions_, seq_rows_, cache_.layer_bytes(), output_rows_,
-               logits_);
+  forward(*model_, scratch_, batch, logits_.data());
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
   // A new prompt's catch-up is a prefill (a GEMM over hundreds of rows): priced with it, a
   // guess's pass would look cheap per row and dear in fixed cost, so only drafting passes count.
   const bool drafting = std::ranges::none_of(queries, [](const Query& q) { return q.n_draft == 0; });
   if (drafting) cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
+  std::vector<float> rare_logits;
   for (const Rows& r : rows) {
     if (!r.wants_logits) continue;
-    const float* row = logits_.data() + k++ * n_vocab;
-    const float* top = std::max_element(row, row + n_vocab);
-    // The top token's softmax probability; logits 16 below the top add < 1.2e-7 each, so the
-    // sum skips them (what they could add in all moves p by well under 1%).
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n_vocab; ++t) {
-      if (row[t] > *top - 16.0f) sum += std::exp(row[t] - *top);
+    const float* row = logits_.data() + k * vocab_rows_;
+    const float* top = std::max_element(row, row + vocab_rows_);
+    int32_t best = static_cast<int32_t>(top - row);
+    float max = *top;
+    // The request's rare tokens, scored as the head would (its rows in f32 against the row's
+    // final state; soft-capped where the model caps its logits).
+    rare_logits.clear();
+    if (part) {
+      const SequenceDraft& s = seqs_.at(queries[r.query].id);
+      const float* h = hidden_.data() + k * c.n_embd;
+      for (size_t i = 0; i < s.rare.size(); ++i) {
+        const float* w = s.rare_rows.data() + i * static_cast<size_t>(c.n_embd);
+        float part_sums[8] = {};  // eight independent sums, for the vector units
+        int64_t e = 0;
+        for (; e + 8 <= c.n_embd; e += 8) {
+          for (int j = 0; j < 8; ++j) part_sums[j] += h[e + j] * w[e + j];
+        }
+        for (; e < c.n_embd; ++e) part_sums[0] += h[e] * w[e];
+        float z = 0.0f;
+        for (float v : part_sums) z += v;
+        if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
+        rare_logits.push_back(z);
+        if (z > max) {
+          max = z;
+          best = s.rare[i];
+        }
+      }
     }
-    next[r.query] = static_cast<int32_t>(top - row);
+    ++k;
+    // The top token's softmax probability (over the tokens scored); logits 16 below the top add
+    // < 1.2e-7 each, so the sum skips them (what they could add in all moves p by well under 1%).
+    float sum = 0.0f;
+    for (int64_t t = 0; t < vocab_rows_; ++t) {
+      if (row[t] > max - 16.0f) sum += std::exp(row[t] - max);
+    }
+    for (float z : rare_logits) {
+      if (z > max - 16.0f) sum += std::exp(z - max);
+    }
+    next[r.query] = best;
     prob[r.query] = 1.0f / sum;
   }
 }
@@ -108,6 +193,7 @@ void ModelDrafter::propose(std::span<Query> queries) {
     const int64_t n = static_cast<int64_t>(query.tokens.size()) - (query.n_draft == 0 ? 1 : 0);
     if (query.n_draft < 0 || n < 1) continue;
     SequenceDraft& s = seqs_[query.id];
+    if (vocab_rows_ < model_->config().n_vocab) scan_rare(s, query.tokens);
     // Guesses of the last call that came true kept valid K/V; at least the last token runs again
     // (its row gives the first guess).
     int64_t c = std::min(s.n_computed, n);

@@ -24,7 +24,15 @@ struct DraftModelConfig {
   int64_t n_blocks = 0;  // KV blocks of the draft's own cache
   int block_size = 16;
   int64_t max_batch_rows = 512;  // rows of one draft forward pass at most (catch-up is chunked)
+  // Leading tokens every guess scores (see above): -1 chooses (draft_vocab_rows), 0 all of them,
+  // else a multiple of kVocabRowsAlign.
+  int64_t vocab_rows = -1;
 };
+
+// The leading tokens a draft model with a vocabulary of n_vocab scores for every guess: all of a
+// small vocabulary (under 32768), else a quarter of it and at least 16384 (rounded up to
+// kVocabRowsAlign).
+int64_t draft_vocab_rows(int64_t n_vocab);
 
 // Throws InvalidArgument when `draft` cannot draft for `target`: another vocabulary size, or
 // token texts that differ (the GGUF's tokenizer.ggml.tokens).
@@ -44,7 +52,15 @@ class ModelDrafter : public DraftModel {
   struct SequenceDraft {
     int64_t n_computed = 0;            // leading tokens of the request whose draft K/V is valid
     std::vector<int32_t> speculative;  // guesses whose K/V follows n_computed (valid if they come true)
+    // Its text's distinct tokens at or past vocab_rows_ (of its first n_scanned tokens; the first
+    // kMaxRare of them), and their output-head rows as f32 [rare.size(), n_embd].
+    int64_t n_scanned = 0;
+    std::vector<int32_t> rare;
+    std::vector<float> rare_rows;
   };
+  static constexpr size_t kMaxRare = 1024;  // (8 MB a request at n_embd 2048)
+  // Adds the rare tokens of tokens[s.n_scanned ..] to s.
+  void scan_rare(SequenceDraft& s, std::span<const int32_t> tokens) const;
   // Runs rows[i] = (query, first position, count) through the draft, writing their K/V; for each
   // row that wants logits, they give its query's next guess (argmax) in `next` and the draft's
   // probability of it in `prob`.
@@ -66,7 +82,10 @@ class ModelDrafter : public DraftModel {
   // Reused every call.
   std::vector<int32_t> tokens_, positions_, output_rows_;
   std::vector<SequenceRows> seq_rows_;
-  std::vector<float> logits_;
+  std::vector<float> logits_, hidden_;
+  int64_t vocab_rows_ = 0;         // tokens every guess scores; n_vocab: all
+  const uint8_t* head_ = nullptr;  // the output head's rows as in the file (for the rare tokens)
+  DType head_type_ = DType::f32;
 };
 
 }  // namespace ember

@@ -51,6 +51,11 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
     throw InvalidArgument(
         cat("[model] the sequences cover ", next_row, " of the batch's ", b.n_tokens, " rows"));
   }
+  if (b.n_vocab_rows != 0 && (b.n_vocab_rows < 0 || b.n_vocab_rows > n_vocab ||
+                              (b.n_vocab_rows != n_vocab && b.n_vocab_rows % kVocabRowsAlign != 0))) {
+    throw InvalidArgument(cat("[model] logits of ", b.n_vocab_rows, " tokens asked for; the vocabulary has ",
+                              n_vocab, ", and a part of it must be a multiple of ", kVocabRowsAlign));
+  }
   for (int64_t i = 0; i < b.n_outputs; ++i) {
     const int32_t row = b.output_rows[i];
     if (row < 0 || row >= b.n_tokens || (i > 0 && row <= b.output_rows[i - 1])) {
@@ -89,7 +94,8 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
   batch.n_outputs = static_cast<int64_t>(output_rows.size());
   validate_batch(model, scratch, batch);
   const ModelConfig& c = model.config();
-  out.resize(static_cast<size_t>(batch.n_outputs * (c.is_encoder() ? c.n_embd : c.n_vocab)));
+  out.resize(
+      static_cast<size_t>(batch.n_outputs * (c.is_encoder() ? c.n_embd : batch.vocab_rows(c.n_vocab))));
   forward(model, scratch, batch, out.data());
 }
 

@@ -77,11 +77,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
   }
   if (batch.n_outputs == 0) return;
 
-  // x now holds exactly the output rows, in order.
-  be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, n_embd, c.rms_eps, xn);
-  be.matmul(w.output.type, w.output.data, n_embd, c.n_vocab, xn, batch.n_outputs, s.logits.as<float>());
-  if (c.final_softcap > 0.0f) be.softcap(s.logits.as<float>(), batch.n_outputs * c.n_vocab, c.final_softcap);
-  be.download(s.logits, 0, logits, sizeof(float) * static_cast<size_t>(batch.n_outputs * c.n_vocab));
+  output_head(be, c, w, s, batch, x, xn, logits);  // x now holds exactly the output rows, in order
 }
 
 }  // namespace ember

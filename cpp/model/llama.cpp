@@ -78,10 +78,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   }
   if (batch.n_outputs == 0) return;
 
-  // x now holds exactly the output rows, in order.
-  be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, n_embd, c.rms_eps, xn);
-  be.matmul(w.output.type, w.output.data, n_embd, c.n_vocab, xn, batch.n_outputs, s.logits.as<float>());
-  be.download(s.logits, 0, logits, sizeof(float) * static_cast<size_t>(batch.n_outputs * c.n_vocab));
+  output_head(be, c, w, s, batch, x, xn, logits);  // x now holds exactly the output rows, in order
 }
 
 }  // namespace ember

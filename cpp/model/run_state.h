@@ -62,6 +62,18 @@ struct ForwardBatch {
   int64_t kv_layer_stride = 0;           // bytes from one layer's K (or V) rows to the next
   const int32_t* output_rows = nullptr;  // [n_outputs] ascending rows whose logits are wanted
   int64_t n_outputs = 0;
+  // Logits of the first n_vocab_rows tokens only (0: of all; else a multiple of kVocabRowsAlign):
+  // a draft model's guesses skip the rare tokens' rows of the output head (engine/draft_model.h).
+  int64_t n_vocab_rows = 0;
+  // When set: the output rows' final normalized states too, [n_outputs, n_embd] (host memory),
+  // which score tokens past n_vocab_rows against their rows of the output head.
+  float* hidden = nullptr;
+
+  int64_t vocab_rows(int64_t n_vocab) const { return n_vocab_rows > 0 ? n_vocab_rows : n_vocab; }
 };
+
+// A prefix of the output head's rows is a view of it (rows_of) on every backend when its length is
+// a multiple of this (the CPU packs 16 rows together).
+inline constexpr int64_t kVocabRowsAlign = 64;
 
 }  // namespace ember

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "model/config.h"
 #include "model/run_state.h"
+#include "model/weights.h"
 
 namespace ember {
 
@@ -42,6 +43,21 @@ inline void attend_sequences(Backend& be, const ForwardBatch& batch, int64_t il,
     const int64_t r0 = seq.row_begin;
     be.attention(q + r0 * n_q, batch.positions + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), params,
                  out + r0 * n_q);
+  }
+}
+
+// The output head of x's rows, exactly the batch's output rows in order: the final norm (into xn),
+// logits of the first batch.vocab_rows() tokens into host `logits` (soft-capped where the model
+// caps them), and the normed states into batch.hidden when it is set.
+inline void output_head(Backend& be, const ModelConfig& c, const ModelWeights& w, Scratch& s,
+                        const ForwardBatch& batch, const float* x, float* xn, float* logits) {
+  const int64_t n_vocab = batch.vocab_rows(c.n_vocab), n_logits = batch.n_outputs * n_vocab;
+  be.rms_norm(x, w.output_norm.f32(), batch.n_outputs, c.n_embd, c.rms_eps, xn);
+  be.matmul(w.output.type, w.output.data, c.n_embd, n_vocab, xn, batch.n_outputs, s.logits.as<float>());
+  if (c.final_softcap > 0.0f) be.softcap(s.logits.as<float>(), n_logits, c.final_softcap);
+  be.download(s.logits, 0, logits, sizeof(float) * static_cast<size_t>(n_logits));
+  if (batch.hidden) {
+    be.download(s.xn, 0, batch.hidden, sizeof(float) * static_cast<size_t>(batch.n_outputs * c.n_embd));
   }
 }
 

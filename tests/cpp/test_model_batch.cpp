@@ -13,11 +13,13 @@
 
 #include "core/error.h"
 #include "cpu/backend_cpu.h"
+#include "engine/draft_model.h"
 #include "engine/model_runner_forward.h"
 #include "harness.h"
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "quant/types.h"
 
 using namespace ember;
 
@@ -167,8 +169,100 @@ TEST(invalid_batches_are_refused) {
   batch.n_outputs = 2;
   refused("strictly ascending");
   batch.n_outputs = 0;
+  batch.n_vocab_rows = 65;
+  refused("a multiple of 64");
+  batch.n_vocab_rows = 0;
   batch.n_tokens = 9;
   refused("expected 1 to 8");
+}
+
+// Part of the vocabulary (a draft model's guesses): the logits of the first n_vocab_rows tokens
+// are the whole pass's first logits, bit for bit (the same matmul on a view of the head's first
+// rows), and the final states given beside them score every other token as the head does (its
+// f32 rows against them; summation order only: tolerance 1e-4).
+TEST(part_of_the_vocabulary_and_the_final_states) {
+  auto model = Model::load(model_path(), ModelOptions{2});
+  const ModelConfig& c = model->config();
+  const std::vector<int32_t> tokens = prompt(9, 5);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> positions(n);
+  std::iota(positions.begin(), positions.end(), 0);
+  const std::vector<int32_t> outputs = {3, 8};
+  auto run = [&](int64_t n_vocab_rows, float* hidden) {
+    PagedKVCache cache(model->backend(), c.n_layer, c.n_head_kv, c.head_dim, 1, n);
+    Scratch scratch(model->backend(), c, n);
+    SequenceRows seq;
+    seq.n_rows = n;
+    seq.kv = cache.layer(0, nullptr);
+    ForwardBatch batch;
+    batch.tokens = tokens.data();
+    batch.positions = positions.data();
+    batch.n_tokens = n;
+    batch.seqs = &seq;
+    batch.n_seqs = 1;
+    batch.kv_layer_stride = cache.layer_bytes();
+    batch.output_rows = outputs.data();
+    batch.n_outputs = 2;
+    batch.n_vocab_rows = n_vocab_rows;
+    batch.hidden = hidden;
+    validate_batch(*model, scratch, batch);
+    std::vector<float> logits(static_cast<size_t>(2 * batch.vocab_rows(c.n_vocab)));
+    forward(*model, scratch, batch, logits.data());
+    return logits;
+  };
+  const std::vector<float> all = run(0, nullptr);
+  std::vector<float> hidden(static_cast<size_t>(2 * c.n_embd));
+  const std::vector<float> part = run(64, hidden.data());
+  const GGUFTensorInfo* head = model->file().find_tensor(model->weights().tied_output ? "token_embd.weight"
+                                                                                      : "output.weight");
+  std::vector<float> w(static_cast<size_t>(c.n_embd));
+  for (int64_t k = 0; k < 2; ++k) {
+    CHECK(std::memcmp(part.data() + k * 64, all.data() + k * c.n_vocab, 64 * sizeof(float)) == 0);
+    float worst = 0.0f;
+    for (int64_t t = 0; t < c.n_vocab; ++t) {
+      type_traits(head->type)
+          .dequantize_row(head->data + t * row_bytes(head->type, c.n_embd), w.data(), c.n_embd);
+      double z = 0.0;
+      for (int64_t e = 0; e < c.n_embd; ++e) z += double{hidden[k * c.n_embd + e]} * w[e];
+      worst = std::max(worst, std::fabs(static_cast<float>(z) - all[k * c.n_vocab + t]));
+    }
+    if (!(worst < 1e-4f)) FAIL(cat("output ", k, ": the states score the head's tokens ", worst, " off"));
+  }
+}
+
+// A draft model that scores the first 64 tokens and its request's own rarer ones guesses what one
+// scoring every token guesses when the request's text holds every token (stories260K: all 512),
+// and where it holds few, guesses only among those and the first 64.
+TEST(a_draft_model_scores_part_of_the_vocabulary_and_the_requests_own_tokens) {
+  auto model = std::shared_ptr<const Model>(Model::load(model_path(), ModelOptions{2}));
+  const int64_t n_vocab = model->config().n_vocab;
+  auto guesses = [&](int64_t vocab_rows, const std::vector<int32_t>& text) {
+    DraftModelConfig config;
+    config.n_blocks = 64;
+    config.block_size = 16;
+    config.vocab_rows = vocab_rows;
+    ModelDrafter drafter(model, config);
+    std::vector<DraftModel::Query> queries(1);
+    queries[0].id = 1;
+    queries[0].tokens = text;
+    queries[0].n_draft = 8;
+    drafter.propose(queries);
+    CHECK_EQ(std::ssize(queries[0].drafts), 8);
+    return queries[0];
+  };
+  std::vector<int32_t> every(static_cast<size_t>(n_vocab - 3));  // each token but the 3 special ones
+  std::iota(every.begin(), every.end(), 3);
+  for (size_t i = 0; i < every.size(); ++i) std::swap(every[i], every[(i * 7919) % every.size()]);
+  const std::vector<int32_t> story = prompt(40, 7);
+  every.insert(every.end(), story.begin(), story.end());
+  const DraftModel::Query whole = guesses(0, every), part = guesses(64, every);
+  CHECK(whole.drafts == part.drafts);
+  for (size_t j = 0; j < 8; ++j) CHECK(std::fabs(whole.probabilities[j] - part.probabilities[j]) < 1e-4f);
+
+  const std::vector<int32_t> few = prompt(40, 7);
+  const DraftModel::Query narrow = guesses(64, few);
+  for (int32_t t : narrow.drafts) CHECK(t < 64 || std::ranges::find(few, t) != few.end());
+  CHECK(narrow.drafts != guesses(0, few).drafts);  // the restriction mattered here
 }
 
 // One engine step's Batch: each sequence computes tokens[start, end) of its history, with block
