@@ -1,5 +1,6 @@
 // model/sequence_ops.h: the steps of a forward pass that run per sequence of a batch (its rows
-// write to and attend over its own cache), shared by every architecture's forward pass.
+// write to and attend over its own cache), and the output head of the decoders (llama, gemma3),
+// shared by the architectures' forward passes.
 #pragma once
 
 #include <cstdint>
