@@ -53,7 +53,7 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
   vocab_rows_ = config.vocab_rows < 0    ? draft_vocab_rows(c.n_vocab)
                 : config.vocab_rows == 0 ? c.n_vocab
                                          : config.vocab_rows;
-  if (vocab_rows_ > c.n_vocab || (vocab_rows_ < c.n_vocab && vocab_rows_ % kVocabRowsAlign != 0)) {
+  if (!valid_vocab_rows(vocab_rows_, c.n_vocab)) {
     throw InvalidArgument(cat("[speculation] a draft model's vocab_rows must be at most its ", c.n_vocab,
                               " tokens and a multiple of ", kVocabRowsAlign, ", got ", config.vocab_rows));
   }
@@ -106,33 +106,17 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     seq_rows_.push_back({row_begin, r.count, cache_.layer(0, kv_.block_table(queries[r.query].id).data())});
     if (r.wants_logits) output_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
   }
-  ForwardBatch batch;
-  batch.tokens = tokens_.data();
-  batch.positions = positions_.data();
-  batch.n_tokens = static_cast<int64_t>(tokens_.size());
-  batch.seqs = seq_rows_.data();
-  batch.n_seqs = static_cast<int64_t>(seq_rows_.size());
-  batch.kv_layer_stride = cache_.layer_bytes();
-  batch.output_rows = output_rows_.data();
-  batch.n_outputs = static_cast<int64_t>(output_rows_.size());
   const ModelConfig& c = model_->config();
   const bool part = vocab_rows_ < c.n_vocab;
-  batch.n_vocab_rows = vocab_rows_;
-  logits_.resize(static_cast<size_t>(batch.n_outputs * vocab_rows_));
-  if (part) {
-    hidden_.resize(static_cast<size_t>(batch.n_outputs * c.n_embd));
-    batch.hidden = hidden_.data();
-  }
-  validate_batch(*model_, scratch_, batch);
   const auto begin = std::chrono::steady_clock::now();
-  forward(*model_, scratch_, batch, logits_.data());
+  forward_rows(*model_, scratch_, tokens_, positions_, seq_rows_, cache_.layer_bytes(), output_rows_, logits_,
+               vocab_rows_, part ? &hidden_ : nullptr);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
   // A new prompt's catch-up is a prefill (a GEMM over hundreds of rows): priced with it, a
   // guess's pass would look cheap per row and dear in fixed cost, so only drafting passes count.
   const bool drafting = std::ranges::none_of(queries, [](const Query& q) { return q.n_draft == 0; });
   if (drafting) cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
-  std::vector<float> rare_logits;
   for (const Rows& r : rows) {
     if (!r.wants_logits) continue;
     const float* row = logits_.data() + k * vocab_rows_;
@@ -141,7 +125,7 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     float max = *top;
     // The request's rare tokens, scored as the head would (its rows in f32 against the row's
     // final state; soft-capped where the model caps its logits).
-    rare_logits.clear();
+    rare_logits_.clear();
     if (part) {
       const SequenceDraft& s = seqs_.at(queries[r.query].id);
       const float* h = hidden_.data() + k * c.n_embd;
@@ -156,7 +140,7 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
         float z = 0.0f;
         for (float v : part_sums) z += v;
         if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
-        rare_logits.push_back(z);
+        rare_logits_.push_back(z);
         if (z > max) {
           max = z;
           best = s.rare[i];
@@ -170,7 +154,7 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
     for (int64_t t = 0; t < vocab_rows_; ++t) {
       if (row[t] > max - 16.0f) sum += std::exp(row[t] - max);
     }
-    for (float z : rare_logits) {
+    for (float z : rare_logits_) {
       if (z > max - 16.0f) sum += std::exp(z - max);
     }
     next[r.query] = best;

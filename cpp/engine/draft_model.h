@@ -82,7 +82,7 @@ class ModelDrafter : public DraftModel {
   // Reused every call.
   std::vector<int32_t> tokens_, positions_, output_rows_;
   std::vector<SequenceRows> seq_rows_;
-  std::vector<float> logits_, hidden_;
+  std::vector<float> logits_, hidden_, rare_logits_;
   int64_t vocab_rows_ = 0;         // tokens every guess scores; n_vocab: all
   const uint8_t* head_ = nullptr;  // the output head's rows as in the file (for the rare tokens)
   DType head_type_ = DType::f32;

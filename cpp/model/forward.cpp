@@ -51,8 +51,7 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
     throw InvalidArgument(
         cat("[model] the sequences cover ", next_row, " of the batch's ", b.n_tokens, " rows"));
   }
-  if (b.n_vocab_rows != 0 && (b.n_vocab_rows < 0 || b.n_vocab_rows > n_vocab ||
-                              (b.n_vocab_rows != n_vocab && b.n_vocab_rows % kVocabRowsAlign != 0))) {
+  if (b.n_vocab_rows != 0 && !valid_vocab_rows(b.n_vocab_rows, n_vocab)) {
     throw InvalidArgument(cat("[model] logits of ", b.n_vocab_rows, " tokens asked for; the vocabulary has ",
                               n_vocab, ", and a part of it must be a multiple of ", kVocabRowsAlign));
   }
@@ -78,7 +77,8 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
 
 void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
                   std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
-                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out) {
+                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out,
+                  int64_t n_vocab_rows, std::vector<float>* hidden) {
   if (positions.size() != tokens.size()) {
     throw InvalidArgument(
         cat("[model] a batch has ", tokens.size(), " tokens and ", positions.size(), " positions"));
@@ -92,8 +92,13 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
   batch.kv_layer_stride = kv_layer_stride;
   batch.output_rows = output_rows.data();
   batch.n_outputs = static_cast<int64_t>(output_rows.size());
+  batch.n_vocab_rows = n_vocab_rows;
   validate_batch(model, scratch, batch);
   const ModelConfig& c = model.config();
+  if (hidden) {
+    hidden->resize(static_cast<size_t>(batch.n_outputs * c.n_embd));
+    batch.hidden = hidden->data();
+  }
   out.resize(
       static_cast<size_t>(batch.n_outputs * (c.is_encoder() ? c.n_embd : batch.vocab_rows(c.n_vocab))));
   forward(model, scratch, batch, out.data());

@@ -28,9 +28,12 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
 // What every caller of a batched pass does: lays its rows out as a ForwardBatch — tokens and
 // positions [n_rows], seqs covering the rows in order with K/V layers kv_layer_stride bytes
 // apart, ascending output_rows [n_outputs] — validates it (validate_batch), sizes `out` to
-// [n_outputs, n_vocab] (an encoder: [n_outputs, n_embd]) and runs forward() into it.
+// [n_outputs, n_vocab] (an encoder: [n_outputs, n_embd]) and runs forward() into it. With
+// n_vocab_rows, logits of that many leading tokens only ([n_outputs, n_vocab_rows]); with
+// `hidden`, sized to [n_outputs, n_embd], the final states too (ForwardBatch's fields).
 void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
                   std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
-                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out);
+                  int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out,
+                  int64_t n_vocab_rows = 0, std::vector<float>* hidden = nullptr);
 
 }  // namespace ember

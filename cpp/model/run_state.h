@@ -76,4 +76,10 @@ struct ForwardBatch {
 // a multiple of this (the CPU packs 16 rows together).
 inline constexpr int64_t kVocabRowsAlign = 64;
 
+// Whether logits of the first `rows` of n_vocab tokens can be asked for: all of them, or a
+// multiple of kVocabRowsAlign below that.
+inline bool valid_vocab_rows(int64_t rows, int64_t n_vocab) {
+  return rows == n_vocab || (rows > 0 && rows < n_vocab && rows % kVocabRowsAlign == 0);
+}
+
 }  // namespace ember

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -188,31 +189,20 @@ TEST(part_of_the_vocabulary_and_the_final_states) {
   std::vector<int32_t> positions(n);
   std::iota(positions.begin(), positions.end(), 0);
   const std::vector<int32_t> outputs = {3, 8};
-  auto run = [&](int64_t n_vocab_rows, float* hidden) {
+  auto run = [&](int64_t n_vocab_rows, std::vector<float>* hidden) {
     PagedKVCache cache(model->backend(), c.n_layer, c.n_head_kv, c.head_dim, 1, n);
     Scratch scratch(model->backend(), c, n);
-    SequenceRows seq;
-    seq.n_rows = n;
-    seq.kv = cache.layer(0, nullptr);
-    ForwardBatch batch;
-    batch.tokens = tokens.data();
-    batch.positions = positions.data();
-    batch.n_tokens = n;
-    batch.seqs = &seq;
-    batch.n_seqs = 1;
-    batch.kv_layer_stride = cache.layer_bytes();
-    batch.output_rows = outputs.data();
-    batch.n_outputs = 2;
-    batch.n_vocab_rows = n_vocab_rows;
-    batch.hidden = hidden;
-    validate_batch(*model, scratch, batch);
-    std::vector<float> logits(static_cast<size_t>(2 * batch.vocab_rows(c.n_vocab)));
-    forward(*model, scratch, batch, logits.data());
+    const SequenceRows seq{0, n, cache.layer(0, nullptr)};
+    std::vector<float> logits;
+    forward_rows(*model, scratch, tokens, positions, std::span(&seq, 1), cache.layer_bytes(), outputs, logits,
+                 n_vocab_rows, hidden);
     return logits;
   };
   const std::vector<float> all = run(0, nullptr);
-  std::vector<float> hidden(static_cast<size_t>(2 * c.n_embd));
-  const std::vector<float> part = run(64, hidden.data());
+  std::vector<float> hidden;
+  const std::vector<float> part = run(64, &hidden);
+  CHECK_EQ(std::ssize(part), 2 * 64);
+  CHECK_EQ(std::ssize(hidden), 2 * c.n_embd);
   const GGUFTensorInfo* head = model->file().find_tensor(model->weights().tied_output ? "token_embd.weight"
                                                                                       : "output.weight");
   std::vector<float> w(static_cast<size_t>(c.n_embd));
