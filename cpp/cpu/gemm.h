@@ -27,6 +27,10 @@ WeightPackFn gemm_weight_packer_avx2(DType type);  // these types' GEMMs also ta
 // its activations must share one scale per super-block (ActFormat::q8a_k).
 bool gemm_sums_super_blocks_avx2(DType type);
 
+// The avx2 signed types' GEMMs (gemm_act_tiled_avx2) read their activations as int16 tiles.
+ActTiling act_tiling_avx2();
+bool gemm_act_tiled_avx2(DType type);
+
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);
 int64_t panel_bytes_avx512(int64_t n_in);

@@ -5,9 +5,9 @@
 // 2-5 bit types. The 4-bit one-scale types sum a whole block in 16 bits and take it group by
 // group across R <= 6 rows (kGroupOuter). The packed K-quants (q4_k, q6_k) sum a whole
 // super-block in int32 with their integer scales against activations that share one scale per
-// super-block (tile_k). Signed types (q8_0, iq4_nl) widen every group, take R <= 8 rows per tile
-// and keep |q| in the panel beside q; packed q8_0 reads the packed layout without a panel up to
-// kDirectMaxRows rows (see signed_block and gemm_quant).
+// super-block (tile_k). Signed types (q8_0, iq4_nl) widen every group (signed_block) where they
+// read the packed layout without a panel (decode, and packed q8_0 up to kDirectMaxRows rows); their
+// GEMM multiplies int16 pairs of weights and activations instead (gemm_wide).
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -42,18 +42,18 @@ constexpr int groups_per_widen() {
 template <typename F>
 constexpr bool kGroupOuter = !kSigned<F> && !F::kSub16 && groups_per_widen<F>() == 8;
 
-// Rows per GEMM tile. Signed types keep only R int32 sums and the current group's q and |q| in
-// registers (signed_block), so 8 rows fit, and each q serves twice as many rows.
+// Rows per GEMM tile of the unsigned types (the signed ones: kWideRows).
 template <typename F>
-constexpr int kTileRows = kSigned<F>       ? 8
-                          : kGroupOuter<F> ? 6
-                                           : kMaxRows;
+constexpr int kTileRows = kGroupOuter<F> ? 6 : kMaxRows;
 
-// Packed signed types read the packed layout directly (as decode does) up to this many rows: the
-// tiles then undo the bias and take |q| themselves, which costs less than packing a panel that
-// serves few row tiles (measured on Zen 5, n_in 2048 and 5632: direct reads are faster up to 48
-// rows, the two about even at 64, the panel faster from 80).
-constexpr int64_t kDirectMaxRows = 64;
+// Packed signed types read the packed layout directly (as decode does) up to this many rows, in
+// tiles of kDirectRows: the tiles then undo the bias and take |q| themselves, which costs less than
+// widening a panel that serves few row tiles. kernel_bench 2048 x 5632 q8_0, 1 thread, Zen 4,
+// alternating runs, ms direct / wide: 4 rows 0.76-0.97 / 1.44-1.51, 8 rows 1.46-1.92 / 2.06-2.10,
+// 16 rows 3.05-3.81 / 3.43-3.74, 24 rows 4.59-5.02 / 4.91-4.95, 32 rows 6.08-7.64 / 6.10-6.15,
+// 48 rows 9.0-11.3 / 8.5-8.6, 64 rows 11.8-11.9 / 10.7.
+constexpr int64_t kDirectMaxRows = 32;
+constexpr int kDirectRows = 8;  // signed_block keeps only R int32 sums and the group's q, |q| live
 
 inline __m256i bcast_group(const BlockQ8A& a, int g) {
   int32_t v;
@@ -66,35 +66,17 @@ inline __m256i bcast_group(const BlockQ8A& a, int g) {
 // panel's scale vectors.
 struct Block8 {
   __m256i w[8];
-  __m256i abs_w[8];  // signed types, where the source's kAbs says it holds them
   __m256 scale0, scale1, coef_s, coef_s_lo;
 };
 
-// Signed types' panels hold |q| beside each block (after the n_blocks Panel blocks), so that
-// the tiles of every row take it from there.
-struct PanelAbs {
-  uint8_t u[8][kCols][4];  // |q| of the block's Panel::u
-};
-
-// A source hands tile_quant its blocks one at a time: prefetch(b), then load(b, x). Signed types'
-// sources say whether load fills abs_w (kAbs).
-
-// Blocks from packed panels (the GEMM's); abs: the blocks' |q| where kHasAbs (signed types).
-template <bool kHasAbs>
+// Blocks from packed panels (the unsigned types' GEMM).
 struct PanelSource {
-  static constexpr bool kAbs = kHasAbs;
   const Panel* panel;
-  const PanelAbs* abs;
   void prefetch(int64_t) const {}  // the panel is in L1
   void load(int64_t b, Block8* x) const {
     const Panel& p = panel[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) x->w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[g]));
-    if constexpr (kAbs) {
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g)
-        x->abs_w[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(abs[b].u[g]));
-    }
     x->scale0 = _mm256_load_ps(p.scale[0]);
     x->scale1 = _mm256_load_ps(p.scale[1]);
     x->coef_s = _mm256_load_ps(p.coef_s);
@@ -160,7 +142,6 @@ struct PackedSource<FormatQ4_1> {
 
 template <>
 struct PackedSource<FormatQ8_0> {
-  static constexpr bool kAbs = false;  // the tiles take |q| themselves
   const PackedQ8_0* blocks;
   int h;
   void prefetch(int64_t b) const { packed_prefetch(blocks + b, h); }
@@ -353,13 +334,13 @@ constexpr bool kPacked = std::is_same_v<F, FormatQ4_0> || std::is_same_v<F, Form
 // so every group widens at once; the integer sums are exact, so their order leaves the bits
 // alone, and the float operations are the unsigned types' (one fmadd of the converted dot by
 // scale0 * d per block).
-template <int R, bool kAbs>
+template <int R>
 inline void signed_block(const Block8& p, const BlockQ8A* const* rows, int64_t b, __m256* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i sum[R];
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
-    const __m256i abs_w = kAbs ? p.abs_w[g] : _mm256_sign_epi8(p.w[g], p.w[g]);
+    const __m256i abs_w = _mm256_sign_epi8(p.w[g], p.w[g]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256i a = _mm256_sign_epi8(bcast_group(rows[r][b], g), p.w[g]);
@@ -486,7 +467,7 @@ void tile_quant(const Source* sources, int64_t n_blocks, const uint8_t* act, int
       Block8 p;
       sources[h].load(b, &p);
       if constexpr (kSigned<F>) {
-        signed_block<R, Source::kAbs>(p, rows, b, acc[h]);
+        signed_block<R>(p, rows, b, acc[h]);
       } else {
         unsigned_block<R, F>(p, rows, b, acc[h]);
       }
@@ -630,12 +611,12 @@ void decode_packed(const GemmArgs& g, int64_t c0, int64_t c_end) {
 }
 
 // Packed signed types from kMaxRows to kDirectMaxRows rows, as decode_packed but in row tiles of
-// up to kTileRows: each 16-column group once, its row tiles one after the other (the group's
+// up to kDirectRows: each 16-column group once, its row tiles one after the other (the group's
 // blocks stay in cache for the later ones).
 template <typename F>
 void direct_packed(const GemmArgs& g) {
   static_assert(kSigned<F>);
-  constexpr int kRows = kTileRows<F>;
+  constexpr int kRows = kDirectRows;
   using Block = std::remove_cvref_t<PackedBlock<F>>;
   const int64_t n_blocks = g.n_in / 32;
   for (int64_t c0 = g.col_begin; c0 < g.col_end;) {
@@ -691,15 +672,114 @@ void pack_panel_k(const PackedSource<F>& source, int64_t n_blocks, PanelU* u, Su
   }
 }
 
-// abs[n_blocks] = |q| of a signed type's panel[n_blocks].
-void pack_panel_abs(const Panel* panel, int64_t n_blocks, PanelAbs* abs) {
+// Signed types' GEMM (from kMaxRows rows; packed q8_0 past kDirectMaxRows): products in int16.
+// |q| <= 128 and |a| <= 127, so vpmaddwd multiplies pairs of elements straight into int32: 2
+// operations per 16 MACs (madd, add) where the int8 form (signed_block) takes 4 per 32 (sign,
+// maddubs, madd, add), and on Zen 4 three of those four share two pipes: loops of 16 independent
+// sign, maddubs or madd take 2.2 ns alike, and 8 rows x 8 columns x 4 elements take 3.5 ns in the
+// int8 form against 2.8 in this one (asm loops, activations broadcast from L1). The weight panel
+// and the activation tiles (ActTiling, packed once per matmul) hold int16 pairs, twice the bytes.
+// The block's int32 sums are the same integers as signed_block's and the float operations the
+// same, so a row's result does not depend on the path. kernel_bench q8_0 pp, 1 thread, Zen 4,
+// GFLOP/s over 5 alternating runs: 2048 x 5632 120-127 -> 141-146, iq4_nl 125-127 -> 141-145;
+// 2 threads 2048 x 5632 235-251 -> 280-289, 5632 x 2048 247-250 -> 264-275.
+constexpr int kWideRows = 8;
+
+// One 32-element block of a tile of kWideRows activation rows: pairs[p][r] holds elements 2p and
+// 2p + 1 of row r as int16 (the lower in the low half), d[r] its scale.
+struct WideActBlock {
+  int32_t pairs[16][kWideRows];
+  float d[kWideRows];
+};
+
+// One 32-element block of 8 weight columns, as WideActBlock: pairs[p][c], scale[c].
+struct WidePanelBlock {
+  alignas(32) int32_t pairs[16][kCols];
+  float scale[kCols];
+};
+
+int64_t wide_act_bytes(int64_t n_rows, int64_t n_in) {
+  return (n_rows + kWideRows - 1) / kWideRows * (n_in / 32) * int64_t(sizeof(WideActBlock));
+}
+
+// ActTiling::pack of the layout: tiles [tile_begin, tile_end) of the BlockQ8A rows, rows past
+// n_rows zero.
+void pack_wide_act(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
+                   int64_t tile_begin, int64_t tile_end, uint8_t* out) {
+  const int64_t n_blocks = n_in / 32;
+  auto* tiles = reinterpret_cast<WideActBlock*>(out);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    WideActBlock* dst = tiles + t * n_blocks;
+    for (int r = 0; r < kWideRows; ++r) {
+      const int64_t row = t * kWideRows + r;
+      const auto* src = reinterpret_cast<const BlockQ8A*>(act + row * act_row_bytes);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        alignas(32) int32_t pairs[16] = {};  // elements 2p, 2p + 1 as int16, in the order they lie
+        if (row < n_rows) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[b].qs));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(pairs),
+                             _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8),
+                             _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
+        }
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) dst[b].pairs[p][r] = pairs[p];
+        dst[b].d[r] = row < n_rows ? src[b].d : 0.0f;
+      }
+    }
+  }
+}
+
+// wide[n_blocks] = panel[n_blocks] (a signed type's: q as int8) with its quants as int16 pairs.
+void widen_panel(const Panel* panel, int64_t n_blocks, WidePanelBlock* wide) {
   for (int64_t b = 0; b < n_blocks; ++b) {
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
+      // Lane c: elements 4g .. 4g + 3 of column c, one byte each; as int16 words, word 0 holds
+      // elements 4g, 4g + 1 and word 1 elements 4g + 2, 4g + 3.
       const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(panel[b].u[g]));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(abs[b].u[g]), _mm256_sign_epi8(q, q));
+      const __m256i low = _mm256_srai_epi16(_mm256_slli_epi16(q, 8), 8);  // each word's low byte
+      const __m256i high = _mm256_srai_epi16(q, 8);                       // each word's high byte
+      const __m256i even = _mm256_blend_epi16(low, _mm256_slli_epi32(high, 16), 0xaa);
+      const __m256i odd = _mm256_blend_epi16(_mm256_srli_epi32(low, 16), high, 0xaa);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(wide[b].pairs[2 * g]), even);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(wide[b].pairs[2 * g + 1]), odd);
+    }
+    std::memcpy(wide[b].scale, panel[b].scale[0], sizeof(wide[b].scale));
+  }
+}
+
+// y[R][nc] = the R rows of a tile · the panel's columns; per block the same float operations as
+// signed_block (one fmadd of the converted dot by scale * d).
+template <int R>
+void tile_wide(const WidePanelBlock* panel, const WideActBlock* act, int64_t n_blocks, float* y, int64_t ldy,
+               int nc) {
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const WidePanelBlock& w = panel[b];
+    const WideActBlock& a = act[b];
+    __m256i sum[R];
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) {
+      const __m256i wp = _mm256_load_si256(reinterpret_cast<const __m256i*>(w.pairs[p]));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i prod = _mm256_madd_epi16(wp, _mm256_set1_epi32(a.pairs[p][r]));
+        sum[r] = p == 0 ? prod : _mm256_add_epi32(sum[r], prod);
+        asm("" : "+x"(sum[r]));  // one chain a row, as in signed_block
+      }
+    }
+    const __m256 scale = _mm256_load_ps(w.scale);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(scale, _mm256_set1_ps(a.d[r])),
+                               acc[r]);
     }
   }
+  const __m256(*accs)[R] = &acc;
+  store_tile<R, 1>(accs, y, ldy, &nc);
 }
 
 // Decode-shaped calls (fewer than kMaxRows rows) of packed types: straight from the packed layout.
@@ -725,10 +805,42 @@ void panel_row_tiles(const GemmArgs& g, const Source& panels, int64_t n_blocks, 
   }
 }
 
+// The panel of columns c0 .. c0 + nc of g (nc <= kCols).
+template <typename F>
+void pack_panel(const GemmArgs& g, int64_t c0, int nc, int64_t n_blocks, Panel* panel) {
+  if constexpr (kPacked<F>) {
+    using Block = std::remove_cvref_t<PackedBlock<F>>;
+    const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
+                                 static_cast<int>(c0 % 16 / 8)};
+    pack_panel_from_packed<F>(source, n_blocks, panel);
+  } else {
+    pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc, n_blocks, panel);
+  }
+}
+
+template <typename F>
+void gemm_wide(const GemmArgs& g) {
+  const int64_t n_blocks = g.n_in / 32;
+  auto* panel = static_cast<Panel*>(g.panel);
+  auto* wide = reinterpret_cast<WidePanelBlock*>(panel + n_blocks);
+  const auto* tiles = reinterpret_cast<const WideActBlock*>(g.act_tiles);
+  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+    const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
+    pack_panel<F>(g, c0, nc, n_blocks, panel);
+    widen_panel(panel, n_blocks, wide);
+    for (int64_t r0 = 0; r0 < g.n_rows; r0 += kWideRows) {
+      float* y = g.y + r0 * g.ldy + c0;
+      const WideActBlock* act = tiles + r0 / kWideRows * n_blocks;
+      with_rows<kWideRows>(static_cast<int>(std::min<int64_t>(kWideRows, g.n_rows - r0)),
+                           [&]<int R>() { tile_wide<R>(wide, act, n_blocks, y, g.ldy, nc); });
+    }
+  }
+}
+
 // Packed types: below kMaxRows rows (packed signed types: up to kDirectMaxRows) the tiles read
 // the packed layout directly (decode: the weights stream once, no panel), from there on through a
-// panel packed from it. Both run tile_quant on the same values, so a row's result never depends
-// on the row count.
+// panel packed from it (signed types: gemm_wide). All run the same integer dots and the same float
+// operations on the same values, so a row's result never depends on the row count.
 template <typename F>
 void gemm_quant(const GemmArgs& g) {
   if constexpr (kPacked<F>) {
@@ -737,21 +849,16 @@ void gemm_quant(const GemmArgs& g) {
       if (g.n_rows <= kDirectMaxRows) return direct_packed<F>(g);
     }
   }
-  const int64_t n_blocks = g.n_in / 32;
-  auto* panel = static_cast<Panel*>(g.panel);
-  auto* abs = reinterpret_cast<PanelAbs*>(panel + n_blocks);  // [n_blocks], signed types
-  for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
-    const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
-    if constexpr (kPacked<F>) {
-      using Block = std::remove_cvref_t<PackedBlock<F>>;
-      const PackedSource<F> source{reinterpret_cast<const Block*>(g.w + c0 / 16 * 16 * g.w_row_bytes),
-                                   static_cast<int>(c0 % 16 / 8)};
-      pack_panel_from_packed<F>(source, n_blocks, panel);
-    } else {
-      pack_quant_panel<kCols, F, kSigned<F>>(g.w, g.w_row_bytes, c0, nc[0], n_blocks, panel);
+  if constexpr (kSigned<F>) {
+    return gemm_wide<F>(g);
+  } else {
+    const int64_t n_blocks = g.n_in / 32;
+    auto* panel = static_cast<Panel*>(g.panel);
+    for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
+      const int nc[1] = {static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0))};
+      pack_panel<F>(g, c0, nc[0], n_blocks, panel);
+      panel_row_tiles<F>(g, PanelSource{panel}, n_blocks, c0, nc);
     }
-    if constexpr (kSigned<F>) pack_panel_abs(panel, n_blocks, abs);
-    panel_row_tiles<F>(g, PanelSource<kSigned<F>>{panel, abs}, n_blocks, c0, nc);
   }
 }
 
@@ -856,9 +963,13 @@ GemmFn gemm_kernel_avx2(DType type) {
   return nullptr;
 }
 
+ActTiling act_tiling_avx2() { return {kWideRows, kMaxRows, wide_act_bytes, pack_wide_act}; }
+
+bool gemm_act_tiled_avx2(DType type) { return type == DType::q8_0 || type == DType::iq4_nl; }
+
 int64_t panel_bytes_avx2(int64_t n_in) {
-  static_assert(sizeof(PanelU) + sizeof(SuperK8) / 8 <= sizeof(Panel) + sizeof(PanelAbs));  // gemm_k's panel
-  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel) + sizeof(PanelAbs)) * (n_in / 32),
+  static_assert(sizeof(PanelU) + sizeof(SuperK8) / 8 <= sizeof(Panel) + sizeof(WidePanelBlock));  // gemm_k's
+  return std::max<int64_t>(static_cast<int64_t>(sizeof(Panel) + sizeof(WidePanelBlock)) * (n_in / 32),
                            static_cast<int64_t>(sizeof(float)) * kCols * n_in);
 }
 

@@ -38,6 +38,7 @@ IsaKernels make_table() {
   t.level = IsaLevel::avx2;
   t.quantize_act = quantize_act_x86;
   t.panel_bytes = panel_bytes_avx2;
+  t.act_tiling = act_tiling_avx2();
   auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
   set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx2});
   set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx2});
@@ -60,6 +61,7 @@ IsaKernels make_table() {
     // Packed types' GEMMs stream the packed weights for 1..3 rows, with the same bits.
     t.types[i].pack = gemm_weight_packer_avx2(static_cast<DType>(i));
     t.types[i].gemm_any_rows = t.types[i].pack != nullptr;
+    t.types[i].act_tiled = gemm_act_tiled_avx2(static_cast<DType>(i));
   }
   return t;
 }

@@ -213,13 +213,14 @@ void run_case(const Case& c, const IsaKernels& kernels, ThreadPool& pool, std::m
 }
 
 // From matmul_exact_min_rows(type) rows on (1 where the GEMM takes any row count), a row's
-// output must be the same bits whether it came with few rows or in a batch of 40 (the engine pads
-// smaller batches to that count and relies on it; 40 rows take amx's tile path where amx is
-// active). Where the answer is above 1, one row alone must differ somewhere: otherwise the
+// output must be the same bits whether it came with few rows or in a batch of 70 (the engine pads
+// smaller batches to the first count and relies on it; 70 rows take amx's tile path where amx is
+// active, and avx2's int16 GEMM for the packed signed types, which read the packed layout up to
+// 64). Where the answer is above 1, one row alone must differ somewhere: otherwise the
 // engine would pad for nothing, and a wrong answer would go unnoticed.
 void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_64& rng,
                       const std::vector<DType>& types) {
-  const int64_t kRows = 40;
+  const int64_t kRows = 70;
   for (DType type : types) {
     const int64_t min_rows = matmul_exact_min_rows(kernels, type);
     bool single_differs = false;
@@ -334,7 +335,7 @@ std::vector<Case> all_cases() {
   const char* shapes = std::getenv("EMBER_TEST_SHAPES");
   const bool small = shapes != nullptr && std::strcmp(shapes, "small") == 0;
   const std::vector<int64_t> rows = small ? std::vector<int64_t>{1, 5, 17}
-                                          : std::vector<int64_t>{1, 3, 17, 64};
+                                          : std::vector<int64_t>{1, 3, 17, 64, 70};
   const std::vector<int64_t> outs = small ? std::vector<int64_t>{1, 19} : std::vector<int64_t>{1, 7, 37};
   const std::vector<int64_t> small_ins = small ? std::vector<int64_t>{96, 256}
                                                : std::vector<int64_t>{96, 256, 544};
