@@ -31,6 +31,9 @@ bool gemm_sums_super_blocks_avx2(DType type);
 ActTiling act_tiling_avx2();
 bool gemm_act_tiled_avx2(DType type);
 
+// The avx512 float GEMMs (f32, f16, bf16 weights) read their activations in these tiles.
+ActTiling float_tiling_avx512();
+
 // Bytes of panel scratch one thread needs for rows of n_in weights.
 int64_t panel_bytes_avx2(int64_t n_in);
 int64_t panel_bytes_avx512(int64_t n_in);

@@ -41,12 +41,12 @@ struct ScratchLayout {
   int64_t total() const { return act_bytes + tiles_bytes + panel_bytes * n_parts; }
 };
 
-ScratchLayout scratch_layout(const IsaKernels& kernels, bool q8a, bool tiled, bool gemm, int64_t n_rows,
-                             int64_t n_in, int n_threads) {
+ScratchLayout scratch_layout(const IsaKernels& kernels, const ActTiling& tiling, bool q8a, bool tiled,
+                             bool gemm, int64_t n_rows, int64_t n_in, int n_threads) {
   ScratchLayout l;
   l.n_parts = n_threads > 1 ? n_threads * kGemmPartsPerThread : 1;
   if (q8a) l.act_bytes = round_up(n_rows * (n_in / 32) * int64_t(sizeof(BlockQ8A)), 64);
-  if (tiled) l.tiles_bytes = round_up(kernels.act_tiling.bytes(n_rows, n_in), 64);
+  if (tiled) l.tiles_bytes = round_up(tiling.bytes(n_rows, n_in), 64);
   if (gemm && kernels.panel_bytes) l.panel_bytes = round_up(kernels.panel_bytes(n_in), 64);
   return l;
 }
@@ -74,9 +74,13 @@ int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype) {
 
 int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads) {
   // The largest of any weight type's needs: q8a activations, tiles where the table has them, panels.
-  const ActTiling& tiling = kernels.act_tiling;
-  const bool tiled = tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
-  return scratch_layout(kernels, true, tiled, true, n_rows, n_in, n_threads).total();
+  int64_t bytes = 0;
+  for (const ActTiling* tiling : {&kernels.act_tiling, &kernels.float_tiling}) {
+    const bool tiled = tiling->tile_rows > 0 && n_rows >= tiling->min_rows;
+    bytes = std::max(bytes,
+                     scratch_layout(kernels, *tiling, true, tiled, true, n_rows, n_in, n_threads).total());
+  }
+  return bytes;
 }
 
 const IsaKernels& active_kernels() {
@@ -135,7 +139,7 @@ void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_ou
   const TypeKernels& k0 = kernels.of(outs[0].wtype);
   const bool use_gemm = uses_gemm(k0, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
-  const ActTiling& tiling = kernels.act_tiling;
+  const ActTiling& tiling = is_quantized(k0.act) ? kernels.act_tiling : kernels.float_tiling;
   const bool tiled = use_gemm && k0.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
   // Weights share the call only where they take the activations in the same form on the same path.
   for (int i = 1; i < n_outs; ++i) {
@@ -148,39 +152,41 @@ void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_ou
   }
 
   // The only allocation of the call, if any (see MatmulWorkspace), before any kernel runs.
-  const ScratchLayout layout = scratch_layout(kernels, is_quantized(k0.act), tiled, use_gemm, n_rows, n_in,
-                                              pool.n_threads());
+  const ScratchLayout layout = scratch_layout(kernels, tiling, is_quantized(k0.act), tiled, use_gemm, n_rows,
+                                              n_in, pool.n_threads());
   uint8_t* const scratch = workspace.reserve(layout.total());
   uint8_t* const act_tiles = scratch + layout.act_bytes;   // [tiling.bytes(n_rows, n_in)]
   uint8_t* const panels = act_tiles + layout.tiles_bytes;  // [layout.n_parts][panel_bytes]
 
-  // Activations in the kernels' format: [n_rows][act_row_bytes].
+  // Activations in the kernels' format: [n_rows][act_row_bytes], and their tiles where tiled.
+  const bool quantized = is_quantized(k0.act);
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   int64_t act_row_bytes = n_in * static_cast<int64_t>(sizeof(float));
-  if (is_quantized(k0.act)) {
+  if (quantized) {
     act_row_bytes = (n_in / 32) * static_cast<int64_t>(sizeof(BlockQ8A));
-    uint8_t* q = scratch;  // [n_rows][act_row_bytes]
+    act = scratch;  // [n_rows][act_row_bytes]
+  }
+  if (quantized || tiled) {
     // Rows are handed out in whole tiles, so each thread packs the tiles of the rows it just
     // quantized (still in its cache).
     const int64_t unit = tiled ? tiling.tile_rows : 1;
     const int64_t n_units = (n_rows + unit - 1) / unit;
-    auto quantize_units = [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
-        kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(q + r * act_row_bytes), n_in,
+    auto prepare_units = [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin * unit; quantized && r < std::min(end * unit, n_rows); ++r) {
+        kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(scratch + r * act_row_bytes), n_in,
                              act_blocks_per_scale(k0.act));
       }
-      if (tiled) tiling.pack(q, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
+      if (tiled) tiling.pack(act, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };
     if (n_rows * n_in <= kInlineQuantizeElements) {
-      quantize_units(0, n_units);  // a few rows: not worth waking the workers twice
+      prepare_units(0, n_units);  // a few rows: not worth waking the workers twice
     } else {
       pool.run([&](int ith, int nth) {
         int64_t begin, end;
         split_range(n_units, ith, nth, &begin, &end);
-        quantize_units(begin, end);
+        prepare_units(begin, end);
       });
     }
-    act = q;
   }
 
   // The outputs' columns in units (GEMM panels of gemm_cols columns, or single columns for

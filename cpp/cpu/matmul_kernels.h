@@ -47,16 +47,18 @@ struct GemmArgs {
 };
 using GemmFn = void (*)(const GemmArgs& args);
 
-// A GEMM layout of the quantized activations in tiles of `tile_rows` rows, made once per
-// matmul (shared by every thread) when a table's GEMMs want one: AMX loads 16 rows of one block's
-// quants as one tile, which is slow from BlockQ8A rows 44 bytes apart per block.
+// A GEMM layout of the activations in tiles of `tile_rows` rows, made once per matmul (shared by
+// every thread) when a table's GEMMs want one: AMX loads 16 rows of one block's quants as one
+// tile, which is slow from BlockQ8A rows 44 bytes apart per block; the AVX-512 float GEMMs
+// broadcast a tile's R values of one element from one cache line instead of R rows apart.
 struct ActTiling {
   int64_t tile_rows = 0;  // 0: the GEMMs read the BlockQ8A rows directly
   int64_t min_rows = 0;   // smaller matmuls leave act_tiles null (the GEMMs then read the rows)
   // Bytes of the whole layout for n_rows rows of n_in elements.
   int64_t (*bytes)(int64_t n_rows, int64_t n_in) = nullptr;
-  // Writes tiles [tile_begin, tile_end) of `act` ([n_rows][act_row_bytes] BlockQ8A rows) into
-  // `out` (64-byte aligned); rows past n_rows in the last tile are zero.
+  // Writes tiles [tile_begin, tile_end) of `act` ([n_rows][act_row_bytes] rows in the
+  // activation format of the tiling: BlockQ8A for act_tiling, f32 for float_tiling) into `out`
+  // (64-byte aligned).
   void (*pack)(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in, int64_t tile_begin,
                int64_t tile_end, uint8_t* out) = nullptr;
 };
@@ -72,7 +74,8 @@ struct TypeKernels {
   // The GEMM also takes 1..3 rows, and each row's result is then bit-identical whatever the
   // row count (see matmul_exact_min_rows).
   bool gemm_any_rows = false;
-  // The GEMM reads the table's ActTiling layout (from act_tiling.min_rows rows on).
+  // The GEMM reads the table's ActTiling layout of its activation format (act_tiling or
+  // float_tiling), from that tiling's min_rows rows on.
   bool act_tiled = false;
   // The layout matmul() reads this type's weights in: nullptr, the file's rows; otherwise the
   // packed layout of weight_pack.h, which this packer writes from the file's rows (once, at
@@ -87,6 +90,7 @@ struct IsaKernels {
   QuantizeActFn quantize_act = nullptr;
   int64_t (*panel_bytes)(int64_t n_in) = nullptr;  // GEMM scratch per thread
   ActTiling act_tiling;                            // for the q8a GEMMs
+  ActTiling float_tiling;                          // for the f32-activation GEMMs
   TypeKernels types[kNumDTypeIds];
 
   const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }

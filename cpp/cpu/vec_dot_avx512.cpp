@@ -30,6 +30,7 @@ IsaKernels make_table() {
   t.level = IsaLevel::avx512;
   t.quantize_act = quantize_act_x86;
   t.panel_bytes = panel_bytes_avx512;
+  t.float_tiling = float_tiling_avx512();
   auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
   set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx512});
   set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx512});
@@ -51,6 +52,7 @@ IsaKernels make_table() {
     // The quantized GEMMs take few rows without panels (gemm_avx512.cpp: gemv_quant), the float GEMMs
     // read their weights packed at load: any row count, the same bits.
     t.types[i].gemm_any_rows = is_quantized(t.types[i].act) || t.types[i].pack != nullptr;
+    t.types[i].act_tiled = t.types[i].act == ActFormat::f32;
   }
   return t;
 }

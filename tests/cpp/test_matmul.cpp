@@ -409,9 +409,10 @@ void check_level(IsaLevel level) {
   const IsaKernels& kernels = *isa_kernels(level);
   ThreadPool pool(2);  // odd n_out and panel counts give uneven splits
   for (const Case& c : all_cases()) run_case(c, kernels, pool, rng());
-  std::vector<DType> quant_types(std::begin(kSmallTypes), std::end(kSmallTypes));
-  quant_types.insert(quant_types.end(), std::begin(kKTypes), std::end(kKTypes));
-  check_rows_exact(kernels, pool, rng(), quant_types);
+  std::vector<DType> types(std::begin(kSmallTypes), std::end(kSmallTypes));
+  types.insert(types.end(), std::begin(kKTypes), std::end(kKTypes));
+  types.insert(types.end(), std::begin(kFloatTypes), std::end(kFloatTypes));
+  check_rows_exact(kernels, pool, rng(), types);
   check_matmul_many(kernels, pool, rng());
   if (level == IsaLevel::amx) check_amx_bit_identical(pool, rng());
   std::printf("isa %s: %d passed, %d failed\n", isa_name(level), test::n_expects_passed(),
