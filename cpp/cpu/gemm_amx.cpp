@@ -260,7 +260,7 @@ IsaKernels make_table() {
   (void)cpu_features();
   IsaKernels t = isa_kernels_avx512();
   t.level = IsaLevel::amx;
-  t.act_tiling = {kTileRows, kMinRows, act_tiles_bytes, pack_act_tiles};
+  t.act_tiling = {kTileRows, kMinRows, 0, act_tiles_bytes, pack_act_tiles};
   for (const GemmEntry& e : kGemms) {
     t.types[static_cast<uint32_t>(e.type)].gemm = e.fn;
     t.types[static_cast<uint32_t>(e.type)].act_tiled = true;

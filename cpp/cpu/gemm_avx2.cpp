@@ -969,7 +969,7 @@ GemmFn gemm_kernel_avx2(DType type) {
 // rows, which read the BlockQ8A rows instead: one threshold serves both types, and the unused
 // tiles cost q8_0 nothing measurable (kernel_bench 2048 x 5632, 1 thread, 4 / 8 / 16 rows:
 // 0.752 / 1.498 / 3.064 ms without them, 0.763 / 1.495 / 3.071 with).
-ActTiling act_tiling_avx2() { return {kWideRows, kMaxRows, wide_act_bytes, pack_wide_act}; }
+ActTiling act_tiling_avx2() { return {kWideRows, kMaxRows, 0, wide_act_bytes, pack_wide_act}; }
 
 bool gemm_act_tiled_avx2(DType type) { return type == DType::q8_0 || type == DType::iq4_nl; }
 

@@ -376,8 +376,11 @@ void gemm_quant(const GemmArgs& g) {
 // and more at about half speed: kernel_bench f16 4096 x 16384, 2 threads, Zen 4, two runs, ms
 // rows apart / tiled: 8 rows 6.1-6.8 / 6.4, 10 rows 7.4-8.0 / 6.6-6.7, 12 rows 10.6-12.4 / 7.8,
 // 16 rows 13.9-15.7 / 10.4-10.6, 24 rows 18.9-25.1 / 15.0-15.4, pp512 131-134 -> 172-195 GFLOP/s;
-// the 1.1B f16 (n_in 2048, 5632) pp512 93-95 -> 102-113 t/s. SmolLM2's rows (576 floats) fit L1
-// either way: its f16 pp512 and verification steps measured the same.
+// the 1.1B f16 (n_in 2048, 5632) pp512 93-95 -> 102-113 t/s. Where 12 rows fit L1 the rows serve
+// as well, and packing tiles cost SmolLM2 f16 (n_in 576) 2-5% of an 8-row verification step, so
+// rows shorter than kFloatTileMinIn stay as they are.
+constexpr int64_t kFloatTileMinIn = 1024;
+
 int64_t float_tiles_bytes(int64_t n_rows, int64_t n_in) { return n_rows * n_in * int64_t(sizeof(float)); }
 
 void pack_float_tiles(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
@@ -394,11 +397,15 @@ void pack_float_tiles(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows,
 }
 
 // Float weights, packed at load (weight_pack.h: a column group is [n_in][16] values, the panel
-// itself): y[R][16] = x[R][k] * group[k][16] (x: a tile of pack_float_tiles), one broadcast FMA
-// per row and element, in k order from zero, so a row's result does not depend on the rows that
-// come with it. Load converts 16 values.
+// itself): y[R][16] = x[R][k] * group[k][16], one broadcast FMA per row and element, in k order
+// from zero, so a row's result does not depend on the rows that come with it. x: a tile of
+// pack_float_tiles (ldx 0), else rows ldx floats apart. Load converts 16 values.
 template <typename Load, int R>
-void tile_float(const uint8_t* group, int64_t n_in, const float* x, float* y, int64_t ldy, int nc) {
+void tile_float(const uint8_t* group, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
+                int nc) {
+  // Element k of row r lies at x[k * step + r * ldx].
+  const int64_t step = ldx == 0 ? R : 1;
+  if (ldx == 0) ldx = 1;
   __m512 acc[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -408,14 +415,14 @@ void tile_float(const uint8_t* group, int64_t n_in, const float* x, float* y, in
                  _MM_HINT_T0);
     const __m512 w = Load::load16(group, k);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[k * R + r]), acc[r]);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[k * step + r * ldx]), acc[r]);
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, acc[r]);
 }
 
-using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, float*, int64_t, int);
+using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*, int64_t, int);
 template <typename Load>
 constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {nullptr,
                                                    tile_float<Load, 1>,
@@ -434,12 +441,19 @@ constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {nullptr,
 template <typename Load>
 void gemm_float(const GemmArgs& g) {
   const auto* tiles = reinterpret_cast<const float*>(g.act_tiles);
+  const auto* x = reinterpret_cast<const float*>(g.act);
+  const int64_t ldx = g.act_row_bytes / static_cast<int64_t>(sizeof(float));
   for (int64_t c0 = g.col_begin; c0 < g.col_end; c0 += kCols) {
     const int nc = static_cast<int>(std::min<int64_t>(kCols, g.col_end - c0));
     const uint8_t* group = g.w + c0 * g.w_row_bytes;  // column group c0 / 16 of the packed layout
     for (int64_t r0 = 0; r0 < g.n_rows; r0 += kMaxRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
-      kFloatTiles<Load>[nr](group, g.n_in, tiles + r0 * g.n_in, g.y + r0 * g.ldy + c0, g.ldy, nc);
+      float* y = g.y + r0 * g.ldy + c0;
+      if (tiles) {
+        kFloatTiles<Load>[nr](group, g.n_in, tiles + r0 * g.n_in, 0, y, g.ldy, nc);
+      } else {
+        kFloatTiles<Load>[nr](group, g.n_in, x + r0 * ldx, ldx, y, g.ldy, nc);
+      }
     }
   }
 }
@@ -503,7 +517,9 @@ GemmFn gemm_kernel_avx512(DType type) {
   return nullptr;
 }
 
-ActTiling float_tiling_avx512() { return {kMaxRows, 1, float_tiles_bytes, pack_float_tiles}; }
+ActTiling float_tiling_avx512() {
+  return {kMaxRows, 1, kFloatTileMinIn, float_tiles_bytes, pack_float_tiles};
+}
 
 int64_t panel_bytes_avx512(int64_t n_in) { return static_cast<int64_t>(sizeof(Panel)) * (n_in / 32); }
 

@@ -76,7 +76,7 @@ int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_
   // The largest of any weight type's needs: q8a activations, tiles where the table has them, panels.
   int64_t bytes = 0;
   for (const ActTiling* tiling : {&kernels.act_tiling, &kernels.float_tiling}) {
-    const bool tiled = tiling->tile_rows > 0 && n_rows >= tiling->min_rows;
+    const bool tiled = tiling->used(n_rows, n_in);
     bytes = std::max(bytes,
                      scratch_layout(kernels, *tiling, true, tiled, true, n_rows, n_in, n_threads).total());
   }
@@ -140,7 +140,7 @@ void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_ou
   const bool use_gemm = uses_gemm(k0, n_rows);
   // The GEMM's own activation layout, if it has one: [tiles of tiling.tile_rows rows].
   const ActTiling& tiling = is_quantized(k0.act) ? kernels.act_tiling : kernels.float_tiling;
-  const bool tiled = use_gemm && k0.act_tiled && tiling.tile_rows > 0 && n_rows >= tiling.min_rows;
+  const bool tiled = use_gemm && k0.act_tiled && tiling.used(n_rows, n_in);
   // Weights share the call only where they take the activations in the same form on the same path.
   for (int i = 1; i < n_outs; ++i) {
     const TypeKernels& k = kernels.of(outs[i].wtype);

@@ -53,7 +53,11 @@ using GemmFn = void (*)(const GemmArgs& args);
 // broadcast a tile's R values of one element from one cache line instead of R rows apart.
 struct ActTiling {
   int64_t tile_rows = 0;  // 0: the GEMMs read the BlockQ8A rows directly
-  int64_t min_rows = 0;   // smaller matmuls leave act_tiles null (the GEMMs then read the rows)
+  int64_t min_rows = 0;   // smaller matmuls leave act_tiles null (the GEMMs then read the rows),
+  int64_t min_n_in = 0;   // and so do shorter rows
+  bool used(int64_t n_rows, int64_t n_in) const {
+    return tile_rows > 0 && n_rows >= min_rows && n_in >= min_n_in;
+  }
   // Bytes of the whole layout for n_rows rows of n_in elements.
   int64_t (*bytes)(int64_t n_rows, int64_t n_in) = nullptr;
   // Writes tiles [tile_begin, tile_end) of `act` ([n_rows][act_row_bytes] rows in the
@@ -75,7 +79,7 @@ struct TypeKernels {
   // row count (see matmul_exact_min_rows).
   bool gemm_any_rows = false;
   // The GEMM reads the table's ActTiling layout of its activation format (act_tiling or
-  // float_tiling), from that tiling's min_rows rows on.
+  // float_tiling) where that tiling is used (ActTiling::used).
   bool act_tiled = false;
   // The layout matmul() reads this type's weights in: nullptr, the file's rows; otherwise the
   // packed layout of weight_pack.h, which this packer writes from the file's rows (once, at

@@ -224,7 +224,8 @@ void check_rows_exact(const IsaKernels& kernels, ThreadPool& pool, std::mt19937_
   for (DType type : types) {
     const int64_t min_rows = matmul_exact_min_rows(kernels, type);
     bool single_differs = false;
-    for (int64_t n_in : {256, 768}) {
+    // 1280: past the avx512 float GEMMs' kFloatTileMinIn, so they read their activation tiles.
+    for (int64_t n_in : {256, 768, 1280}) {
       for (int64_t n_out : {1, 16, 37, 100}) {
         const std::vector<uint8_t> w = kernel_layout(kernels, type, random_weights(type, n_in, n_out, rng),
                                                      n_in, n_out, pool);
@@ -341,7 +342,7 @@ std::vector<Case> all_cases() {
                                                : std::vector<int64_t>{96, 256, 544};
   const std::vector<int64_t> k_ins = small ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 768};
   const std::vector<int64_t> float_ins = small ? std::vector<int64_t>{72, 100}
-                                               : std::vector<int64_t>{72, 256, 100};
+                                               : std::vector<int64_t>{72, 256, 100, 1056};
   std::vector<Case> cases;
   for (int64_t n_rows : rows) {
     for (int64_t n_out : outs) {
