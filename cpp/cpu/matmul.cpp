@@ -18,8 +18,8 @@ namespace {
 // every weight block once per row in vec_dot.
 constexpr int64_t kGemmMinRows = 4;
 
-// Up to this many activations are quantized by the calling thread alone: about 15 us of work,
-// less than a round trip through the thread pool (decode and speculative verification steps).
+// Up to this many activations are quantized (and tiled) by the calling thread alone: about 15 us
+// of work, less than a round trip through the thread pool (decode and verification steps).
 constexpr int64_t kInlineQuantizeElements = 32768;
 
 // A prefill-shaped GEMM (from kGemmPartsMinRows rows: compute-bound; decode keeps one stream of

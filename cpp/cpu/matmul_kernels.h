@@ -52,7 +52,7 @@ using GemmFn = void (*)(const GemmArgs& args);
 // tile, which is slow from BlockQ8A rows 44 bytes apart per block; the AVX-512 float GEMMs
 // broadcast a tile's R values of one element from one cache line instead of R rows apart.
 struct ActTiling {
-  int64_t tile_rows = 0;  // 0: the GEMMs read the BlockQ8A rows directly
+  int64_t tile_rows = 0;  // 0: the GEMMs read the rows directly
   int64_t min_rows = 0;   // smaller matmuls leave act_tiles null (the GEMMs then read the rows),
   int64_t min_n_in = 0;   // and so do shorter rows
   bool used(int64_t n_rows, int64_t n_in) const {
