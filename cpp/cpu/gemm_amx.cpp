@@ -84,27 +84,17 @@ int64_t act_tiles_bytes(int64_t n_rows, int64_t n_in) {
 
 void pack_act_tiles(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
                     int64_t tile_begin, int64_t tile_end, uint8_t* out) {
-  const int64_t n_blocks = n_in / 32;
-  auto* tiles = reinterpret_cast<ActTileBlock*>(out);
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    ActTileBlock* dst = tiles + t * n_blocks;
-    for (int r = 0; r < kTileRows; ++r) {
-      const int64_t row = t * kTileRows + r;
-      if (row >= n_rows) {
-        for (int64_t b = 0; b < n_blocks; ++b) {
-          std::memset(dst[b].qs[r], 0, 32);
-          dst[b].d[r] = dst[b].s[r] = 0.0f;
-        }
-        continue;
-      }
-      const auto* src = reinterpret_cast<const BlockQ8A*>(act + row * act_row_bytes);
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        std::memcpy(dst[b].qs[r], src[b].qs, 32);
-        dst[b].d[r] = src[b].d;
-        dst[b].s[r] = src[b].s;
-      }
-    }
-  }
+  for_each_tile_row<kTileRows, ActTileBlock>(act, act_row_bytes, n_rows, n_in, tile_begin, tile_end, out,
+                                             [](ActTileBlock& dst, int r, const BlockQ8A* a) {
+                                               if (a == nullptr) {  // past n_rows
+                                                 std::memset(dst.qs[r], 0, 32);
+                                                 dst.d[r] = dst.s[r] = 0.0f;
+                                                 return;
+                                               }
+                                               std::memcpy(dst.qs[r], a->qs, 32);
+                                               dst.d[r] = a->d;
+                                               dst.s[r] = a->s;
+                                             });
 }
 
 // int32 dots of one block for one row tile: [16 rows][16 columns].

@@ -708,28 +708,21 @@ int64_t wide_act_bytes(int64_t n_rows, int64_t n_in) {
 // n_rows zero.
 void pack_wide_act(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
                    int64_t tile_begin, int64_t tile_end, uint8_t* out) {
-  const int64_t n_blocks = n_in / 32;
-  auto* tiles = reinterpret_cast<WideActBlock*>(out);
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    WideActBlock* dst = tiles + t * n_blocks;
-    for (int r = 0; r < kWideRows; ++r) {
-      const int64_t row = t * kWideRows + r;
-      const auto* src = reinterpret_cast<const BlockQ8A*>(act + row * act_row_bytes);
-      for (int64_t b = 0; b < n_blocks; ++b) {
+  for_each_tile_row<kWideRows, WideActBlock>(
+      act, act_row_bytes, n_rows, n_in, tile_begin, tile_end, out,
+      [](WideActBlock& dst, int r, const BlockQ8A* a) {
         alignas(32) int32_t pairs[16] = {};  // elements 2p, 2p + 1 as int16, in the order they lie
-        if (row < n_rows) {
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[b].qs));
+        if (a != nullptr) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a->qs));
           _mm256_store_si256(reinterpret_cast<__m256i*>(pairs),
                              _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)));
           _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8),
                              _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
         }
 #pragma GCC unroll 16
-        for (int p = 0; p < 16; ++p) dst[b].pairs[p][r] = pairs[p];
-        dst[b].d[r] = row < n_rows ? src[b].d : 0.0f;
-      }
-    }
-  }
+        for (int p = 0; p < 16; ++p) dst.pairs[p][r] = pairs[p];
+        dst.d[r] = a != nullptr ? a->d : 0.0f;
+      });
 }
 
 // wide[n_blocks] = panel[n_blocks] (a signed type's: q as int8) with its quants as int16 pairs.

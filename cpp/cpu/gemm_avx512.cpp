@@ -372,13 +372,13 @@ void gemm_quant(const GemmArgs& g) {
 // Float activations in tiles of up to kMaxRows rows (float_tiling): tile t holds rows
 // r0 = t * kMaxRows .. r0 + R - 1 (R = kMaxRows but in the last tile) as [n_in][R], from float
 // r0 * n_in on, so that the R values the R rows' FMAs broadcast for one element share a cache line.
-// Read from R rows n_in floats apart instead, each a stream of its own, the tiles ran at 12 rows
-// and more at about half speed: kernel_bench f16 4096 x 16384, 2 threads, Zen 4, two runs, ms
-// rows apart / tiled: 8 rows 6.1-6.8 / 6.4, 10 rows 7.4-8.0 / 6.6-6.7, 12 rows 10.6-12.4 / 7.8,
-// 16 rows 13.9-15.7 / 10.4-10.6, 24 rows 18.9-25.1 / 15.0-15.4, pp512 131-134 -> 172-195 GFLOP/s;
-// the 1.1B f16 (n_in 2048, 5632) pp512 93-95 -> 102-113 t/s. Where 12 rows fit L1 the rows serve
-// as well, and packing tiles cost SmolLM2 f16 (n_in 576) 2-5% of an 8-row verification step, so
-// rows shorter than kFloatTileMinIn stay as they are.
+// Read from R rows n_in floats apart instead, each a stream of its own, the tiles of 11 and 12
+// rows ran far slower: kernel_bench f16 4096 x 16384, 2 threads, Zen 4, two alternating runs, ms
+// rows apart / tiled: 8 rows 5.0-5.2 / 5.1, 12 rows 9.5-9.7 / 7.1, 16 rows 12.2 / 9.7-9.8, 24
+// rows 19.0 / 14.0-14.1, pp512 168-172 -> 226 GFLOP/s; the 1.1B f16 (n_in 2048, 5632) pp512
+// 93-95 -> 102-113 t/s. Where 12 rows fit L1 the rows serve as well, and packing the tiles took
+// 3% of SmolLM2 f16's (n_in 576) 8-row verification steps (perf), so rows shorter than
+// kFloatTileMinIn stay as they are.
 constexpr int64_t kFloatTileMinIn = 1024;
 
 int64_t float_tiles_bytes(int64_t n_rows, int64_t n_in) { return n_rows * n_in * int64_t(sizeof(float)); }
@@ -399,13 +399,10 @@ void pack_float_tiles(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows,
 // Float weights, packed at load (weight_pack.h: a column group is [n_in][16] values, the panel
 // itself): y[R][16] = x[R][k] * group[k][16], one broadcast FMA per row and element, in k order
 // from zero, so a row's result does not depend on the rows that come with it. x: a tile of
-// pack_float_tiles (ldx 0), else rows ldx floats apart. Load converts 16 values.
-template <typename Load, int R>
+// pack_float_tiles (kTiled), else rows ldx floats apart. Load converts 16 values.
+template <typename Load, bool kTiled, int R>
 void tile_float(const uint8_t* group, int64_t n_in, const float* x, int64_t ldx, float* y, int64_t ldy,
                 int nc) {
-  // Element k of row r lies at x[k * step + r * ldx].
-  const int64_t step = ldx == 0 ? R : 1;
-  if (ldx == 0) ldx = 1;
   __m512 acc[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -415,7 +412,9 @@ void tile_float(const uint8_t* group, int64_t n_in, const float* x, int64_t ldx,
                  _MM_HINT_T0);
     const __m512 w = Load::load16(group, k);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[k * step + r * ldx]), acc[r]);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(kTiled ? x[k * R + r] : x[r * ldx + k]), acc[r]);
+    }
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
 #pragma GCC unroll 12
@@ -423,20 +422,13 @@ void tile_float(const uint8_t* group, int64_t n_in, const float* x, int64_t ldx,
 }
 
 using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*, int64_t, int);
-template <typename Load>
-constexpr FloatTileFn kFloatTiles[kMaxRows + 1] = {nullptr,
-                                                   tile_float<Load, 1>,
-                                                   tile_float<Load, 2>,
-                                                   tile_float<Load, 3>,
-                                                   tile_float<Load, 4>,
-                                                   tile_float<Load, 5>,
-                                                   tile_float<Load, 6>,
-                                                   tile_float<Load, 7>,
-                                                   tile_float<Load, 8>,
-                                                   tile_float<Load, 9>,
-                                                   tile_float<Load, 10>,
-                                                   tile_float<Load, 11>,
-                                                   tile_float<Load, 12>};
+template <typename Load, bool kTiled, size_t... R>
+constexpr std::array<FloatTileFn, kMaxRows + 1> float_tiles(std::index_sequence<R...>) {
+  return {nullptr, tile_float<Load, kTiled, int(R) + 1>...};
+}
+// kFloatTiles<Load, kTiled>[R]: the tile of R rows.
+template <typename Load, bool kTiled>
+constexpr auto kFloatTiles = float_tiles<Load, kTiled>(std::make_index_sequence<kMaxRows>());
 
 template <typename Load>
 void gemm_float(const GemmArgs& g) {
@@ -450,9 +442,9 @@ void gemm_float(const GemmArgs& g) {
       const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, g.n_rows - r0));
       float* y = g.y + r0 * g.ldy + c0;
       if (tiles) {
-        kFloatTiles<Load>[nr](group, g.n_in, tiles + r0 * g.n_in, 0, y, g.ldy, nc);
+        kFloatTiles<Load, true>[nr](group, g.n_in, tiles + r0 * g.n_in, 0, y, g.ldy, nc);
       } else {
-        kFloatTiles<Load>[nr](group, g.n_in, x + r0 * ldx, ldx, y, g.ldy, nc);
+        kFloatTiles<Load, false>[nr](group, g.n_in, x + r0 * ldx, ldx, y, g.ldy, nc);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cpu/block_formats_x86.h"
+#include "cpu/quantize_act.h"
 
 namespace ember::cpu {
 namespace {
@@ -34,6 +35,24 @@ inline void prefetch_packed(const Block* p) {
   constexpr auto kHint = sizeof(Block) > 1024 ? _MM_HINT_T1 : _MM_HINT_T0;
   const char* ahead = reinterpret_cast<const char*>(p) + kPackedPrefetchBytes;
   for (int64_t line = 0; line < int64_t(sizeof(Block)); line += 64) _mm_prefetch(ahead + line, kHint);
+}
+
+// ActTiling::pack's walk over BlockQ8A rows: tiles [tile_begin, tile_end) of kRows rows, each
+// n_in / 32 Blocks (one 32-element block of the tile's rows) from out on; fn(block, r, a) for every
+// row r of every block, a the row's BlockQ8A there, or nullptr for rows past n_rows.
+template <int kRows, typename Block, typename Fn>
+void for_each_tile_row(const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t n_in,
+                       int64_t tile_begin, int64_t tile_end, uint8_t* out, Fn&& fn) {
+  const int64_t n_blocks = n_in / 32;
+  auto* tiles = reinterpret_cast<Block*>(out);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    Block* dst = tiles + t * n_blocks;
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = t * kRows + r;
+      const auto* src = row < n_rows ? reinterpret_cast<const BlockQ8A*>(act + row * act_row_bytes) : nullptr;
+      for (int64_t b = 0; b < n_blocks; ++b) fn(dst[b], r, src ? src + b : nullptr);
+    }
+  }
 }
 
 // One 32-element block of NC columns.

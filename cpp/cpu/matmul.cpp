@@ -172,9 +172,11 @@ void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_ou
     const int64_t unit = tiled ? tiling.tile_rows : 1;
     const int64_t n_units = (n_rows + unit - 1) / unit;
     auto prepare_units = [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin * unit; quantized && r < std::min(end * unit, n_rows); ++r) {
-        kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(scratch + r * act_row_bytes), n_in,
-                             act_blocks_per_scale(k0.act));
+      if (quantized) {
+        for (int64_t r = begin * unit; r < std::min(end * unit, n_rows); ++r) {
+          kernels.quantize_act(x + r * n_in, reinterpret_cast<BlockQ8A*>(scratch + r * act_row_bytes), n_in,
+                               act_blocks_per_scale(k0.act));
+        }
       }
       if (tiled) tiling.pack(act, act_row_bytes, n_rows, n_in, begin, end, act_tiles);
     };
