@@ -1,7 +1,7 @@
 """Speculative decoding, ember against llama.cpp on the same files, threads and prompts, in one
 run: prompt lookup on a copy-heavy request (SmolLM2 Q4_1; llama.cpp's llama-lookup), a draft
 model (SmolLM2 dequantized to f16 as target, the Q4_1 file as draft; llama-speculative),
-Predicted Outputs on a "change one line of this code" request (llama.cpp has no such field;
+Predicted Outputs on two "change one line of this code" requests (llama.cpp has no such field;
 its nearest is llama-lookup over the prompt that holds the code), and 16 concurrent requests
 with and without speculation (ember only): on the engine (copy tasks, and free writing where
 drafts mostly fail; the two engines take turns, a batch each) and through HTTP (`ember serve
@@ -79,6 +79,43 @@ def report(items):
 '''
 EDIT_TASK = ("Change the function restock so that it raises ValueError when amount is negative. "
              "Reply with the whole file and nothing else.\n\n```python\n" + CODE + "```")
+# A second "change one line" request, one SmolLM2-135M carries out: asked for the edit above it
+# rewrites the functions (141-246 of its tokens in common with the file, in five phrasings
+# tried), while this settings file it copies with the new port (and two lines of its own, and a
+# few lines past the end until max_tokens).
+SETTINGS = '''"""Settings of the inventory service."""
+
+HOST = "0.0.0.0"
+PORT = 8080
+DEBUG = False
+LOG_LEVEL = "info"
+LOG_FILE = "/var/log/inventory/service.log"
+DATABASE_URL = "postgresql://inventory:secret@localhost:5432/inventory"
+DATABASE_POOL_SIZE = 10
+DATABASE_TIMEOUT_SECONDS = 30
+CACHE_URL = "redis://localhost:6379/0"
+CACHE_TTL_SECONDS = 300
+MAX_UPLOAD_BYTES = 10485760
+ALLOWED_ORIGINS = ["https://shop.example.com", "https://admin.example.com"]
+SESSION_COOKIE_NAME = "inventory_session"
+SESSION_LIFETIME_HOURS = 12
+PASSWORD_MIN_LENGTH = 12
+RATE_LIMIT_PER_MINUTE = 120
+EMAIL_SENDER = "noreply@example.com"
+EMAIL_SMTP_HOST = "smtp.example.com"
+EMAIL_SMTP_PORT = 587
+LOW_STOCK_THRESHOLD = 5
+REPORT_CURRENCY = "EUR"
+REPORT_TIMEZONE = "Europe/Berlin"
+BACKUP_DIRECTORY = "/var/backups/inventory"
+BACKUP_KEEP_DAYS = 14
+FEATURE_BARCODE_SCANNER = True
+FEATURE_SUPPLIER_PORTAL = False
+FEATURE_AUTO_REORDER = True
+AUTO_REORDER_QUANTITY = 50
+'''
+SETTINGS_TASK = ("```python\n" + SETTINGS + "```\n\nRewrite this file with PORT = 9090 instead of "
+                 "PORT = 8080. Output the complete file.")
 
 
 def peer(cmd: list[str]) -> dict:
@@ -264,6 +301,9 @@ def main() -> None:
         # with its restock line changed back to the original's.
         answer = original.pop("answer")
         edited = answer.replace("    return items[name][0]", "    return items[name][0] + 0", 1)
+        settings_prompt = chat_text(smol, SETTINGS_TASK)
+        settings = prediction_bench(smol, args.threads, SETTINGS_TASK, SETTINGS, 450, args.repetitions)
+        settings["answer_tail"] = settings.pop("answer")[-200:]
         report["prediction"] = {
             "ember, prediction = the original file": original,
             "ember, prediction = the answer with one line changed": {
@@ -274,6 +314,10 @@ def main() -> None:
             "llama.cpp lookup": peer([str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t,
                                       "-n", "450", "--temp", "0", "--spec-draft-n-max", "16",
                                       "-p", prompt]),
+            "ember, settings file, prediction = the original file": settings,
+            "llama.cpp lookup, settings file": peer([
+                str(bin_ / "llama-lookup"), "-m", str(smol), "-t", t, "-n", "450", "--temp", "0",
+                "--spec-draft-n-max", "16", "-p", settings_prompt]),
         }
         print(json.dumps(report["prediction"], indent=1), flush=True)
     if "load" in only:
