@@ -158,8 +158,9 @@ TEST(speculator_backs_off_when_steps_are_compute_bound) {
 // A draft model that guesses token 1 with the probabilities given (then 0.99), as its judge
 // allows, and reports a fixed pass cost.
 struct FixedCostDrafter : DraftModel {
-  explicit FixedCostDrafter(double pass_s, std::vector<float> probabilities = {})
-      : probabilities_(std::move(probabilities)) {
+  // Counts the guesses judged in *n_judged where given (the speculator owns, and frees, the drafter).
+  explicit FixedCostDrafter(double pass_s, std::vector<float> probabilities = {}, int64_t* n_judged = nullptr)
+      : probabilities_(std::move(probabilities)), n_judged_(n_judged) {
     for (int64_t n : {1, 2, 4, 1, 3}) cost_.add(n, pass_s);
   }
   void propose(std::span<Query> queries) override {
@@ -168,7 +169,7 @@ struct FixedCostDrafter : DraftModel {
       q.probabilities.clear();
       for (size_t j = 0; std::ssize(q.drafts) < q.n_draft; ++j) {
         const float p = j < probabilities_.size() ? probabilities_[j] : 0.99f;
-        ++n_judged;
+        if (n_judged_) ++*n_judged_;
         const Query::Verdict v = q.judge ? q.judge(p) : Query::Verdict{true, true};
         if (v.keep) {
           q.drafts.push_back(1);
@@ -182,7 +183,7 @@ struct FixedCostDrafter : DraftModel {
   const StepCostModel& cost() const override { return cost_; }
   StepCostModel cost_;
   std::vector<float> probabilities_;
-  int64_t n_judged = 0;
+  int64_t* n_judged_;
 };
 
 // The drafts a lone prefilled request gets from `drafter` after target steps of 10 ms + 0.1 ms a
@@ -231,16 +232,16 @@ TEST(draft_models_guesses_end_where_their_probability_stops_paying) {
   c.source = DraftSource::draft_model;
   c.draft_max = 8;
   for (const bool unsure_third : {false, true}) {
+    int64_t n_judged = 0;
     auto drafter = std::make_unique<FixedCostDrafter>(
-        0.001, unsure_third ? std::vector<float>{0.99f, 0.99f, 0.1f} : std::vector<float>{});
-    FixedCostDrafter& d = *drafter;
+        0.001, unsure_third ? std::vector<float>{0.99f, 0.99f, 0.1f} : std::vector<float>{}, &n_judged);
     const int64_t n_drafts = drafts_for_a_lone_request(c, std::move(drafter));
     if (unsure_third) {
       CHECK_EQ(n_drafts, 3);
-      CHECK_EQ(d.n_judged, 3);
+      CHECK_EQ(n_judged, 3);
     } else {
       CHECK_EQ(n_drafts, 5);
-      CHECK_EQ(d.n_judged, 5);
+      CHECK_EQ(n_judged, 5);
     }
   }
 }
