@@ -16,6 +16,7 @@ TARGET = "test_model_batch"
 EXPECTED_CASES = ["batched_sequences_match_each_sequence_alone", "invalid_batches_are_refused",
                   "part_of_the_vocabulary_and_the_final_states",
                   "a_draft_model_scores_part_of_the_vocabulary_and_the_requests_own_tokens",
+                  "staged_drafting_guesses_what_a_pass_per_guess_does",
                   "runner_rows_do_not_depend_on_the_batch", "runner_steps_never_allocate_matmul_scratch"]
 
 

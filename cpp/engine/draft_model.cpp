@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "engine/draft_lookup.h"
 #include "model/forward.h"
 #include "quant/types.h"
 
@@ -89,22 +90,20 @@ void ModelDrafter::release(std::span<const RequestId> ids) {
   }
 }
 
-void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
-                       std::span<const int32_t* const> tokens, std::vector<int32_t>& next,
-                       std::vector<float>& prob) {
-  const int64_t n_vocab = model_->config().n_vocab;
+void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries, std::vector<Guess>& guesses) {
   tokens_.clear();
   positions_.clear();
   output_rows_.clear();
   seq_rows_.clear();
   for (const Rows& r : rows) {
     const int64_t row_begin = static_cast<int64_t>(tokens_.size());
-    for (int64_t p = r.start; p < r.start + r.count; ++p) {
-      tokens_.push_back(tokens[r.query][p]);
-      positions_.push_back(static_cast<int32_t>(p));
+    for (int64_t i = 0; i < r.count; ++i) {
+      tokens_.push_back(r.tokens[i]);
+      positions_.push_back(static_cast<int32_t>(r.start + i));
     }
     seq_rows_.push_back({row_begin, r.count, cache_.layer(0, kv_.block_table(queries[r.query].id).data())});
-    if (r.wants_logits) output_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+    for (int64_t i = r.count - r.n_logits; i < r.count; ++i)
+      output_rows_.push_back(static_cast<int32_t>(row_begin + i));
   }
   const ModelConfig& c = model_->config();
   const bool part = vocab_rows_ < c.n_vocab;
@@ -112,61 +111,64 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries,
   forward_rows(*model_, scratch_, tokens_, positions_, seq_rows_, cache_.layer_bytes(), output_rows_, logits_,
                vocab_rows_, part ? &hidden_ : nullptr);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
+  ++n_passes_;
   // A new prompt's catch-up is a prefill (a GEMM over hundreds of rows): priced with it, a
   // guess's pass would look cheap per row and dear in fixed cost, so only drafting passes count.
   const bool drafting = std::ranges::none_of(queries, [](const Query& q) { return q.n_draft == 0; });
   if (drafting) cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
   for (const Rows& r : rows) {
-    if (!r.wants_logits) continue;
-    const float* row = logits_.data() + k * vocab_rows_;
-    const float* top = std::max_element(row, row + vocab_rows_);
-    int32_t best = static_cast<int32_t>(top - row);
-    float max = *top;
-    // The request's rare tokens, scored as the head would (its rows in f32 against the row's
-    // final state; soft-capped where the model caps its logits).
-    rare_logits_.clear();
-    if (part) {
-      const SequenceDraft& s = seqs_.at(queries[r.query].id);
-      const float* h = hidden_.data() + k * c.n_embd;
-      for (size_t i = 0; i < s.rare.size(); ++i) {
-        const float* w = s.rare_rows.data() + i * static_cast<size_t>(c.n_embd);
-        float part_sums[8] = {};  // eight independent sums, for the vector units
-        int64_t e = 0;
-        for (; e + 8 <= c.n_embd; e += 8) {
-          for (int j = 0; j < 8; ++j) part_sums[j] += h[e + j] * w[e + j];
-        }
-        for (; e < c.n_embd; ++e) part_sums[0] += h[e] * w[e];
-        float z = 0.0f;
-        for (float v : part_sums) z += v;
-        if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
-        rare_logits_.push_back(z);
-        if (z > max) {
-          max = z;
-          best = s.rare[i];
+    for (int64_t i = 0; i < r.n_logits; ++i, ++k) {
+      const float* row = logits_.data() + k * vocab_rows_;
+      const float* top = std::max_element(row, row + vocab_rows_);
+      int32_t best = static_cast<int32_t>(top - row);
+      float max = *top;
+      // The request's rare tokens, scored as the head would (its rows in f32 against the row's
+      // final state; soft-capped where the model caps its logits).
+      rare_logits_.clear();
+      if (part) {
+        const SequenceDraft& s = seqs_.at(queries[r.query].id);
+        const float* h = hidden_.data() + k * c.n_embd;
+        for (size_t j = 0; j < s.rare.size(); ++j) {
+          const float* w = s.rare_rows.data() + j * static_cast<size_t>(c.n_embd);
+          float part_sums[8] = {};  // eight independent sums, for the vector units
+          int64_t e = 0;
+          for (; e + 8 <= c.n_embd; e += 8) {
+            for (int x = 0; x < 8; ++x) part_sums[x] += h[e + x] * w[e + x];
+          }
+          for (; e < c.n_embd; ++e) part_sums[0] += h[e] * w[e];
+          float z = 0.0f;
+          for (float v : part_sums) z += v;
+          if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
+          rare_logits_.push_back(z);
+          if (z > max) {
+            max = z;
+            best = s.rare[j];
+          }
         }
       }
+      // The top token's softmax probability (over the tokens scored); logits 16 below the top add
+      // < 1.2e-7 each, so the sum skips them (what they could add in all moves p by well under 1%).
+      float sum = 0.0f;
+      for (int64_t t = 0; t < vocab_rows_; ++t) {
+        if (row[t] > max - 16.0f) sum += std::exp(row[t] - max);
+      }
+      for (float z : rare_logits_) {
+        if (z > max - 16.0f) sum += std::exp(z - max);
+      }
+      guesses.push_back({best, 1.0f / sum});
     }
-    ++k;
-    // The top token's softmax probability (over the tokens scored); logits 16 below the top add
-    // < 1.2e-7 each, so the sum skips them (what they could add in all moves p by well under 1%).
-    float sum = 0.0f;
-    for (int64_t t = 0; t < vocab_rows_; ++t) {
-      if (row[t] > max - 16.0f) sum += std::exp(row[t] - max);
-    }
-    for (float z : rare_logits_) {
-      if (z > max - 16.0f) sum += std::exp(z - max);
-    }
-    next[r.query] = best;
-    prob[r.query] = 1.0f / sum;
   }
 }
 
 void ModelDrafter::propose(std::span<Query> queries) {
   const size_t n_q = queries.size();
-  std::vector<std::vector<int32_t>> work(n_q);  // each query's tokens, then its guesses so far
-  std::vector<const int32_t*> token_ptrs(n_q);
-  std::vector<int64_t> n_known(n_q), start(n_q);
+  // Per query: its tokens, then its guesses so far (work); how many leading positions of work
+  // have valid draft K/V (n_valid); guesses of the last pass not yet judged (pending); what the
+  // next pass feeds it (feed: work[n_valid ..], then tokens prompt lookup expects after them).
+  std::vector<std::vector<int32_t>> work(n_q), feed(n_q);
+  std::vector<std::vector<Guess>> pending(n_q);
+  std::vector<int64_t> n_known(n_q), n_valid(n_q), n_lookahead(n_q, 0);
   std::vector<bool> active(n_q, false);
   for (size_t q = 0; q < n_q; ++q) {
     Query& query = queries[q];
@@ -189,61 +191,106 @@ void ModelDrafter::propose(std::span<Query> queries) {
     // Slots up to the last guess fed back: positions [0, n + n_draft - 1).
     const int64_t n_slots = query.n_draft == 0 ? n - c : n + query.n_draft - 1 - c;
     if (n_slots > 0 && !kv_.allocate_slots({query.id, query.tokens, c}, n_slots)) continue;
-    work[q].assign(query.tokens.begin(), query.tokens.end());
+    work[q].assign(query.tokens.begin(), query.tokens.begin() + n);
     work[q].reserve(static_cast<size_t>(n + query.n_draft));
     n_known[q] = n;
-    start[q] = c;
+    n_valid[q] = c;
     active[q] = true;
   }
-  std::vector<int32_t> next(n_q, -1);
-  std::vector<float> prob(n_q, 0.0f);
-  // Catch-up: every active query's rows from its first invalid position to its last token, in
-  // passes of at most max_batch_rows rows (a long prompt spreads over several).
+  std::vector<Guess> guesses;
   std::vector<Rows> rows;
-  int64_t n_rows = 0;
-  const auto flush = [&] {
-    for (size_t q = 0; q < n_q; ++q) token_ptrs[q] = work[q].data();
-    if (!rows.empty()) run(rows, queries, token_ptrs, next, prob);
+  for (;;) {
+    // Judge what the last pass guessed; then each query that wants more feeds the rest of its
+    // text and its lookahead.
     rows.clear();
-    n_rows = 0;
-  };
-  for (size_t q = 0; q < n_q; ++q) {
-    if (!active[q]) continue;
-    for (int64_t p = start[q]; p < n_known[q];) {
-      const int64_t count = std::min(n_known[q] - p, config_.max_batch_rows - n_rows);
-      rows.push_back({q, p, count, p + count == n_known[q] && queries[q].n_draft > 0});
-      n_rows += count;
-      p += count;
-      if (n_rows == config_.max_batch_rows) flush();
-    }
-  }
-  flush();
-  // Then one row per query and guess: each guess is fed back to get the next, until a query has
-  // its drafts or its judge() ends them (next is -1 once a query is done).
-  std::vector<int64_t> n_fed(n_q, 0);  // guesses fed back, whose K/V is valid if they come true
-  for (int64_t round = 0;; ++round) {
     for (size_t q = 0; q < n_q; ++q) {
-      if (!active[q] || next[q] < 0) continue;
+      if (!active[q]) continue;
       Query& query = queries[q];
-      const int32_t guess = std::exchange(next[q], -1);
-      const Query::Verdict verdict = query.judge ? query.judge(prob[q]) : Query::Verdict{true, true};
-      if (!verdict.keep) continue;
-      work[q].push_back(guess);
-      query.drafts.push_back(guess);
-      query.probabilities.push_back(prob[q]);
-      if (verdict.more && static_cast<int64_t>(query.drafts.size()) < query.n_draft) {
-        rows.push_back({q, n_known[q] + round, 1, true});
-        ++n_fed[q];
+      bool more = true;
+      for (const Guess& g : pending[q]) {
+        const Query::Verdict verdict = query.judge ? query.judge(g.probability) : Query::Verdict{true, true};
+        more = verdict.keep && verdict.more && std::ssize(query.drafts) + 1 < query.n_draft;
+        if (!verdict.keep) break;
+        work[q].push_back(g.token);
+        query.drafts.push_back(g.token);
+        query.probabilities.push_back(g.probability);
+        if (!more) break;
       }
+      pending[q].clear();
+      if (!more) {
+        active[q] = false;
+        continue;
+      }
+      feed[q].assign(work[q].begin() + n_valid[q], work[q].end());
+      n_lookahead[q] = 0;
+      if (query.n_draft > 0 && config_.lookahead > 0) {
+        // Each looked-ahead token the draft agrees with is one more guess: at most the guesses
+        // still wanted after the pass's first.
+        const int64_t n_ahead = std::min(
+            {config_.lookahead, query.n_draft - std::ssize(query.drafts) - 1, config_.max_batch_rows - 1});
+        const std::vector<int32_t> ahead = ngram_drafts(work[q], 2, 4, n_ahead);
+        feed[q].insert(feed[q].end(), ahead.begin(), ahead.end());
+        n_lookahead[q] = std::ssize(ahead);
+      }
+      if (query.n_draft == 0) active[q] = false;  // catching up only: no guesses
     }
-    if (rows.empty()) break;
+    // The feeds in passes of at most max_batch_rows rows (a long prompt's catch-up spreads over
+    // several); a feed's guessing rows (its last 1 + lookahead) stay in one pass.
+    int64_t n_rows = 0;
+    const auto flush = [&] {
+      if (rows.empty()) return;
+      guesses.clear();
+      run(rows, queries, guesses);
+      size_t k = 0;
+      for (const Rows& r : rows) {
+        if (r.n_logits == 0) continue;
+        // Guess i came from the row after looked-ahead token i - 1: it stands while every
+        // looked-ahead token before it was the guess before it.
+        const size_t q = r.query;
+        const int64_t n_ahead = r.n_logits - 1;
+        int64_t n_agree = 0;
+        pending[q].push_back(guesses[k]);
+        const int32_t* ahead = r.tokens + r.count - n_ahead;
+        while (n_agree < n_ahead && ahead[n_agree] == guesses[k + static_cast<size_t>(n_agree)].token) {
+          ++n_agree;
+          pending[q].push_back(guesses[k + static_cast<size_t>(n_agree)]);
+        }
+        n_valid[q] = r.start + r.count - n_ahead + n_agree;
+        k += static_cast<size_t>(r.n_logits);
+      }
+      rows.clear();
+      n_rows = 0;
+    };
+    bool any = false;
+    for (size_t q = 0; q < n_q; ++q) {
+      if (feed[q].empty()) continue;
+      any = true;
+      const int64_t n_feed = std::ssize(feed[q]);
+      const int64_t n_logits = queries[q].n_draft > 0 ? 1 + n_lookahead[q] : 0;
+      for (int64_t i = 0; i < n_feed;) {
+        int64_t count = std::min(n_feed - i, config_.max_batch_rows - n_rows);
+        if (i + count < n_feed) count = std::min(count, n_feed - n_logits - i);  // no guessing row
+        if (count <= 0) {
+          flush();
+          continue;
+        }
+        const bool last = i + count == n_feed;
+        rows.push_back({q, n_valid[q] + i, count, feed[q].data() + i, last ? n_logits : 0});
+        n_rows += count;
+        i += count;
+      }
+      if (n_logits == 0) n_valid[q] += n_feed;
+    }
     flush();
+    for (std::vector<int32_t>& f : feed) f.clear();  // (the passes read them)
+    if (!any) break;
   }
   for (size_t q = 0; q < n_q; ++q) {
-    if (!active[q]) continue;
+    if (n_known[q] == 0) continue;
     SequenceDraft& s = seqs_[queries[q].id];
     s.n_computed = n_known[q];
-    s.speculative.assign(queries[q].drafts.begin(), queries[q].drafts.begin() + n_fed[q]);
+    const int64_t n_fed = std::clamp<int64_t>(n_valid[q] - n_known[q], 0, std::ssize(queries[q].drafts));
+    s.speculative.assign(queries[q].drafts.begin(), queries[q].drafts.begin() + n_fed);
   }
 }
 

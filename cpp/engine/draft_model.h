@@ -1,8 +1,9 @@
 // engine/draft_model.h: the draft-model source of speculation — a small model with the target's
 // vocabulary guessing requests' next tokens greedily, over a paged KV cache of its own (its own
-// block tables and pool, no prefix caching). Batches every request's catch-up rows and then one
-// row per request per guessed token, reporting each guess's probability under the draft (the
-// Query's judge decides from it where a request's guesses end).
+// block tables and pool, no prefix caching). Batches every request's catch-up rows and then a
+// pass per guess (or per run of guesses that prompt lookup foresaw: staged drafting, see
+// DraftModelConfig::lookahead), reporting each guess's probability under the draft (the Query's
+// judge decides from it where a request's guesses end).
 // Engine thread only; knows nothing of the scheduler.
 #pragma once
 
@@ -27,6 +28,12 @@ struct DraftModelConfig {
   // Leading tokens every guess scores (see above): -1 chooses (draft_vocab_rows), 0 all of them,
   // else a multiple of kVocabRowsAlign.
   int64_t vocab_rows = -1;
+  // Staged drafting: a pass that feeds a request's last token also feeds up to this many tokens
+  // that prompt lookup (n-grams of 2 to 4 tokens) expects after it, and keeps the draft's guesses
+  // for as long as they are those tokens. The guesses are the ones a pass per guess would make
+  // (each row sees the tokens before it), in fewer passes where the text repeats. 0: one guess a
+  // pass.
+  int64_t lookahead = 8;
 };
 
 // The leading tokens a draft model with a vocabulary of n_vocab scores for every guess: all of a
@@ -47,6 +54,7 @@ class ModelDrafter : public DraftModel {
   const StepCostModel& cost() const override { return cost_; }
 
   const Model& model() const { return *model_; }
+  int64_t n_passes() const { return n_passes_; }  // forward passes run so far
 
  private:
   struct SequenceDraft {
@@ -61,16 +69,20 @@ class ModelDrafter : public DraftModel {
   static constexpr size_t kMaxRare = 1024;  // (8 MB a request at n_embd 2048)
   // Adds the rare tokens of tokens[s.n_scanned ..] to s.
   void scan_rare(SequenceDraft& s, std::span<const int32_t> tokens) const;
-  // Runs rows[i] = (query, first position, count) through the draft, writing their K/V; for each
-  // row that wants logits, they give its query's next guess (argmax) in `next` and the draft's
-  // probability of it in `prob`.
+  // Runs rows[i] — query `query`'s tokens[0, count) at positions start .. start + count - 1 —
+  // through the draft, writing their K/V; the last n_logits rows of each give guesses (argmax),
+  // appended to `guesses` in row order with the draft's probability of each.
   struct Rows {
     size_t query;
     int64_t start, count;
-    bool wants_logits;
+    const int32_t* tokens;
+    int64_t n_logits;
   };
-  void run(std::span<const Rows> rows, std::span<Query> queries, std::span<const int32_t* const> tokens,
-           std::vector<int32_t>& next, std::vector<float>& prob);
+  struct Guess {
+    int32_t token;
+    float probability;
+  };
+  void run(std::span<const Rows> rows, std::span<Query> queries, std::vector<Guess>& guesses);
 
   std::shared_ptr<const Model> model_;
   DraftModelConfig config_;
@@ -79,6 +91,7 @@ class ModelDrafter : public DraftModel {
   Scratch scratch_;
   std::unordered_map<RequestId, SequenceDraft> seqs_;
   StepCostModel cost_;  // of run() while drafting: seconds by rows
+  int64_t n_passes_ = 0;
   // Reused every call.
   std::vector<int32_t> tokens_, positions_, output_rows_;
   std::vector<SequenceRows> seq_rows_;
