@@ -286,6 +286,11 @@ def main() -> None:
             report["draft"] = {
                 "ember": run_spec_bench(f16, args.n_gen, args.threads, args.repetitions, "draft",
                                         smol, 16),
+                # Free writing, where little of the answer repeats the text before it (so staged
+                # drafting's lookahead rarely saves a draft pass).
+                "ember, free writing": run_spec_bench(
+                    f16, 200, args.threads, args.repetitions, "draft", smol, 16,
+                    task="Write a short story about " + FREE_TOPICS[0] + "."),
                 "llama.cpp plain": peer([str(bin_ / "llama-simple"), "-m", str(f16), "-n",
                                          str(args.n_gen), prompt]),
                 "llama.cpp speculative": peer([
