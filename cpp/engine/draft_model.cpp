@@ -118,47 +118,49 @@ void ModelDrafter::run(std::span<const Rows> rows, std::span<Query> queries, std
   if (drafting) cost_.add(static_cast<int64_t>(tokens_.size()), took.count());
   int64_t k = 0;
   for (const Rows& r : rows) {
+    const SequenceDraft* s = part && r.n_logits > 0 ? &seqs_.at(queries[r.query].id) : nullptr;
     for (int64_t i = 0; i < r.n_logits; ++i, ++k) {
-      const float* row = logits_.data() + k * vocab_rows_;
-      const float* top = std::max_element(row, row + vocab_rows_);
-      int32_t best = static_cast<int32_t>(top - row);
-      float max = *top;
-      // The request's rare tokens, scored as the head would (its rows in f32 against the row's
-      // final state; soft-capped where the model caps its logits).
-      rare_logits_.clear();
-      if (part) {
-        const SequenceDraft& s = seqs_.at(queries[r.query].id);
-        const float* h = hidden_.data() + k * c.n_embd;
-        for (size_t j = 0; j < s.rare.size(); ++j) {
-          const float* w = s.rare_rows.data() + j * static_cast<size_t>(c.n_embd);
-          float part_sums[8] = {};  // eight independent sums, for the vector units
-          int64_t e = 0;
-          for (; e + 8 <= c.n_embd; e += 8) {
-            for (int x = 0; x < 8; ++x) part_sums[x] += h[e + x] * w[e + x];
-          }
-          for (; e < c.n_embd; ++e) part_sums[0] += h[e] * w[e];
-          float z = 0.0f;
-          for (float v : part_sums) z += v;
-          if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
-          rare_logits_.push_back(z);
-          if (z > max) {
-            max = z;
-            best = s.rare[j];
-          }
-        }
-      }
-      // The top token's softmax probability (over the tokens scored); logits 16 below the top add
-      // < 1.2e-7 each, so the sum skips them (what they could add in all moves p by well under 1%).
-      float sum = 0.0f;
-      for (int64_t t = 0; t < vocab_rows_; ++t) {
-        if (row[t] > max - 16.0f) sum += std::exp(row[t] - max);
-      }
-      for (float z : rare_logits_) {
-        if (z > max - 16.0f) sum += std::exp(z - max);
-      }
-      guesses.push_back({best, 1.0f / sum});
+      guesses.push_back(
+          guess(logits_.data() + k * vocab_rows_, part ? hidden_.data() + k * c.n_embd : nullptr, s));
     }
   }
+}
+
+ModelDrafter::Guess ModelDrafter::guess(const float* logits, const float* hidden, const SequenceDraft* s) {
+  const ModelConfig& c = model_->config();
+  const float* top = std::max_element(logits, logits + vocab_rows_);
+  int32_t best = static_cast<int32_t>(top - logits);
+  float max = *top;
+  // The request's rare tokens, scored as the head would (its rows in f32 against the row's final
+  // state; soft-capped where the model caps its logits).
+  rare_logits_.clear();
+  for (size_t j = 0; s && j < s->rare.size(); ++j) {
+    const float* w = s->rare_rows.data() + j * static_cast<size_t>(c.n_embd);
+    float part_sums[8] = {};  // eight independent sums, for the vector units
+    int64_t e = 0;
+    for (; e + 8 <= c.n_embd; e += 8) {
+      for (int x = 0; x < 8; ++x) part_sums[x] += hidden[e + x] * w[e + x];
+    }
+    for (; e < c.n_embd; ++e) part_sums[0] += hidden[e] * w[e];
+    float z = 0.0f;
+    for (float v : part_sums) z += v;
+    if (c.final_softcap > 0.0f) z = c.final_softcap * std::tanh(z / c.final_softcap);
+    rare_logits_.push_back(z);
+    if (z > max) {
+      max = z;
+      best = s->rare[j];
+    }
+  }
+  // The top token's softmax probability (over the tokens scored); logits 16 below the top add
+  // < 1.2e-7 each, so the sum skips them (what they could add in all moves p by well under 1%).
+  float sum = 0.0f;
+  for (int64_t t = 0; t < vocab_rows_; ++t) {
+    if (logits[t] > max - 16.0f) sum += std::exp(logits[t] - max);
+  }
+  for (float z : rare_logits_) {
+    if (z > max - 16.0f) sum += std::exp(z - max);
+  }
+  return {best, 1.0f / sum};
 }
 
 void ModelDrafter::propose(std::span<Query> queries) {

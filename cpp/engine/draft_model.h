@@ -83,6 +83,9 @@ class ModelDrafter : public DraftModel {
     float probability;
   };
   void run(std::span<const Rows> rows, std::span<Query> queries, std::vector<Guess>& guesses);
+  // The guess of one row of logits (the first vocab_rows_ tokens), with request s's rare tokens
+  // scored against the row's final state `hidden` where s is given.
+  Guess guess(const float* logits, const float* hidden, const SequenceDraft* s);
 
   std::shared_ptr<const Model> model_;
   DraftModelConfig config_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string>
@@ -220,6 +221,26 @@ TEST(part_of_the_vocabulary_and_the_final_states) {
   }
 }
 
+// A fresh draft model's guesses for one request of `text` (all n_draft of them, checked), and the
+// forward passes it ran for them.
+struct Drafted {
+  DraftModel::Query query;
+  int64_t n_passes;
+};
+Drafted draft_once(std::shared_ptr<const Model> model, DraftModelConfig config,
+                   const std::vector<int32_t>& text, int64_t n_draft) {
+  config.n_blocks = 64;
+  config.block_size = 16;
+  ModelDrafter drafter(std::move(model), config);
+  std::vector<DraftModel::Query> queries(1);
+  queries[0].id = 1;
+  queries[0].tokens = text;
+  queries[0].n_draft = n_draft;
+  drafter.propose(queries);
+  CHECK_EQ(std::ssize(queries[0].drafts), n_draft);
+  return {queries[0], drafter.n_passes()};
+}
+
 // A draft model that scores the first 64 tokens and its request's own rarer ones guesses what one
 // scoring every token guesses when the request's text holds every token (stories260K: all 512),
 // and where it holds few, guesses only among those and the first 64.
@@ -228,17 +249,8 @@ TEST(a_draft_model_scores_part_of_the_vocabulary_and_the_requests_own_tokens) {
   const int64_t n_vocab = model->config().n_vocab;
   auto guesses = [&](int64_t vocab_rows, const std::vector<int32_t>& text) {
     DraftModelConfig config;
-    config.n_blocks = 64;
-    config.block_size = 16;
     config.vocab_rows = vocab_rows;
-    ModelDrafter drafter(model, config);
-    std::vector<DraftModel::Query> queries(1);
-    queries[0].id = 1;
-    queries[0].tokens = text;
-    queries[0].n_draft = 8;
-    drafter.propose(queries);
-    CHECK_EQ(std::ssize(queries[0].drafts), 8);
-    return queries[0];
+    return draft_once(model, config, text, 8).query;
   };
   std::vector<int32_t> every(static_cast<size_t>(n_vocab - 3));  // each token but the 3 special ones
   std::iota(every.begin(), every.end(), 3);
@@ -261,33 +273,22 @@ TEST(a_draft_model_scores_part_of_the_vocabulary_and_the_requests_own_tokens) {
 // repeat.
 TEST(staged_drafting_guesses_what_a_pass_per_guess_does) {
   auto model = std::shared_ptr<const Model>(Model::load(model_path(), ModelOptions{2}));
-  auto draft = [&](int64_t lookahead, const std::vector<int32_t>& text, int64_t n_draft, int64_t* n_passes) {
+  auto draft = [&](int64_t lookahead, const std::vector<int32_t>& text, int64_t n_draft) {
     DraftModelConfig config;
-    config.n_blocks = 64;
-    config.block_size = 16;
     config.lookahead = lookahead;
-    ModelDrafter drafter(model, config);
-    std::vector<DraftModel::Query> queries(1);
-    queries[0].id = 1;
-    queries[0].tokens = text;
-    queries[0].n_draft = n_draft;
-    drafter.propose(queries);
-    CHECK_EQ(std::ssize(queries[0].drafts), n_draft);
-    *n_passes = drafter.n_passes();
-    return queries[0];
+    return draft_once(model, config, text, n_draft);
   };
-  int64_t n_one = 0, n_staged = 0;
   std::vector<int32_t> story = {1};  // BOS
-  const DraftModel::Query start = draft(0, story, 100, &n_one);
-  CHECK_EQ(n_one, 100);  // the catch-up pass gives the first guess, then a pass per guess
-  story.insert(story.end(), start.drafts.begin(), start.drafts.end());
-  const DraftModel::Query one = draft(0, story, 48, &n_one), staged = draft(8, story, 48, &n_staged);
-  CHECK(one.drafts == staged.drafts);
-  for (size_t j = 0; j < one.drafts.size(); ++j) {
-    CHECK(std::fabs(one.probabilities[j] - staged.probabilities[j]) < 1e-4f);
+  const Drafted start = draft(0, story, 100);
+  CHECK_EQ(start.n_passes, 100);  // the catch-up pass gives the first guess, then a pass per guess
+  story.insert(story.end(), start.query.drafts.begin(), start.query.drafts.end());
+  const Drafted one = draft(0, story, 48), staged = draft(8, story, 48);
+  CHECK(one.query.drafts == staged.query.drafts);
+  for (size_t j = 0; j < one.query.drafts.size(); ++j) {
+    CHECK(std::fabs(one.query.probabilities[j] - staged.query.probabilities[j]) < 1e-4f);
   }
-  CHECK_EQ(n_one, 48);
-  if (!(n_staged < 40)) FAIL(cat("staged drafting took ", n_staged, " passes for 48 guesses"));
+  CHECK_EQ(one.n_passes, 48);
+  if (!(staged.n_passes < 40)) FAIL(cat("staged drafting took ", staged.n_passes, " passes for 48 guesses"));
 }
 
 // One engine step's Batch: each sequence computes tokens[start, end) of its history, with block
