@@ -34,7 +34,7 @@ import httpx
 
 from ember.commands.bench import COPY_TASK, run_spec_bench
 from ember.engine import Engine
-from ember.hub import demo_model_path
+from ember.hub.models import demo_model_path
 from ember.sampling import SamplingParams
 
 PEER_BIN = Path.home() / ".cache/ember-peer/llama.cpp/build/bin"

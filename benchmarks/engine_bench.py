@@ -154,7 +154,7 @@ def main() -> None:
     args = ap.parse_args()
     models = args.models
     if not models:
-        from ember.hub import demo_model_path
+        from ember.hub.models import demo_model_path
 
         models = [demo_model_path(quiet=True)]
         if TINYLLAMA.exists():

@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: the peer build)")
     args = ap.parse_args()
     if args.model is None:
-        from ember.hub import demo_model_path
+        from ember.hub.models import demo_model_path
 
         args.model = str(demo_model_path(quiet=True))
     report: dict = {"mask": [mask_costs(v) for v in [args.model, *args.vocab]]}

@@ -1,6 +1,6 @@
 """Does a stream keep its pace while large request bodies arrive? Starts `ember serve MODEL`,
 then alternates: one streamed completion alone (quiet), and the same stream while a second
-process keeps posting the large bodies of tests/test_server_large_bodies.py (up to 8 MiB each:
+process keeps posting the large bodies of tests/server/test_server_large_bodies.py (up to 8 MiB each:
 parsing, validation, rendering and tokenization work for the server), all but the one that
 submits 64 prompts of 500 tokens (a real generation load, which a stream rightly shares). Prints each round's
 time per output token (TPOT, after the first token) and the loaded/quiet ratio.
@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 SENDER = """
 import sys, threading
 import httpx
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r} + "/server", {tests!r}]
 from test_server_large_bodies import _bodies
 bodies = _bodies()
 client = httpx.Client(base_url={url!r}, timeout=300, limits=httpx.Limits(max_connections=8))

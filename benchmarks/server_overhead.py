@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from test_server_support import start_server  # noqa: E402  (the tests' loopback server helper)
+from server_support import start_server  # noqa: E402  (the tests' loopback server helper)
 
 from ember.server.config import ServerConfig  # noqa: E402
 

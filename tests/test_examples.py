@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server_support import RunningServer, start_server
+from server_support import RunningServer, start_server
 
 from ember.server.config import ServerConfig
 

@@ -21,7 +21,7 @@ from ember._core import (
     Tokenizer,
     UnsupportedError,
 )
-from ember.chat import ChatTemplate, ChatTemplateError
+from ember.chat.template import ChatTemplate, ChatTemplateError
 from ember.embeddings import Embedder
 from ember.engine import Engine, EngineBusy, EngineError, Request
 from ember.llm import LLM

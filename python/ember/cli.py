@@ -24,7 +24,7 @@ for command in (info, pull, bench, convert, quantize, run, chat, serve):
 def main() -> None:
     """Console-script entry point: expected failures print one line, never a traceback."""
     from ember import EmberError
-    from ember.hub import ModelNotFound
+    from ember.hub.errors import ModelNotFound
 
     try:
         app()

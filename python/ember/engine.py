@@ -24,8 +24,9 @@ from pathlib import Path
 from time import perf_counter
 from typing import Union
 
-from ember import _core, chat_templates
-from ember.chat import ChatTemplate
+from ember import _core
+from ember.chat import builtin
+from ember.chat.template import ChatTemplate
 from ember.grammar import GrammarCompiler
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
@@ -290,9 +291,9 @@ class Engine:
                  spec_adaptive: bool = True, device: str | None = None,
                  chat_template: str | None = None) -> None:
         self.path = Path(model_path)
-        # A built-in template's name or a template file (ember.chat_templates), resolved now so
+        # A built-in template's name or a template file (ember.chat.builtin), resolved now so
         # that a bad one fails before the model loads.
-        self._chat_template_override = (chat_templates.resolve(chat_template)
+        self._chat_template_override = (builtin.resolve(chat_template)
                                         if chat_template is not None else None)
         if draft_model is not None and not Path(draft_model).is_file():
             raise FileNotFoundError(f"draft model {str(draft_model)!r}: no such file")

@@ -24,16 +24,16 @@ from typing import Any, Union
 import numpy as np
 
 from ember import _core
-from ember.chat import ChatTemplate, Message
+from ember.chat.template import ChatTemplate, Message
 from ember.embeddings import Embedder, EmbeddingInput, is_embedding_model
 from ember.engine import Engine
 from ember.grammar import Constraint
-from ember.hub import resolve_model
+from ember.hub.models import resolve_model
 from ember.openai_format import Formatter
 from ember.results import Delta, GenerationResult
 from ember.sampling import SamplingParams
-from ember.tool_template import PreparedChat, prepare_chat
-from ember.tools import parse_tools
+from ember.tools.prompt import PreparedChat, prepare_chat
+from ember.tools.request import parse_tools
 
 Prompt = Union[str, Sequence[int]]
 
@@ -46,7 +46,7 @@ class LLM:
                  draft_min: int = 1, device: str | None = None,
                  chat_template: str | None = None) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
-        reference hf://USER/REPO[:QUANT] (see ember.hf_hub), or None for the default demo
+        reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
         model. n_threads defaults to the physical cores, n_ctx (tokens one request may reach)
         to the model's training context capped at 4096; parallel requests run at once over a
         KV cache of kv_size tokens (see ember.engine.Engine). Speculative decoding
@@ -56,7 +56,7 @@ class LLM:
         "vulkan[:N]" or "auto" (default: $EMBER_DEVICE, else "auto": the first GPU, else the CPU;
         an embedding model runs on the CPU, see ember.embeddings.Embedder). chat_template: a
         built-in template's name (gemma, chatml, llama3) or a Jinja file, instead of the
-        model's (see ember.chat_templates)."""
+        model's (see ember.chat.builtin)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         # An embedding model (bert) gets an Embedder instead of the generation engine.
@@ -129,7 +129,7 @@ class LLM:
     def _chat_prompt(self, messages: Sequence[Message], tools: Any, tool_choice: Any,
                      parallel_tool_calls: Any, variables: Mapping[str, Any] | None = None
                      ) -> tuple[list[int], PreparedChat]:
-        """The prompt tokens, and how to read tool calls in the answer (ember.tool_template)."""
+        """The prompt tokens, and how to read tool calls in the answer (ember.tools.prompt)."""
         request = parse_tools(tools, tool_choice, parallel_tool_calls)
         chat = prepare_chat(self.chat_template, self.tokenizer, messages, request)
         text = self.chat_template.render(chat.messages, add_generation_prompt=True,

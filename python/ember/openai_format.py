@@ -7,7 +7,7 @@ chat starts each choice with a {"role": "assistant", "content": ""} delta, then 
 then a chunk with finish_reason and an empty delta; with include_usage one more chunk with
 `choices: []` and the usage; the caller ends with `data: [DONE]`.
 
-With a tool format (a chat offering tools, see ember.tool_calls), each choice's text is parsed
+With a tool format (a chat offering tools, see ember.tools.calls), each choice's text is parsed
 for tool calls: `message.tool_calls` and finish_reason "tool_calls" when the model called one;
 streams send `tool_calls` deltas (index, id, type and name first, then argument fragments) and
 hold back text that may still become a call.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.results import Delta, TokenLogprob, Usage
-from ember.tool_calls import CallDelta, ToolCallStream, ToolFormat, parse
+from ember.tools.calls import CallDelta, ToolCallStream, ToolFormat, parse
 
 
 def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def _download(repo_id: str, revision: str | None) -> Path:
         RevisionNotFoundError,
     )
 
-    from ember.hf_hub import refusal
+    from ember.hub.hf import refusal
 
     try:
         folder = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)

@@ -179,7 +179,7 @@ def bench(
 ) -> None:
     """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench;
     with --spec, generation on a copy-heavy request with and without speculation."""
-    from ember.hub import resolve_model
+    from ember.hub.models import resolve_model
 
     if spec is not None:
         if spec not in ("ngram", "draft", "prediction"):

@@ -110,7 +110,7 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
 def load_llm(model: str | None, threads: int | None, ctx_size: int | None, *,
              spec: str = "none", draft_model: str | None = None, draft_max: int = 16,
              draft_min: int = 1, device: str | None = None, chat_template: str | None = None) -> LLM:
-    from ember.hub import resolve_model
+    from ember.hub.models import resolve_model
     from ember.llm import LLM
 
     if threads is not None and threads <= 0:

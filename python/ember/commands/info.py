@@ -113,7 +113,7 @@ def info(
         return
     if file is None:
         raise typer.BadParameter("give a .gguf file, or --devices", param_hint="FILE")
-    from ember.hub import resolve_model
+    from ember.hub.models import resolve_model
 
     d = describe(resolve_model(file))
     if as_json:

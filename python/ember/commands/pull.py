@@ -19,12 +19,12 @@ def pull(
     """Download a GGUF model into the cache (the Hugging Face one for Hub repos) and print its
     path; all parts of a split GGUF (any of them opens the model). Offline (HF_HUB_OFFLINE=1 or
     no network), finds it in the cache."""
-    from ember.hub import demo_model_path
+    from ember.hub.models import demo_model_path
 
     if ref is None:
         typer.echo(str(demo_model_path()))
         return
-    from ember.hf_hub import fetch, parse_ref
+    from ember.hub.hf import fetch, parse_ref
 
     for path in fetch(parse_ref(ref)):
         typer.echo(str(path))

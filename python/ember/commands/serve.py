@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ember import chat_templates
+from ember.chat import builtin
 from ember.commands.generation_options import CHAT_TEMPLATE_HELP
 from ember.server.config import ServerConfig
 
@@ -165,14 +165,14 @@ def serve(
         help=CHAT_TEMPLATE_HELP, show_default=False)] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
-    from ember.hub import resolve_model
+    from ember.hub.models import resolve_model
     from ember.server.run import serve as run_server
 
     if model is not None:
         model = str(resolve_model(model))  # a missing file fails now, not after listening
     if chat_template is not None:
         try:  # a bad name or file fails now too
-            chat_templates.resolve(chat_template)
+            builtin.resolve(chat_template)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--chat-template") from None
     config = ServerConfig(

@@ -1,5 +1,5 @@
 """The half that the Responses and Messages shapes share: an answer as a list of parts — text,
-and one part per tool call (read by ember.tool_calls' ToolCallStream when the request offered
+and one part per tool call (read by ember.tools.calls' ToolCallStream when the request offered
 tools, as chat completions read them) — in the order the model writes them.
 
 The parts are built delta by delta, for a stream and for a whole response alike, so both hold
@@ -16,7 +16,7 @@ from typing import Any
 from ember.openai_format import call_id
 from ember.results import Delta, GenerationResult
 from ember.server.generation import ChatPrompt
-from ember.tool_calls import ToolCallStream
+from ember.tools.calls import ToolCallStream
 
 
 @dataclass

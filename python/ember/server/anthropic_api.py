@@ -13,7 +13,7 @@ input_json_delta, content_block_stop, message_delta, message_stop). The API key 
 
 A request is translated to a chat-completions body and runs on the chat path
 (generation.prepare_chat: the tools go through the chat template, the answer is read for calls
-by ember.tool_calls, as chat completions do; generation.respond); this module only translates
+by ember.tools.calls, as chat completions do; generation.respond); this module only translates
 and shapes the answer.
 """
 
@@ -112,7 +112,7 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _tools(value: Any) -> list[dict[str, Any]] | None:
-    """Messages' tools ({"name", "description"?, "input_schema"}) in chat's shape; ember.tools
+    """Messages' tools ({"name", "description"?, "input_schema"}) in chat's shape; ember.tools.request
     checks them further. Server tools (a "type" other than "custom") are a 400."""
     if value is None or value == []:
         return None

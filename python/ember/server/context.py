@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request as HTTPRequest
 
 from ember import _core
-from ember.chat import ChatTemplate
+from ember.chat.template import ChatTemplate
 from ember.embeddings import Embedder
 from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
@@ -148,7 +148,7 @@ class AppContext:
     # --- loading and shutdown ------------------------------------------------------------------
 
     def _load_engine(self) -> Engine:
-        from ember.hub import resolve_model
+        from ember.hub.models import resolve_model
 
         c = self.config
         return Engine(resolve_model(c.model), n_threads=c.threads, n_ctx=c.ctx_size,
@@ -187,7 +187,7 @@ class AppContext:
 
     def _load_embedder(self) -> None:
         from ember.embeddings import is_embedding_model
-        from ember.hub import resolve_model
+        from ember.hub.models import resolve_model
 
         assert self.loop is not None
         try:

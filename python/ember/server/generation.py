@@ -23,9 +23,8 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ember import tool_template
-from ember.chat import ChatTemplateError, ChatTemplateLimitError
-from ember.chat_limits import RenderLimits
+from ember.chat.limits import RenderLimits
+from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
 from ember.engine import EngineBusy, EngineError, Request
 from ember.grammar import Constraint, ConstraintError
 from ember.openai_format import Formatter
@@ -43,8 +42,9 @@ from ember.server.protocol import (
     parse_chat_request,
     parse_completion_request,
 )
-from ember.tool_calls import ToolFormat
-from ember.tools import ToolRequest
+from ember.tools import prompt as tool_prompt
+from ember.tools.calls import ToolFormat
+from ember.tools.request import ToolRequest
 
 log = logging.getLogger("ember.server")
 
@@ -371,8 +371,8 @@ class ChatPrompt:
 
 def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context: bool,
                  prefill: str | None = None, add_generation_prompt: bool = True,
-                 tools: ToolRequest | None = None) -> tuple[str, tool_template.PreparedChat]:
-    """Runs in a worker thread: tools into the messages (ember.tool_template), render
+                 tools: ToolRequest | None = None) -> tuple[str, tool_prompt.PreparedChat]:
+    """Runs in a worker thread: tools into the messages (ember.tools.prompt), render
     (bounded), the context bound. With `prefill`, the reply's opening text follows the
     rendered prompt."""
     engine = ctx.require_ready()
@@ -380,7 +380,7 @@ def _render_chat(ctx: AppContext, messages: list[dict[str, Any]], within_context
     bound = _bound(ctx)
     limits = render_limits(bound) if within_context else RenderLimits()
     try:
-        chat = tool_template.prepare_chat(ctx.template, engine.tokenizer, messages, tools)
+        chat = tool_prompt.prepare_chat(ctx.template, engine.tokenizer, messages, tools)
         text = ctx.template.render(chat.messages, add_generation_prompt=add_generation_prompt,
                                    limits=limits, **chat.variables) + (prefill or "") \
             + chat.answer_prefix

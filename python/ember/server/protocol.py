@@ -3,7 +3,7 @@
 Every check names the field (`param`) and says what was expected and what came. Unknown fields
 are ignored (clients send `user`, `metadata`, `store`, ...), but a known option that ember cannot
 honour is an error, never silently dropped (docs/server-fields.md lists every field); chat's
-`tools` are checked by ember.tools. Omitted fields take the server's defaults (--n-predict,
+`tools` are checked by ember.tools.request. Omitted fields take the server's defaults (--n-predict,
 --temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions
 (as OpenAI) and to "until the model stops or the context is full" for chat.
 The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
@@ -20,7 +20,7 @@ from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.llama_fields import check_off, sampler_overrides
-from ember.tools import ToolRequest, ToolsError, parse_tools
+from ember.tools.request import ToolRequest, ToolsError, parse_tools
 
 Prompt = Union[str, list[int]]
 

@@ -10,7 +10,7 @@ response_format. Hosted tools (web search, file search, ...) are a 400.
 
 A request is translated to a chat-completions body and runs on the chat path
 (generation.prepare_chat: the tools go through the chat template, the answer is read for calls
-by ember.tool_calls, as chat completions do; generation.respond); this module only translates
+by ember.tools.calls, as chat completions do; generation.respond); this module only translates
 and shapes the answer.
 """
 
@@ -103,7 +103,7 @@ def _check_unsupported(body: Fields) -> None:
 
 def _tools(value: Any) -> list[dict[str, Any]] | None:
     """Responses' function tools ({"type": "function", "name", "description"?, "parameters"?,
-    "strict"?}) in chat's shape; ember.tools checks them further. Hosted tools are a 400."""
+    "strict"?}) in chat's shape; ember.tools.request checks them further. Hosted tools are a 400."""
     if value is None or value == []:
         return None
     if not isinstance(value, list):

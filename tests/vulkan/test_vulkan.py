@@ -1,0 +1,332 @@
+"""The Vulkan backend against the CPU backend, on whatever Vulkan device this machine has (in CI:
+Mesa's lavapipe, a Vulkan 1.3 device that runs on the CPU, so these tests say nothing about GPU
+speed). Every op on fresh random inputs (tests/cpp/test_backend_ops.cpp, tolerances explained
+there); whole models giving the CPU's greedy text (stories260K, SmolLM2, and a tiny llama in
+every k-quant and iq4_nl); the engine's batching invariance and prefix caching; one device
+submission per engine step; `ember serve --device vulkan`, and the server contract tests on it.
+
+They need a build with the Vulkan backend (pip install . -C cmake.define.EMBER_VULKAN=ON) and a
+Vulkan device: without them they are skipped, unless EMBER_REQUIRE_VULKAN=1 (CI sets it), where
+that is a failure."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import numpy as np
+import pytest
+from conftest import build_cpp_test
+from cpp_cases import run_cases
+from server_support import serve_process
+from test_engine_model import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
+
+from ember import UnsupportedError, _core
+from ember.convert import convert
+from ember.embeddings import Embedder
+from ember.engine import Engine
+from ember.llm import LLM
+from ember.sampling import SamplingParams
+
+
+def vulkan_device() -> str | None:
+    """The first usable Vulkan device of this build and machine ("vulkan:N"), or None."""
+    devices, _notes = _core.devices()
+    usable = [d["device"] for d in devices if d["backend"] == "vulkan" and d["usable"]]
+    return usable[0] if usable else None
+
+
+DEVICE = vulkan_device()
+if DEVICE is None:
+    why = "; ".join(_core.devices()[1]) or "no usable Vulkan device"
+    if os.environ.get("EMBER_REQUIRE_VULKAN") == "1":
+        raise RuntimeError(f"EMBER_REQUIRE_VULKAN=1 but the Vulkan backend cannot run: {why}")
+    pytest.skip(f"no Vulkan: {why}", allow_module_level=True)
+
+WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q2_k", "q3_k",
+                "q4_k", "q5_k", "q6_k")
+OP_CASES = [f"{op}_{t}" for t in WEIGHT_TYPES for op in ("matmul", "get_rows")] + [
+    "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "softcap", "rms_norm", "softmax", "rope",
+    "store_kv_f16", "store_kv_q8_0", "attention_f16", "attention_q8_0", "one_submission_per_download"]
+
+
+@pytest.mark.parametrize("staging", [False, True], ids=["mapped", "staging"])
+def test_every_op_matches_the_cpu(staging: bool) -> None:
+    """staging: device memory written and read through a staging buffer, as on a discrete GPU
+    (lavapipe's memory is host visible, which the backend otherwise maps)."""
+    program = build_cpp_test("test_backend_ops", vulkan=True)
+    env = {"EMBER_VULKAN_STAGING": "1"} if staging else {}
+    os.environ.update(env)
+    try:
+        run_cases(program, OP_CASES, DEVICE)
+    finally:
+        for k in env:
+            del os.environ[k]
+
+
+def greedy(path: Path, device: str, prompt: str, n: int) -> list[int]:
+    with Engine(path, device=device, parallel=1, n_ctx=256) as engine:
+        params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+        return list(engine.generate(prompt, params).tokens)
+
+
+def test_stories_greedy_text_is_the_cpus(stories_path: Path) -> None:
+    for prompt in ("Once upon a time", "The little dog", "Tom and Lily went to the"):
+        cpu, vk = greedy(stories_path, "cpu", prompt, 40), greedy(stories_path, DEVICE, prompt, 40)
+        assert vk == cpu, prompt
+
+
+def logits(path: Path, device: str, tokens: list[int], isa: str | None = None) -> np.ndarray:
+    """Logits of every row of `tokens` on `device` (the CPU capped at `isa`: in a child process,
+    as the ISA is chosen once per process)."""
+    if isa is None:
+        return np.asarray(_core.Model(str(path), device=device).eval(tokens))
+    code = ("import sys, json, numpy as np; from ember import _core; "
+            f"m = _core.Model({str(path)!r}, device={device!r}); "
+            f"np.save(sys.stdout.buffer, np.asarray(m.eval({tokens!r})))")
+    env = dict(os.environ, **({"EMBER_CPU_ISA": isa} if isa else {}))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=600, check=True)
+    return np.load(io.BytesIO(out.stdout))
+
+
+def assert_greedy_is_the_cpus_up_to_near_ties(path: Path, prompt: list[int], n: int,
+                                              allowed: Callable[[list[int], np.ndarray], float]) -> None:
+    """The Vulkan logits stay within allowed(tokens, CPU logits) of the CPU's, and greedy text
+    equals the CPU's up to the first token where the CPU's top two logits are that close."""
+    cpu, vk = (tokens_of(run_all(_core.Engine(str(path), parallel=1, kv_size=256, device=d), [prompt], n)[0])
+               for d in ("cpu", DEVICE))
+    tokens = prompt + cpu
+    ref = logits(path, "cpu", tokens)
+    bound = allowed(tokens, ref)
+    deviation = np.abs(ref - logits(path, DEVICE, tokens)).max()
+    assert deviation <= bound, (path.name, prompt, deviation, bound)
+    for i, (a, b) in enumerate(zip(cpu, vk)):
+        if a == b:
+            continue
+        row = ref[len(prompt) + i - 1]
+        margin = float(row[a] - row[b])
+        print(f"{path.name} {prompt}: token {i} flips ({a} on the CPU, {b} on Vulkan); "
+              f"CPU logit margin {margin:.4f}")
+        assert margin <= 2 * deviation, (path.name, prompt, i, margin, deviation)
+        break
+
+
+def test_smollm2_greedy_text_is_the_cpus_up_to_near_ties(smollm2_path: Path) -> None:
+    """SmolLM2 (Q4_1): the allowed deviation is twice the spread between the CPU backend's own
+    scalar and SIMD kernels (which round activations and sums differently)."""
+
+    def twice_the_cpu_spread(tokens: list[int], ref: np.ndarray) -> float:
+        return 2 * np.abs(ref - logits(smollm2_path, "cpu", tokens, isa="scalar")).max()
+
+    tokenizer = _core.Tokenizer(str(smollm2_path))
+    for prompt in ("The capital of France is", "def fibonacci(n):"):
+        assert_greedy_is_the_cpus_up_to_near_ties(smollm2_path, list(tokenizer.encode(prompt)), 8,
+                                                  twice_the_cpu_spread)
+
+
+def iq4_nl_copy(src: Path, out: Path) -> Path:
+    """`src` (f32) with every 2-D weight of whole blocks of 32 rewritten as iq4_nl, the rest
+    kept. ember (like gguf-py) has no iq4_nl quantizer, so this one picks, per block, the scale
+    that maps the value of largest magnitude onto the codebook's -127 and the nearest codebook
+    entry for each value: a plain, valid iq4_nl file (llama.cpp's quantizer also searches
+    scales, which changes the values, not the format)."""
+    import gguf
+
+    codebook = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                        np.float32)
+    reader = gguf.GGUFReader(src)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    w = gguf.GGUFWriter(str(out), arch)
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.alignment"):
+            continue
+        value = f.contents()
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, value, f.types[0], sub)
+    for t in reader.tensors:
+        a = np.asarray(t.data, np.float32).reshape([int(d) for d in reversed(t.shape)])
+        if a.ndim != 2 or a.shape[-1] % 32 or not t.name.endswith(".weight"):
+            w.add_tensor(t.name, a)
+            continue
+        blocks = a.reshape(-1, 32)
+        big = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
+        d = (big / -127).astype(np.float16)
+        scaled = blocks / np.where(d == 0, 1, d).astype(np.float32)[:, None]
+        q = np.abs(scaled[:, :, None] - codebook).argmin(axis=2).astype(np.uint8)
+        packed = np.concatenate([d.view(np.uint8).reshape(-1, 2), q[:, :16] | (q[:, 16:] << 4)], axis=1)
+        w.add_tensor(t.name, packed.reshape(a.shape[0], -1), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def quantized_tiny_llamas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A random llama whose rows are whole k-quant blocks (hidden 256, ffn 512), quantized by
+    ember's own quantizer to q2_k (q2_k, q3_k, q4_k, q6_k weights), q3_k_m (q3_k, q4_k, q5_k)
+    and q5_k_m (q5_k, q6_k), and an iq4_nl copy."""
+    pytest.importorskip("transformers")
+    from tiny_models import make_model, write_gguf
+
+    from ember.convert import quantize_gguf
+
+    folder = tmp_path_factory.mktemp("tiny-k")
+    f32 = write_gguf(make_model("llama", seed=3, hidden_size=256, intermediate_size=512),
+                     folder / "f32.gguf", "llama")
+    files = {t: quantize_gguf(f32, folder / f"{t}.gguf", t, progress=False).path
+             for t in ("q2_k", "q3_k_m", "q5_k_m")}
+    files["iq4_nl"] = iq4_nl_copy(f32, folder / "iq4_nl.gguf")
+    return files
+
+
+@pytest.mark.parametrize("file_type", ["q2_k", "q3_k_m", "q5_k_m", "iq4_nl"])
+def test_k_quant_and_iq4_nl_models_give_the_cpus_greedy_text(quantized_tiny_llamas: dict[str, Path],
+                                                              file_type: str) -> None:
+    """Every weight type reaches the right shaders at model scale. The CPU backend rounds every
+    activation to 8 bits per block of 32 before a quantized matmul; a value within an ULP of a
+    rounding boundary can round the other way on Vulkan (whose exp, sin and cos differ in the
+    last bits), moving that one input by one step, where the CPU's own rounding moves every input
+    by up to half a step. So the Vulkan logits must stay within a quarter of what quantizing did
+    to the CPU's (this file's CPU logits against the f32 file's; measured: under a tenth, for
+    every type), which a wrong block decode or weight layout exceeds many times over."""
+    path = quantized_tiny_llamas[file_type]
+    types = {t.type for t in _core.GGUFFile(str(path)).tensors}
+    wanted = {"q2_k": {"q2_k", "q3_k"}, "q3_k_m": {"q3_k", "q5_k"}, "q5_k_m": {"q5_k"},
+              "iq4_nl": {"iq4_nl"}}[file_type]
+    assert wanted <= types, types
+    f32 = path.parent / "f32.gguf"
+
+    def quarter_of_the_rounding(tokens: list[int], ref: np.ndarray) -> float:
+        return np.abs(ref - logits(f32, "cpu", tokens)).max() / 4
+
+    for prompt in prompts_of(256, [1, 9, 30], seed=11):
+        assert_greedy_is_the_cpus_up_to_near_ties(path, prompt, 16, quarter_of_the_rounding)
+
+
+def test_batching_is_invisible_and_prefix_caching_holds(stories_path: Path) -> None:
+    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
+    prompts = prompts_of(model.n_vocab, [1, 17, 40, 5, 33, 70], seed=5)
+    n_gen = 12
+    reference = [reference_greedy(model, p, n_gen) for p in prompts]
+    engine = _core.Engine(str(stories_path), parallel=8, kv_size=2048, max_batch_tokens=32,
+                          prefix_caching=False, device=DEVICE)
+    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
+    for i, p in enumerate(prompts):
+        assert batched[i] == reference[i], f"prompt {i} ({len(p)} tokens) among others"
+    # Prefix caching: 40 shared tokens, 2 full blocks of 16 from the cache.
+    cached = _core.Engine(str(stories_path), parallel=4, kv_size=1024, block_size=16, device=DEVICE)
+    base = prompts[2]
+    first = run_all(cached, [base], n_gen)[0]
+    other = base[:36] + prompts_of(model.n_vocab, [9], seed=6)[0][1:]
+    again, shared = run_all(cached, [base, other], n_gen)
+    assert first[-1].n_cached_tokens == 0
+    assert again[-1].n_cached_tokens == 32 and shared[-1].n_cached_tokens == 32
+    assert tokens_of(again) == tokens_of(first) == reference[2]
+    assert tokens_of(shared) == reference_greedy(model, other, n_gen)
+
+
+def test_one_device_submission_per_engine_step(stories_path: Path) -> None:
+    engine = _core.Engine(str(stories_path), parallel=4, kv_size=1024, max_batch_tokens=16, device=DEVICE)
+    before = engine.device_submissions
+    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
+    run_all(engine, prompts_of(model.n_vocab, [3, 30, 50], seed=7), 10)
+    stats = settled_stats(engine)
+    assert engine.device_submissions - before == stats["steps"] > 0
+    total, free = engine.device_memory
+    assert total > 0 and 0 <= free <= total
+    assert engine.device.startswith(DEVICE)
+
+
+def test_ember_info_lists_the_device() -> None:
+    out = subprocess.run([sys.executable, "-m", "ember.cli", "info", "--devices", "--json"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    report = json.loads(out)
+    names = [d["device"] for d in report["devices"]]
+    assert names[0] == "cpu" and DEVICE in names
+
+
+def test_no_loader_means_the_cpu_and_a_reason(stories_path: Path) -> None:
+    env = dict(os.environ, EMBER_VULKAN_LOADER="libvulkan-missing.so.1")
+    info = subprocess.run([sys.executable, "-m", "ember.cli", "info", "--devices"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert info.returncode == 0 and "no Vulkan loader (libvulkan-missing.so.1)" in info.stdout
+    code = f"from ember.engine import Engine; print(Engine({str(stories_path)!r}).device)"
+    auto = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert auto.stdout.strip() == "cpu", auto.stderr
+    run = subprocess.run([sys.executable, "-m", "ember.cli", "run", str(stories_path), "-p", "Once",
+                          "-n", "2", "--device", "vulkan"], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert run.returncode != 0 and "no Vulkan loader" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_an_embedding_model_is_refused_on_vulkan_and_auto_means_the_cpu(tmp_path: Path) -> None:
+    """The Vulkan backend has no layer_norm or gelu (bert's ops): a bert on it is refused at load
+    with the way out, and "auto" (which would pick the GPU for a generation model) is the CPU."""
+    from test_model_bert import _tiny_bert
+
+    folder = _tiny_bert(tmp_path / "hf", "mean_tokens")
+    gguf = convert(folder, tmp_path / "tiny.gguf", "f32", progress=False).path
+    refusal = "bert models need the layer_norm op, which the vulkan backend lacks; use --device cpu"
+    with pytest.raises(UnsupportedError, match=refusal):
+        Embedder(gguf, n_threads=1, device=DEVICE)
+    with pytest.raises(UnsupportedError, match=refusal):
+        LLM(gguf, n_threads=1, device="vulkan")
+    expected = Embedder(gguf, n_threads=1, device="cpu").embed(["w1 w2 w3"])
+    auto = LLM(gguf, n_threads=1, device="auto")
+    assert auto.embedder is not None and auto.embedder.device == "cpu"
+    np.testing.assert_array_equal(auto.embed(["w1 w2 w3"]), expected)
+
+
+def test_a_mixture_of_experts_model_is_refused_on_vulkan(tmp_path: Path) -> None:
+    """Vulkan has no add_rows_scaled (the experts' weighted scatter), and routing reads the
+    router's probabilities back mid-pass: a MoE model on it is refused at load, with the way out."""
+    pytest.importorskip("transformers")
+    from test_convert_models import save_checkpoint
+    from test_model_moe import make_model
+
+    folder = save_checkpoint(make_model("qwen3moe"), tmp_path / "hf")
+    path = convert(folder, tmp_path / "moe.gguf", "q8_0", progress=False).path
+    refusal = r"qwen3moe \(mixture of experts\) is not supported on the vulkan backend yet; use --device cpu"
+    with pytest.raises(UnsupportedError, match=refusal):
+        Engine(path, device=DEVICE, parallel=1, n_ctx=64)
+
+
+def test_serve_on_vulkan_answers_the_contract(stories_path: Path, tmp_path: Path) -> None:
+    with serve_process(stories_path, ["--device", DEVICE, "--parallel", "2"], tmp_path) as (url, _):
+        body = {"model": "stories260K.gguf", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}
+        r = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        text = r.json()["choices"][0]["text"]
+        assert text.startswith(", there was a little girl named Lily")
+        chunks = []
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as s:
+            for line in s.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[6:])["choices"][0]["text"])
+        assert "".join(chunks) == text
+        bad = httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": -1}, timeout=60)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+        metrics = httpx.get(f"{url}/metrics", timeout=60).text
+        total = [line for line in metrics.splitlines() if line.startswith("ember_device_memory_total_bytes")]
+        assert total and float(total[0].split()[-1]) > 0
+
+
+def test_the_server_contract_tests_pass_on_vulkan() -> None:
+    """tests/server/test_server_api.py (the openai client against the server on stories260K: chat and
+    completions, streamed and not, n, logprobs, stops, logit_bias, penalties, seeds, prefix-cache
+    usage, models, tokenize, slots, metrics, health), unchanged, with its server on Vulkan: its
+    ServerConfig leaves the device to $EMBER_DEVICE."""
+    env = dict(os.environ, EMBER_DEVICE=DEVICE)
+    suite = Path(__file__).resolve().parents[1] / "server" / "test_server_api.py"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
