@@ -13,7 +13,7 @@ import pytest
 from server_support import RunningServer, start_server
 
 from ember.server.config import ServerConfig
-from ember.server.llama_fields import OFF_VALUES
+from ember.server.fields import OFF_VALUES
 
 EOS = 2  # stories260K's end-of-sequence token
 NO_EOS = {str(EOS): -100}

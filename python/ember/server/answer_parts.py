@@ -15,7 +15,7 @@ from typing import Any
 
 from ember.openai_format import call_id
 from ember.results import Delta, GenerationResult
-from ember.server.generation import ChatPrompt
+from ember.server.prompts import ChatPrompt
 from ember.tools.calls import ToolCallStream
 
 
@@ -30,7 +30,7 @@ class Part:
 
 
 class PartsShape:
-    """A generation.Shape whose answer is Parts; subclasses implement the hooks below."""
+    """A respond.Shape whose answer is Parts; subclasses implement the hooks below."""
 
     def __init__(self, prompt: ChatPrompt) -> None:
         self._format = prompt.tool_format
@@ -110,7 +110,7 @@ class PartsShape:
             out += self.ended()
         return out
 
-    # --- generation.Shape ------------------------------------------------------------------
+    # --- respond.Shape ---------------------------------------------------------------------
 
     @property
     def finished(self) -> bool:

@@ -12,9 +12,9 @@ input_json_delta, content_block_stop, message_delta, message_stop). The API key 
 ...) are a 400.
 
 A request is translated to a chat-completions body and runs on the chat path
-(generation.prepare_chat: the tools go through the chat template, the answer is read for calls
-by ember.tools.calls, as chat completions do; generation.respond); this module only translates
-and shapes the answer.
+(prompts.chat_request: the tools go through the chat template, the answer is read for calls
+by ember.tools.calls, as chat completions do; respond.respond); this module only translates
+and shapes the answer. Its routes answer errors in Anthropic's shape (anthropic_error, app.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.server import generation
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.generation import ChatPrompt
-from ember.server.protocol import Fields, required_string, show
+from ember.server.fields import Fields, show, wrong_type
+from ember.server.prompts import ChatPrompt, chat_request
+from ember.server.respond import Generation, respond, sse
 
 _ROLES = {"user", "assistant"}
 
@@ -88,10 +88,10 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
         if kind == "tool_use" and role == "assistant":
             arguments = block.get("input", {})
             if not isinstance(arguments, Mapping):
-                raise bad_request(f"'{at}.input' must be an object", param=f"{at}.input",
-                                  code="invalid_type")
-            call = {"id": required_string(block, "id", at), "type": "function",
-                    "function": {"name": required_string(block, "name", at),
+                raise wrong_type(f"{at}.input", "an object", arguments)
+            item = Fields(block, at)
+            call = {"id": item.required_string("id"), "type": "function",
+                    "function": {"name": item.required_string("name"),
                                  "arguments": json.dumps(arguments, ensure_ascii=False)}}
             if texts:
                 out.append({"role": role, "content": "\n".join(texts), "tool_calls": [call]})
@@ -103,7 +103,8 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
         elif kind == "tool_result" and role == "user":
             flush()
             result = block.get("content")
-            out.append({"role": "tool", "tool_call_id": required_string(block, "tool_use_id", at),
+            call_id = Fields(block, at).required_string("tool_use_id")
+            out.append({"role": "tool", "tool_call_id": call_id,
                         "content": "" if result is None else _text(result, f"{at}.content")})
         else:
             texts.append(_block_text(block, at, where))
@@ -111,14 +112,12 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(value: Any) -> list[dict[str, Any]] | None:
+def _tools(body: Fields) -> list[dict[str, Any]] | None:
     """Messages' tools ({"name", "description"?, "input_schema"}) in chat's shape; ember.tools.request
     checks them further. Server tools (a "type" other than "custom") are a 400."""
-    if value is None or value == []:
+    value = body.array("tools", "an array of {\"name\", \"description\", \"input_schema\"}")
+    if value is None:
         return None
-    if not isinstance(value, list):
-        raise bad_request("'tools' must be an array of {\"name\", \"description\", "
-                          "\"input_schema\"}", param="tools", code="invalid_type")
     out = []
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
@@ -183,7 +182,7 @@ def chat_body(body: Fields) -> dict[str, Any]:
         chat_messages += _message(role, message.get("content"), f"{where}.content")
     tool_choice, parallel = _tool_choice(body.get("tool_choice"))
     chat: dict[str, Any] = {"messages": chat_messages, "stream": body.boolean("stream"),
-                            "tools": _tools(body.get("tools")), "tool_choice": tool_choice,
+                            "tools": _tools(body), "tool_choice": tool_choice,
                             "parallel_tool_calls": parallel}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"),
                          ("top_k", "top_k"), ("stop", "stop_sequences")):
@@ -250,45 +249,45 @@ class MessagesShape(PartsShape):
     def opened(self, part: Part) -> list[bytes]:
         start = {"type": "text", "text": ""} if part.kind == "text" else {
             "type": "tool_use", "id": part.id, "name": part.name, "input": {}}
-        out = [generation.sse({"type": "content_block_start", "index": self.index(part),
+        out = [sse({"type": "content_block_start", "index": self.index(part),
                                "content_block": start}, "content_block_start")]
         if not self._pinged:  # where Anthropic's streams send it
             self._pinged = True
-            out.append(generation.sse({"type": "ping"}, "ping"))
+            out.append(sse({"type": "ping"}, "ping"))
         return out
 
     def grew(self, part: Part, text: str) -> list[bytes]:
         delta = {"type": "text_delta", "text": text} if part.kind == "text" else {
             "type": "input_json_delta", "partial_json": text}
-        return [generation.sse({"type": "content_block_delta", "index": self.index(part),
+        return [sse({"type": "content_block_delta", "index": self.index(part),
                                 "delta": delta}, "content_block_delta")]
 
     def closed(self, part: Part) -> list[bytes]:
-        return [generation.sse({"type": "content_block_stop", "index": self.index(part)},
+        return [sse({"type": "content_block_stop", "index": self.index(part)},
                                "content_block_stop")]
 
     def ended(self) -> list[bytes]:
         stop_reason, stop_sequence = self._stop()
-        return [generation.sse({
+        return [sse({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": {"output_tokens": self._usage()["output_tokens"]}}, "message_delta"),
-            generation.sse({"type": "message_stop"}, "message_stop")]
+            sse({"type": "message_stop"}, "message_stop")]
 
-    # --- generation.Shape ------------------------------------------------------------------
+    # --- respond.Shape ---------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
         return self._message([_block(part) for part in self.parts])
 
     def stream_start(self) -> list[bytes]:
-        return [generation.sse({"type": "message_start", "message": self._message([])},
+        return [sse({"type": "message_start", "message": self._message([])},
                                "message_start")]
 
     def stream_error(self, error: APIError) -> list[bytes]:
-        return [generation.sse(anthropic_error(error), "error")]
+        return [sse(anthropic_error(error), "error")]
 
 
-async def _messages(request: HTTPRequest, ctx: AppContext) -> Response:
+async def messages(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     raw = await ctx.read_json(request)
     ctx.require_ready()
@@ -298,31 +297,18 @@ async def _messages(request: HTTPRequest, ctx: AppContext) -> Response:
         raise bad_request("'max_tokens' is required", param="max_tokens",
                           code="missing_required")
     chat = {**chat_body(body), "max_tokens": max_tokens}
-    parsed, prompt = await generation.prepare_chat(request, ctx, chat)
+    body.string("model")  # any name is answered by the served model
+    parsed, prompt = await chat_request(request, ctx, chat)
     options = parsed.options
-    shape = MessagesShape(ctx.check_model(body.string("model")), prompt)
-    return await generation.respond(request, ctx, shape, [prompt.tokens],
-                                    [options.choice_params(0)], options.stream, arrival,
-                                    prompt.keep_tokens)
+    generation = Generation([prompt.tokens], [options.choice_params(0)], options.stream,
+                            prompt.keep_tokens)
+    return await respond(request, ctx, MessagesShape(ctx.model_name, prompt), generation,
+                         arrival)
 
 
-async def _count_tokens(request: HTTPRequest, ctx: AppContext) -> Response:
+async def count_tokens(request: HTTPRequest, ctx: AppContext) -> Response:
     raw = await ctx.read_json(request)
     ctx.require_ready()
     chat = {**chat_body(Fields(raw)), "max_tokens": 1, "stream": False}
-    _, prompt = await generation.prepare_chat(request, ctx, chat)
+    _, prompt = await chat_request(request, ctx, chat)
     return json_response({"input_tokens": len(prompt.tokens)})
-
-
-def _anthropic_errors(handler: Any) -> Any:
-    async def endpoint(request: HTTPRequest, ctx: AppContext) -> Response:
-        try:
-            return await handler(request, ctx)
-        except APIError as err:
-            return json_response(anthropic_error(err), err.status, err.headers())
-
-    return endpoint
-
-
-messages = _anthropic_errors(_messages)
-count_tokens = _anthropic_errors(_count_tokens)

@@ -1,7 +1,7 @@
 """What the request handlers share (AppContext): the config, the engine once it is loaded, the
 chat template, the metrics, the /slots view, and the helpers every handler uses (readiness,
-model names, reading a JSON body). Handlers (app.py, generation.py) import this; it imports
-no handler, so imports point one way.
+model names, reading a JSON body, running work beside the event loop). Handlers import this;
+it imports no handler and calls none, so imports and calls point one way.
 
 The engine is ember.engine.Engine — the public API, nothing of ember._core: `submit` (which
 raises ValueError for a request that can never run and EngineBusy past --max-queue),
@@ -284,11 +284,6 @@ class AppContext:
         """The served model's id, then the other names of --alias (listed in /v1/models)."""
         return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
 
-    def check_model(self, requested: str | None) -> str:
-        """The name to answer with: the served id, whatever `requested` says (with one model
-        served, llama-server answers every name too, and apps hard-code names)."""
-        return self.model_name
-
     @property
     def defaults(self) -> Defaults:
         """What requests get for the fields they omit (--n-predict, --temp, ...)."""
@@ -296,22 +291,23 @@ class AppContext:
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
                         max_n=c.max_n)
 
-    async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any) -> T:
-        """work(*args) on the loop for a small body, in a worker thread for a large one (what
-        read_json saw)."""
+    async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
+                      **kwargs: Any) -> T:
+        """work(*args, **kwargs) on the loop for a small body, in a worker thread for a large
+        one (what read_json saw)."""
         if getattr(request.state, "body_bytes", 0) <= INLINE_BODY_BYTES:
-            return work(*args)
-        return await self.in_worker(work, *args)
+            return work(*args, **kwargs)
+        return await self.in_worker(work, *args, **kwargs)
 
-    async def in_worker(self, work: Callable[..., T], *args: Any) -> T:
-        """work(*args) in a worker thread, one such job at a time. The jobs (json.loads, UTF-8
+    async def in_worker(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """work(*args, **kwargs) in a worker thread, one such job at a time. The jobs (json.loads, UTF-8
         checks, template rendering, serializing) hold the GIL for up to ~15 ms in C calls that
         never let go; several at once would queue the event loop behind all of them, one at a
         time keeps its wait to about one."""
         if self._worker_lock is None:
             self._worker_lock = asyncio.Lock()
         async with self._worker_lock:
-            return await asyncio.to_thread(work, *args)
+            return await asyncio.to_thread(work, *args, **kwargs)
 
     async def in_background(self, work: Callable[..., T], *args: Any) -> T:
         """work(*args), a C++ call that releases the GIL (tokenizing a long text), in a worker

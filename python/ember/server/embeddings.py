@@ -31,47 +31,31 @@ from starlette.responses import Response
 from ember.embeddings import Embedder
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, dumps
+from ember.server.fields import Fields, show
 
 FIELDS = frozenset({"input", "model", "encoding_format", "dimensions", "user"})
 
 
-def _inputs(body: dict[str, Any], param: str = "input") -> list[str | list[int]]:
-    """The request's inputs: texts, or token-id lists; a 400 naming `param` otherwise."""
-    value = body.get(param)
-    shape = "a string, a list of strings, a list of token ids or a list of token-id lists"
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list) or not value:
-        raise bad_request(f"'{param}' must be {shape} (non-empty)", param=param,
-                          code="invalid_value")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [value]
-    if all(isinstance(v, str) for v in value):
-        return list(value)
-    if all(isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
-           for v in value):
-        return list(value)
-    raise bad_request(f"'{param}' must be {shape}, not a mix", param=param,
-                      code="invalid_value")
-
-
-def _check_options(body: dict[str, Any], embedder: Embedder) -> str:
-    unknown = sorted(set(body) - FIELDS)
-    if unknown:
-        raise bad_request(f"unknown field '{unknown[0]}' for /v1/embeddings (accepted: "
-                          f"{', '.join(sorted(FIELDS))})", param=unknown[0], code="invalid_field")
-    encoding = body.get("encoding_format", "float")
+def _options(body: Fields, embedder: Embedder) -> str:
+    """The encoding asked for; a 400 for any field outside FIELDS."""
+    body.only(FIELDS, "/v1/embeddings")
+    encoding = body.body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
-        raise bad_request(f"'encoding_format' must be 'float' or 'base64', got {encoding!r}",
+        raise bad_request(f"'encoding_format' must be 'float' or 'base64', got {show(encoding)}",
                           param="encoding_format", code="invalid_value")
-    dims = body.get("dimensions")
+    dims = body.integer("dimensions")
     if dims is not None and dims != embedder.n_embd:
         raise bad_request(f"'dimensions' must be {embedder.n_embd} for this model (it cannot "
-                          f"shorten its embeddings), got {dims!r}", param="dimensions",
+                          f"shorten its embeddings), got {dims}", param="dimensions",
                           code="invalid_value")
-    if body.get("user") is not None and not isinstance(body["user"], str):
-        raise bad_request("'user' must be a string", param="user", code="invalid_value")
+    body.string("user")
     return encoding
+
+
+def _inputs(body: Fields, param: str) -> list[str | list[int]]:
+    """Texts or token-id lists (one embedding each); the embedder checks the ids."""
+    return [p[0] if p and isinstance(p[0], str) else p  # type: ignore[misc]
+            for p in body.token_prompts(param, limit=None)]
 
 
 def _vector(row: np.ndarray, encoding: str) -> list[float] | str:
@@ -108,16 +92,15 @@ async def vectors_json(ctx: AppContext, out: Any, n_vectors: int) -> Response:
 
 
 async def embeddings(request: Request, ctx: AppContext) -> Response:
-    body = await ctx.read_json(request)
+    body = Fields(await ctx.read_json(request))
     embedder = _require_embedder(request, ctx)
-    name = ctx.check_model(body.get("model"))
-    encoding = _check_options(body, embedder)
-    tokens, vectors = await _embed(embedder, _inputs(body), "input")
+    encoding = _options(body, embedder)
+    tokens, vectors = await _embed(embedder, _inputs(body, "input"), "input")
     n_tokens = sum(len(t) for t in tokens)
     out = {"object": "list",
            "data": [{"object": "embedding", "index": i, "embedding": _vector(v, encoding)}
                     for i, v in enumerate(vectors)],
-           "model": name,
+           "model": ctx.model_name,
            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
     return await vectors_json(ctx, out, len(vectors))
 
@@ -139,14 +122,11 @@ def normalized(vectors: np.ndarray, embd_normalize: int) -> np.ndarray:
 async def native_embedding(request: Request, ctx: AppContext) -> Response:
     """llama-server's /embedding: `content` (or `input`) in the same forms as OpenAI's
     input; each input's pooled vector, normalized as embd_normalize says."""
-    body = await ctx.read_json(request)
+    body = Fields(await ctx.read_json(request))
     embedder = _require_embedder(request, ctx)
-    param = "content" if "content" in body else "input"
-    norm = body.get("embd_normalize", 2)
-    if isinstance(norm, bool) or not isinstance(norm, int) or norm < -1:
-        raise bad_request(f"'embd_normalize' must be an integer >= -1 (-1 none, 0 max "
-                          f"absolute, 1 taxicab, 2 Euclidean, p > 2 p-norm), got {norm!r}",
-                          param="embd_normalize", code="invalid_value")
+    param = "content" if "content" in body.body else "input"
+    norm = body.integer("embd_normalize", low=-1)  # -1 none, 0 max absolute, 1 taxicab, ...
+    norm = 2 if norm is None else norm
     inputs = _inputs(body, param)
     if norm == 2:
         _, vectors = await _embed(embedder, inputs, param)

@@ -13,9 +13,18 @@ server-side with the traceback; the client gets a generic message and never the 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+
+from ember.engine import EngineBusy
+from ember.grammar import ConstraintError
+
+log = logging.getLogger("ember.server")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -49,8 +58,10 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.error_type,
                           "param": self.param, "code": self.code}}
 
-    def response(self) -> Response:
-        return json_response(self.body(), self.status, self.headers())
+    def response(self, body: ErrorBody | None = None) -> Response:
+        """The error as a JSON response: OpenAI's shape, or `body`'s (Anthropic's)."""
+        return json_response(body(self) if body is not None else self.body(), self.status,
+                             self.headers())
 
     def headers(self) -> dict[str, str] | None:
         if self.status == 401:
@@ -61,6 +72,8 @@ class APIError(Exception):
 
 
 RETRY_AFTER_SECONDS = 1
+
+ErrorBody = Callable[[APIError], Any]  # an API's error shape (OpenAI's is APIError.body)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -84,3 +97,58 @@ def json_response(value: Any, status: int = 200,
                   headers: dict[str, str] | None = None) -> Response:
     return Response(dumps(value), status_code=status, headers=headers,
                     media_type="application/json")
+
+
+def from_engine(err: Exception, *, max_queue: int) -> APIError | None:
+    """The answer to an error the engine raised when a request was submitted: 503 for a full
+    queue, 400 for a request that can never run (a ValueError, subclasses included: a
+    constraint that cannot be compiled names its field); None for anything else (a bug)."""
+    if isinstance(err, EngineBusy):
+        return APIError(503, f"the server is busy: the queue holds {max_queue} waiting requests "
+                        "(--max-queue); retry later", code="queue_full")
+    if isinstance(err, ConstraintError):
+        return bad_request(str(err), param=err.param, code="invalid_value")
+    if isinstance(err, ValueError):  # a prompt over the context carries n_ctx (engine.py)
+        code = "context_length_exceeded" if hasattr(err, "n_ctx") else "invalid_value"
+        return bad_request(str(err), param=getattr(err, "param", None), code=code)
+    return None
+
+
+Handler = Callable[[Request, Any], Awaitable[Response]]  # (request, AppContext) -> response
+
+
+def endpoint(handler: Handler, error_body: ErrorBody | None = None
+             ) -> Callable[[Request], Awaitable[Response]]:
+    """A route's endpoint: handler(request, the AppContext), every error it raises answered
+    in the route's error shape (a bug as a 500 without details, logged with its traceback)."""
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request, request.app.state.ctx)
+        except APIError as err:
+            return err.response(error_body)
+        except ClientDisconnect:
+            log.info("%s %s: the client disconnected before its request body was complete",
+                     request.method, request.url.path)
+            return Response(status_code=499)  # nobody reads it
+        except Exception:
+            log.exception("bug while handling %s %s", request.method, request.url.path)
+            return internal_error().response(error_body)
+
+    return run
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (no route, wrong method) in OpenAI's shape."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no route for {request.method} {request.url.path}"
+        return APIError(404, message, code="not_found").response()
+    if exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+        return APIError(405, message, code="method_not_allowed").response()
+    return APIError(exc.status_code, str(exc.detail)).response()
+
+
+async def bug(request: Request, exc: Exception) -> Response:
+    # Starlette's ServerErrorMiddleware logs the traceback; the client gets no details.
+    return internal_error().response()

@@ -6,9 +6,9 @@ scripts) work unchanged: POST /completion (and /completions, its alias there; Op
 `tokens_cached`, `tokens_evaluated`, `generation_settings` and `timings`; streams send
 `data: {json}` events, the last with `stop: true` and the whole summary, and no `[DONE]`.
 
-Requests run on the same path as OpenAI's (generation.respond) with the same field checks
-(protocol.parse_options, llama_fields.py); the differences are the prompt forms (text, token
-ids, or both mixed) and n_predict defaulting to no limit.
+Requests run on the same path as OpenAI's (respond.respond) with the same field checks
+(protocol.parse_options, fields.py); the differences are the prompt forms (text, token ids, or
+both mixed: fields.Fields.token_prompts) and n_predict defaulting to no limit.
 """
 
 from __future__ import annotations
@@ -25,85 +25,15 @@ from starlette.responses import Response
 from ember import __version__ as _version
 from ember.results import Delta, GenerationResult, TokenLogprob
 from ember.sampling import SamplingParams
-from ember.server import generation
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.llama_fields import SAMPLER_ORDER
-from ember.server.protocol import (
-    MAX_PROMPTS,
-    Fields,
-    Options,
-    check_text,
-    parse_messages,
-    parse_options,
-    show,
-    split_prefill,
-)
+from ember.server.fields import SAMPLER_ORDER, Fields
+from ember.server.prompts import infill_tokens, prompt_tokens, render_chat
+from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
+from ember.server.respond import Generation, respond, sse
 
 _LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
                       "min_p": "min_p", "temperature": "temperature"}
-
-
-# --- prompts -----------------------------------------------------------------------------------
-
-def _is_token(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _one_prompt(value: Any, n_vocab: int) -> list[str | int]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping) and isinstance(value.get("prompt_string"), str):
-        if value.get("multimodal_data"):
-            raise bad_request("'prompt': multimodal_data needs a multimodal model; ember runs "
-                              "text models only", param="prompt", code="unsupported_parameter")
-        return [value["prompt_string"]]
-    if isinstance(value, list) and value and all(_is_token(v) or isinstance(v, str)
-                                                 for v in value):
-        bad = next((t for t in value if _is_token(t) and not 0 <= t < n_vocab), None)
-        if bad is not None:
-            raise bad_request(f"'prompt' token id {bad} is out of range [0, {n_vocab})",
-                              param="prompt", code="invalid_value")
-        return list(value)
-    raise bad_request("'prompt' must be a string, token ids, token ids mixed with strings, "
-                      f"{{\"prompt_string\": ...}}, or an array of those; got {show(value)}",
-                      param="prompt", code="invalid_type")
-
-
-def native_prompts(body: Fields, n_vocab: int) -> list[list[str | int]]:
-    """llama-server's prompt forms: "text"; [12, 34]; [12, "text", 34] (one mixed prompt);
-    ["a", "b"] or [[12, 34], "c", ...] (several prompts)."""
-    value = body.get("prompt")
-    if value is None:
-        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
-    if isinstance(value, list) and any(_is_token(v) for v in value):
-        prompts = [_one_prompt(value, n_vocab)]
-    elif isinstance(value, list):
-        prompts = [_one_prompt(v, n_vocab) for v in value]
-    else:
-        prompts = [_one_prompt(value, n_vocab)]
-    if not prompts or len(prompts) > MAX_PROMPTS:
-        raise bad_request(f"'prompt' must hold 1 to {MAX_PROMPTS} prompts", param="prompt",
-                          code="invalid_value")
-    for pieces in prompts:
-        for piece in pieces:
-            if isinstance(piece, str):
-                check_text(piece, "prompt")
-    return prompts
-
-
-async def prompt_tokens(ctx: AppContext, pieces: list[str | int]) -> list[int]:
-    """Text pieces tokenized with control-token texts as those tokens; BOS (where the
-    vocabulary adds it) only when the prompt starts with text, as llama-server does."""
-    out: list[int] = []
-    for i, piece in enumerate(pieces):
-        if isinstance(piece, str):
-            out += await generation.tokenize_text(ctx, piece, add_special=i == 0,
-                                                  parse_special=True)
-        else:
-            out.append(piece)
-    generation.check_prompt(ctx, out, "prompt")
-    return out
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -230,17 +160,17 @@ class NativeShape:
                 "tokens_evaluated": self._n_prompt_tokens[index]}
             if self._options.logprobs:
                 chunk["completion_probabilities"] = _probs(delta.logprobs)
-            out.append(generation.sse(chunk))
+            out.append(sse(chunk))
         if delta.result is not None:
             choice.result = delta.result
-            out.append(generation.sse(self._summary(index, "", stream=True)))
+            out.append(sse(self._summary(index, "", stream=True)))
         return out
 
     def stream_end(self) -> list[bytes]:
         return []
 
     def stream_error(self, error: APIError) -> list[bytes]:
-        return [generation.sse(error.body())]
+        return [sse(error.body())]
 
 
 # --- endpoints ---------------------------------------------------------------------------------
@@ -248,23 +178,24 @@ class NativeShape:
 async def _generate(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
                     prompts: list[list[int]], arrival: float) -> Response:
     engine = ctx.require_ready()
-    options = await ctx.offload(request, lambda: parse_options(
-        Fields(body), chat=False, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx,
-        defaults=ctx.defaults, native=True))
+    options = await ctx.offload(request, parse_options, Fields(body), chat=False,
+                                n_vocab=engine.n_vocab, n_ctx=engine.n_ctx,
+                                defaults=ctx.defaults, native=True)
     n = options.n
     texts = [engine.tokenizer.decode(p, skip_special=False) for p in prompts for _ in range(n)]
     all_prompts = [p for p in prompts for _ in range(n)]
     shape = NativeShape(ctx, options, texts, [len(p) for p in all_prompts], engine.n_ctx)
     params = [options.choice_params(i) for _ in prompts for i in range(n)]
-    return await generation.respond(request, ctx, shape, all_prompts, params, options.stream,
-                                    arrival)
+    return await respond(request, ctx, shape, Generation(all_prompts, params, options.stream),
+                         arrival)
 
 
 async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     body = await ctx.read_json(request)
     engine = ctx.require_ready()
-    pieces = await ctx.offload(request, native_prompts, Fields(body), engine.n_vocab)
+    pieces = await ctx.offload(request, Fields(body).token_prompts, "prompt",
+                               n_vocab=engine.n_vocab, mixed=True)
     prompts = [await prompt_tokens(ctx, p) for p in pieces]
     return await _generate(request, ctx, body, prompts, arrival)
 
@@ -291,8 +222,7 @@ async def infill(request: HTTPRequest, ctx: AppContext) -> Response:
     suffix = fields.string("input_suffix") or ""
     prompt = fields.string("prompt") or ""
     extra = _extra_chunks(fields)
-    tokens = generation.infill_tokens(ctx, prefix, suffix, "input_prefix", prompt, extra)
-    generation.check_prompt(ctx, tokens, "input_prefix")
+    tokens = infill_tokens(ctx, prefix, suffix, "input_prefix", prompt, extra)
     return await _generate(request, ctx, body, [tokens], arrival)
 
 
@@ -301,8 +231,10 @@ async def apply_template(request: HTTPRequest, ctx: AppContext) -> Response:
     ctx.require_ready()
     messages = await ctx.offload(request, parse_messages, body)
     rendered, prefill, add_prompt = split_prefill(Fields(body), messages)
-    text = await generation.render_chat(ctx, rendered, prefill, add_prompt)
-    return json_response({"prompt": text})
+    prompt = await ctx.in_worker(render_chat, ctx, rendered, prefill=prefill,
+                                 add_generation_prompt=add_prompt, tokenize=False,
+                                 within_context=False)
+    return json_response({"prompt": prompt.text})
 
 
 def default_settings(ctx: AppContext) -> dict[str, Any]:

@@ -11,45 +11,27 @@ The constraint fields (response_format, json_schema, grammar) are read by server
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
-from ember.server.llama_fields import check_off, sampler_overrides
+from ember.server.fields import (
+    INT32_MAX,
+    INT32_MIN,
+    Fields,
+    check_off,
+    check_text,
+    sampler_overrides,
+    show,
+    type_name,
+)
 from ember.tools.request import ToolRequest, ToolsError, parse_tools
 
-Prompt = Union[str, list[int]]
-
 MAX_STOP_STRINGS = 16
-MAX_PROMPTS = 64
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-
-# What the C++ engine's types hold (sampling/params.h: int32 top_k, float temperature, ...).
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-FLOAT32_MAX = 3.4028234663852886e38
-
-_REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlevel = 80, 80, 3
-
-
-def show(value: Any) -> str:
-    """A short repr for error messages: bounded in length and depth, whatever the client sent."""
-    return _REPR.repr(value)
-
-
-def check_text(text: str, param: str) -> None:
-    """A 400 naming `param` when `text` cannot be UTF-8 (a lone surrogate, which JSON's \\udXXX
-    escapes can spell but no tokenizer can read)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise bad_request(f"'{param}' is not valid text: it holds a lone surrogate "
-                          f"({show(err.object[err.start:err.end])} at character {err.start}), "
-                          "which UTF-8 cannot encode", param=param, code="invalid_value") from None
 
 
 @dataclass
@@ -89,89 +71,10 @@ class ChatCompletionRequest:
 @dataclass
 class CompletionRequest:
     options: Options
-    prompts: list[Prompt] = field(default_factory=list)
+    prompts: list[list[str | int]] = field(default_factory=list)  # fields.token_prompts
     echo: bool = False              # the prompt comes back before the completion (and is scored)
     suffix: str | None = None       # fill in the middle between the prompt and this
     best_of: int = 1                # candidates per prompt (>= n); the n most likely are returned
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else {bool: "boolean", int: "integer", float: "number",
-                                         str: "string", list: "array",
-                                         dict: "object"}.get(type(value), type(value).__name__)
-
-
-class Fields:
-    """Typed reads of a JSON object's fields; wrong types raise a 400 naming the field."""
-
-    def __init__(self, body: Mapping[str, Any]) -> None:
-        self.body = body
-
-    def get(self, name: str) -> Any:
-        return self.body.get(name)
-
-    def _fail(self, name: str, expected: str) -> APIError:
-        got = self.body.get(name)
-        return bad_request(f"'{name}' must be {expected}, got {_type_name(got)} {show(got)}",
-                           param=name, code="invalid_type")
-
-    def boolean(self, name: str, default: bool = False) -> bool:
-        value = self.body.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._fail(name, "a boolean")
-        return value
-
-    def string(self, name: str) -> str | None:
-        value = self.body.get(name)
-        if value is not None and not isinstance(value, str):
-            raise self._fail(name, "a string")
-        return value
-
-    def integer(self, name: str, low: int | None = None, high: int | None = None) -> int | None:
-        value = self.body.get(name)
-        if value is None:
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._fail(name, "an integer")
-        _check_range(name, value, low, high)
-        return value
-
-    def number(self, name: str, low: float | None = None,
-               high: float | None = None) -> float | None:
-        value = self.body.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._fail(name, "a number")
-        _check_range(name, value, low, high)
-        # The engine stores these as float32: 1e400 (inf in Python's JSON) or 10**40 cannot be.
-        if isinstance(value, int) and abs(value) > FLOAT32_MAX or (
-                isinstance(value, float) and not abs(value) <= FLOAT32_MAX):
-            raise bad_request(f"'{name}' must be a finite number of at most {FLOAT32_MAX:.4g} in "
-                              f"magnitude, got {show(value)}", param=name, code="invalid_value")
-        return float(value)
-
-
-def required_string(value: Mapping[str, Any], key: str, where: str) -> str:
-    """value[key] when it is a string, else a 400 naming `where.key` (a field of an item or
-    block inside a request: Responses' input items, Messages' content blocks)."""
-    field = value.get(key)
-    if not isinstance(field, str):
-        raise bad_request(f"'{where}.{key}' must be a string, got {show(field)}",
-                          param=f"{where}.{key}", code="invalid_type")
-    return field
-
-
-def _check_range(name: str, value: float, low: float | None, high: float | None) -> None:
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = (f"between {low} and {high}" if low is not None and high is not None
-                  else f">= {low}" if low is not None else f"<= {high}")
-        raise bad_request(f"'{name}' must be {bounds}, got {show(value)}", param=name,
-                          code="invalid_value")
 
 
 def _unsupported(name: str, what: str) -> APIError:
@@ -209,7 +112,7 @@ def _logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
         return {}
     if not isinstance(bias, Mapping):
         raise bad_request(f"'logit_bias' must be an object mapping token ids to numbers, got "
-                          f"{_type_name(bias)}", param="logit_bias", code="invalid_type")
+                          f"{type_name(bias)}", param="logit_bias", code="invalid_type")
     out: dict[int, float] = {}
     for key, value in bias.items():
         try:
@@ -393,7 +296,7 @@ def _prediction(body: Fields) -> str | None:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise bad_request(f"'prediction.content' must be a string or an array of text parts, got "
-                          f"{_type_name(content)}", param="prediction.content",
+                          f"{type_name(content)}", param="prediction.content",
                           code="invalid_type")
     check_text(content, "prediction.content")
     return content
@@ -404,7 +307,7 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
     if messages is None:
         raise bad_request("'messages' is required", param="messages", code="missing_required")
     if not isinstance(messages, list):
-        raise bad_request(f"'messages' must be an array, got {_type_name(messages)}",
+        raise bad_request(f"'messages' must be an array, got {type_name(messages)}",
                           param="messages", code="invalid_type")
     if not messages:
         raise bad_request("'messages' is empty; send at least one message", param="messages",
@@ -413,7 +316,7 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
     for i, message in enumerate(messages):
         param = f"messages[{i}]"
         if not isinstance(message, Mapping):
-            raise bad_request(f"'{param}' must be an object, got {_type_name(message)}",
+            raise bad_request(f"'{param}' must be an object, got {type_name(message)}",
                               param=param, code="invalid_type")
         role = message.get("role")
         if role not in CHAT_ROLES:
@@ -427,11 +330,11 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
                     raise bad_request(
                         f"'{param}.content[{j}]': only text parts "
                         f"({{\"type\": \"text\", \"text\": ...}}) are supported, got "
-                        f"{show(kind or _type_name(part))}", param=f"{param}.content",
+                        f"{show(kind or type_name(part))}", param=f"{param}.content",
                         code="unsupported_content")
         elif not (isinstance(content, str) or (content is None and role == "assistant")):
             raise bad_request(f"'{param}.content' must be a string or an array of text parts, "
-                              f"got {_type_name(content)}", param=f"{param}.content",
+                              f"got {type_name(content)}", param=f"{param}.content",
                               code="invalid_type")
         _check_strings(message, param)
         copy = dict(message)
@@ -458,41 +361,6 @@ def _check_strings(value: Any, param: str) -> None:
         elif isinstance(item, list):
             stack.extend((child, f"{where}[{i}]" if len(where) < 80 else where)
                          for i, child in enumerate(item))
-
-
-def _prompts(body: Fields, n_vocab: int) -> list[Prompt]:
-    prompt = body.get("prompt")
-    expected = "a string, an array of strings, an array of token ids or an array of those"
-    if prompt is None:
-        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
-    if isinstance(prompt, str):
-        return [prompt]
-    if not isinstance(prompt, list) or not prompt:
-        raise bad_request(f"'prompt' must be {expected} (non-empty)", param="prompt",
-                          code="invalid_type")
-    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        prompts: list[Any] = [prompt]
-    else:
-        prompts = prompt
-    if len(prompts) > MAX_PROMPTS:
-        raise bad_request(f"'prompt' has {len(prompts)} prompts; at most {MAX_PROMPTS} are "
-                          "allowed per request", param="prompt", code="invalid_value")
-    out: list[Prompt] = []
-    for item in prompts:
-        if isinstance(item, str):
-            check_text(item, "prompt")
-            out.append(item)
-        elif (isinstance(item, list) and item
-              and all(isinstance(t, int) and not isinstance(t, bool) for t in item)):
-            bad = next((t for t in item if not 0 <= t < n_vocab), None)
-            if bad is not None:
-                raise bad_request(f"'prompt' token id {bad} is out of range [0, {n_vocab})",
-                                  param="prompt", code="invalid_value")
-            out.append(list(item))
-        else:
-            raise bad_request(f"'prompt' must be {expected}", param="prompt",
-                              code="invalid_type")
-    return out
 
 
 def parse_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -538,7 +406,7 @@ def split_prefill(body: Fields, messages: list[dict[str, Any]]
     return messages, None, add_prompt is not False
 
 
-def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
+def parse_chat_request(body: Mapping[str, Any], n_vocab: int, n_ctx: int,
                        defaults: Defaults) -> ChatCompletionRequest:
     fields = Fields(body)
     messages = _messages(fields)
@@ -565,10 +433,10 @@ def parse_chat_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
                                  prefill_in_reply=prefill is not None and implicit, tools=tools)
 
 
-def parse_completion_request(body: Mapping[str, Any], *, n_vocab: int, n_ctx: int,
+def parse_completion_request(body: Mapping[str, Any], n_vocab: int, n_ctx: int,
                              defaults: Defaults) -> CompletionRequest:
     fields = Fields(body)
-    prompts = _prompts(fields, n_vocab)
+    prompts = fields.token_prompts("prompt", n_vocab=n_vocab)
     options = parse_options(fields, chat=False, n_vocab=n_vocab, n_ctx=n_ctx, defaults=defaults)
     best_of = fields.integer("best_of", low=1)
     if best_of is not None and best_of < options.n:

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from ember.server.context import AppContext
 from ember.server.embeddings import vectors_json
 from ember.server.errors import APIError, bad_request
-from ember.server.protocol import Fields, check_text
+from ember.server.fields import Fields, check_text
 
 MAX_DOCUMENTS = 1024
 
@@ -61,7 +61,7 @@ async def rerank(request: Request, ctx: AppContext) -> Response:
     key = "texts" if tei else "documents"
     documents = _documents(body, key)
     top_n = body.integer("top_n", low=1)
-    name = ctx.check_model(body.string("model"))
+    body.string("model")  # any name is answered by the served model
     try:
         tokens, types = embedder.pair_tokens(query, documents)
         scores = await asyncio.to_thread(embedder.rerank_tokens, tokens, types)
@@ -75,7 +75,7 @@ async def rerank(request: Request, ctx: AppContext) -> Response:
         return await vectors_json(ctx, out, len(order))
     with_documents = body.boolean("return_documents")
     n_tokens = sum(len(t) for t in tokens)
-    out = {"model": name, "object": "list",
+    out = {"model": ctx.model_name, "object": "list",
            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
            "results": [{"index": i, "relevance_score": float(scores[i]),
                         **({"document": {"text": documents[i]}} if with_documents else {})}

@@ -9,8 +9,8 @@ asked for; stored responses (response_store.py) can be continued with `previous_
 response_format. Hosted tools (web search, file search, ...) are a 400.
 
 A request is translated to a chat-completions body and runs on the chat path
-(generation.prepare_chat: the tools go through the chat template, the answer is read for calls
-by ember.tools.calls, as chat completions do; generation.respond); this module only translates
+(prompts.chat_request: the tools go through the chat template, the answer is read for calls
+by ember.tools.calls, as chat completions do; respond.respond); this module only translates
 and shapes the answer.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember.server import generation
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.generation import ChatPrompt
-from ember.server.protocol import Fields, required_string, show
+from ember.server.fields import Fields, show
+from ember.server.prompts import ChatPrompt, chat_request
+from ember.server.respond import Generation, respond, sse
 
 _ROLES = {"user", "system", "developer", "assistant"}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
@@ -68,17 +68,18 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
         where = f"input[{i}]"
         if not isinstance(item, Mapping):
             raise bad_request(f"'{where}' must be an object", param=where, code="invalid_type")
+        fields = Fields(item, where)
         kind = item.get("type", "message")
         if kind == "function_call":
-            call = {"id": required_string(item, "call_id", where), "type": "function",
-                    "function": {"name": required_string(item, "name", where),
-                                 "arguments": required_string(item, "arguments", where)}}
+            call = {"id": fields.required_string("call_id"), "type": "function",
+                    "function": {"name": fields.required_string("name"),
+                                 "arguments": fields.required_string("arguments")}}
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": required_string(item, "call_id", where),
+            out.append({"role": "tool", "tool_call_id": fields.required_string("call_id"),
                         "content": _parts_text(item.get("output"), f"{where}.output")})
         elif kind == "message":
             role = item.get("role")
@@ -101,14 +102,12 @@ def _check_unsupported(body: Fields) -> None:
                           param="reasoning", code="unsupported_parameter")
 
 
-def _tools(value: Any) -> list[dict[str, Any]] | None:
+def _tools(body: Fields) -> list[dict[str, Any]] | None:
     """Responses' function tools ({"type": "function", "name", "description"?, "parameters"?,
     "strict"?}) in chat's shape; ember.tools.request checks them further. Hosted tools are a 400."""
-    if value is None or value == []:
+    value = body.array("tools", "an array of {\"type\": \"function\", \"name\", ...}")
+    if value is None:
         return None
-    if not isinstance(value, list):
-        raise bad_request("'tools' must be an array of {\"type\": \"function\", \"name\", "
-                          "...}", param="tools", code="invalid_type")
     out = []
     for i, tool in enumerate(value):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
@@ -189,7 +188,7 @@ class ResponsesShape(PartsShape):
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         self._seq += 1
-        return generation.sse({"type": kind, "sequence_number": self._seq - 1, **fields}, kind)
+        return sse({"type": kind, "sequence_number": self._seq - 1, **fields}, kind)
 
     # --- PartsShape ------------------------------------------------------------------------
 
@@ -234,7 +233,7 @@ class ResponsesShape(PartsShape):
     def ended(self) -> list[bytes]:
         return [self._event(f"response.{self._status()}", response=self._response())]
 
-    # --- generation.Shape ------------------------------------------------------------------
+    # --- respond.Shape ---------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
         return self._response()
@@ -268,7 +267,7 @@ def _response_format(body: Fields) -> dict[str, Any] | None:
 def _chat_body(body: Fields, messages: list[dict[str, Any]]) -> dict[str, Any]:
     max_output = body.integer("max_output_tokens", low=1)
     chat: dict[str, Any] = {"messages": messages, "stream": body.boolean("stream"),
-                            "tools": _tools(body.get("tools")),
+                            "tools": _tools(body),
                             "tool_choice": _tool_choice(body.get("tool_choice")),
                             "parallel_tool_calls": body.get("parallel_tool_calls")}
     response_format = _response_format(body)
@@ -296,8 +295,8 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     # Instructions apply to this response only: they are not carried to the next.
     system = [{"role": "system", "content": instructions}] if instructions else []
     store = body.boolean("store")
-    parsed, prompt = await generation.prepare_chat(
-        request, ctx, _chat_body(body, [*system, *history, *messages]))
+    parsed, prompt = await chat_request(request, ctx,
+                                        _chat_body(body, [*system, *history, *messages]))
     options = parsed.options
     params = options.choice_params(0)
     echo = {"instructions": instructions, "max_output_tokens": params.max_tokens,
@@ -306,9 +305,10 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
             "metadata": raw.get("metadata") or {},
             "tools": raw.get("tools") or [], "tool_choice": raw.get("tool_choice") or "auto",
             "parallel_tool_calls": parsed.tools.parallel if parsed.tools else True}
-    shape = ResponsesShape(ctx.check_model(options.model), prompt, echo)
-    answer = await generation.respond(request, ctx, shape, [prompt.tokens], [params],
-                                      options.stream, arrival, prompt.keep_tokens)
+    shape = ResponsesShape(ctx.model_name, prompt, echo)
+    answer = await respond(request, ctx, shape, Generation([prompt.tokens], [params],
+                                                           options.stream, prompt.keep_tokens),
+                           arrival)
 
     def store_it() -> None:
         response = shape.response()

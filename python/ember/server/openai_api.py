@@ -1,0 +1,148 @@
+"""OpenAI's two generation endpoints, POST /v1/chat/completions and /v1/completions: the body
+parsed (protocol.py) and its prompt made (prompts.py) into one Generation, answered by
+respond.py in OpenAI's shapes (ember.openai_format's Formatter; completions' best_of > n by
+BestOfShape)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
+
+from ember.openai_format import Formatter
+from ember.results import Delta
+from ember.server.context import AppContext
+from ember.server.errors import APIError
+from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
+from ember.server.protocol import parse_completion_request
+from ember.server.respond import Generation, Shape, respond, sse
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class OpenAIShape:
+    """Chat completions and completions (ember.openai_format's Formatter), streams ending with
+    `data: [DONE]`."""
+
+    def __init__(self, fmt: Formatter, include_usage: bool) -> None:
+        self.fmt, self.id, self._include_usage = fmt, fmt.id, include_usage
+
+    def add(self, index: int, delta: Delta) -> None:
+        self.fmt.add(index, delta)
+
+    def response(self) -> Any:
+        return self.fmt.response()
+
+    def stream_start(self) -> list[bytes]:
+        return [sse(chunk) for chunk in self.fmt.first_chunks()]
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        return [sse(chunk) for chunk in self.fmt.chunks(index, delta)]
+
+    def stream_end(self) -> list[bytes]:
+        return [*([sse(self.fmt.usage_chunk())] if self._include_usage else []), _DONE]
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        return [sse(error.body()), _DONE]
+
+
+async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
+    arrival = time.perf_counter()
+    body = await ctx.read_json(request)
+    parsed, prompt = await chat_request(request, ctx, body)
+    options = parsed.options
+    fmt = Formatter(chat=True, model=ctx.model_name, n_choices=options.n,
+                    logprobs=options.logprobs, tool_format=prompt.tool_format,
+                    answer_prefix=prompt.answer_prefix)
+    if parsed.prefill_in_reply and parsed.prefill:
+        for i in range(options.n):
+            fmt.echo(i, parsed.prefill, [])
+    generation = Generation([prompt.tokens] * options.n,
+                            [options.choice_params(i) for i in range(options.n)],
+                            options.stream, prompt.keep_tokens)
+    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), generation,
+                         arrival)
+
+
+async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
+    arrival = time.perf_counter()
+    body = await ctx.read_json(request)
+    engine = ctx.require_ready()
+    parsed = await ctx.offload(request, parse_completion_request, body, engine.n_vocab,
+                               engine.n_ctx, ctx.defaults)
+    options = parsed.options
+    prompts = []
+    for pieces in parsed.prompts:
+        if parsed.suffix is not None:
+            prefix = pieces[0] if len(pieces) == 1 and isinstance(pieces[0], str) else pieces
+            prompts.append(infill_tokens(ctx, prefix, parsed.suffix, "suffix",
+                                         length_param="prompt"))
+        else:
+            prompts.append(await prompt_tokens(ctx, pieces))
+    n = options.n
+    fmt = Formatter(chat=False, model=ctx.model_name, n_choices=n * len(prompts),
+                    logprobs=options.logprobs,
+                    usage_groups=[list(range(p * n, (p + 1) * n)) for p in range(len(prompts))])
+    if parsed.echo:
+        for p, (pieces, tokens) in enumerate(zip(parsed.prompts, prompts)):
+            text = pieces[0] if isinstance(pieces[0], str) else engine.tokenizer.decode(tokens)
+            scored = (await ctx.scorer.score(tokens, options.top_logprobs)
+                      if options.logprobs else [])
+            for i in range(p * n, (p + 1) * n):
+                fmt.echo(i, text, scored)
+    shape: Shape = OpenAIShape(fmt, options.include_usage)
+    k = parsed.best_of  # candidates per prompt
+    params = [options.choice_params(i) for _ in prompts for i in range(k)]
+    if k > n:  # ranked by their tokens' mean logprob, which needs the logprobs
+        params = [replace(p, logprobs=True) for p in params]
+        shape = BestOfShape(fmt, n, k)
+    generation = Generation([tokens for tokens in prompts for _ in range(k)], params,
+                            options.stream)
+    return await respond(request, ctx, shape, generation, arrival)
+
+
+class BestOfShape:
+    """Completions' best_of > n: `best_of` candidates per prompt, of which the n with the
+    highest mean token logprob are answered (as OpenAI ranks them), in candidate order. Usage
+    counts every candidate's tokens, as OpenAI bills them. Never streamed (protocol.py)."""
+
+    def __init__(self, fmt: Formatter, n: int, best_of: int) -> None:
+        self.fmt, self.id, self._n, self._k = fmt, fmt.id, n, best_of
+        self._deltas: dict[int, list[Delta]] = {}
+
+    def add(self, index: int, delta: Delta) -> None:
+        self._deltas.setdefault(index, []).append(delta)
+
+    def _score(self, index: int) -> float:
+        logprobs = [lp.logprob for d in self._deltas.get(index, []) for lp in d.logprobs]
+        return sum(logprobs) / len(logprobs) if logprobs else float("-inf")
+
+    def response(self) -> Any:
+        n_prompts = len(self.fmt.choices) // self._n
+        for p in range(n_prompts):
+            candidates = range(p * self._k, (p + 1) * self._k)
+            best = sorted(sorted(candidates, key=self._score, reverse=True)[:self._n])
+            for j, index in enumerate(best):
+                for delta in self._deltas.get(index, []):
+                    self.fmt.add(p * self._n + j, delta)
+        out = self.fmt.response()
+        finals = [d[-1].result for d in self._deltas.values() if d and d[-1].result]
+        completion = sum(r.usage.completion_tokens for r in finals)
+        out["usage"]["completion_tokens"] = completion
+        out["usage"]["total_tokens"] = out["usage"]["prompt_tokens"] + completion
+        return out
+
+    def stream_start(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_end(self) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")
+
+    def stream_error(self, error: APIError) -> list[bytes]:
+        raise AssertionError("best_of > n is never streamed")

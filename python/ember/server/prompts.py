@@ -1,0 +1,173 @@
+"""Prompts, from a request's messages or text to checked tokens: the chat template (tools
+included, ember.tools.prompt), text and token-id prompts, fill-in-the-middle prompts (fim.py).
+
+Every prompt a generation endpoint runs is made here, and checked here once, where its tokens
+are known: not UTF-8, empty, or longer than the context is a 400 naming the request's field.
+Texts are first held against PromptBound, which refuses a text certainly too long before
+tokenizing it. Rendering runs in a worker thread; short texts are tokenized on the event loop,
+longer ones in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from starlette.requests import Request as HTTPRequest
+
+from ember.chat.limits import RenderLimits
+from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
+from ember.grammar import Constraint
+from ember.server.context import AppContext
+from ember.server.errors import bad_request
+from ember.server.fields import check_text
+from ember.server.fim import infill_prompt
+from ember.server.fim import require as require_fim
+from ember.server.prompt_bound import PromptBound
+from ember.server.protocol import ChatCompletionRequest, parse_chat_request
+from ember.tools import prompt as tool_prompt
+from ember.tools.calls import ToolFormat
+from ember.tools.request import ToolRequest
+
+_INLINE_TOKENIZE_CHARS = 4096
+
+
+def _check_tokens(ctx: AppContext, tokens: list[int], param: str) -> list[int]:
+    n_ctx = ctx.require_ready().n_ctx
+    if not tokens:
+        raise bad_request("the prompt is empty (it has no tokens to start from)", param=param,
+                          code="empty_prompt")
+    if len(tokens) > n_ctx:
+        raise bad_request(
+            f"the prompt has {len(tokens)} tokens, more than the model's context of {n_ctx} "
+            "tokens (which prompt and completion share); shorten the prompt", param=param,
+            code="context_length_exceeded")
+    return tokens
+
+
+def _bound(ctx: AppContext) -> PromptBound:
+    ctx.require_ready()
+    assert ctx.bound is not None  # set with the engine
+    return ctx.bound
+
+
+def render_limits(bound: PromptBound) -> RenderLimits:
+    """Request-time limits of the chat template: 1 s, and no more output than could fit the
+    context (PromptBound), so a long conversation stops rendering once it is certainly too
+    long."""
+    return RenderLimits(max_seconds=1.0, max_chars=bound.max_bytes,
+                        max_total_chars=max(16 * bound.max_bytes, 4 << 20))
+
+
+@dataclass
+class ChatPrompt:
+    text: str
+    tokens: list[int]                       # empty unless asked for (render_chat's tokenize)
+    tool_format: ToolFormat | None = None   # parse the answer for tool calls in this format
+    keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
+    answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
+    constraint: Constraint | None = None  # a forced call: what the answer must be
+
+
+def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str | None = None,
+                add_generation_prompt: bool = True, tools: ToolRequest | None = None,
+                tokenize: bool = True, within_context: bool = True) -> ChatPrompt:
+    """Checked messages (and tools) in the model's chat template; runs in a worker thread
+    (ctx.in_worker). Tools go into the messages (ember.tools.prompt), the template renders
+    under its limits, `prefill` (the reply's opening) follows the rendered text, then the
+    tokens (`tokenize`). within_context: a generation's prompt, bounded by the context (the
+    render's size and the token count); a 400 naming `messages` when the template refuses
+    them or runs past its limits."""
+    engine = ctx.require_ready()
+    template = ctx.template
+    assert template is not None
+    bound = _bound(ctx)
+    limits = render_limits(bound) if within_context else RenderLimits()
+    try:
+        chat = tool_prompt.prepare_chat(template, engine.tokenizer, messages, tools)
+        text = template.render(chat.messages, add_generation_prompt=add_generation_prompt,
+                               limits=limits, **chat.variables) + (prefill or "") \
+            + chat.answer_prefix
+    except ChatTemplateLimitError as err:
+        if err.kind == "size":
+            raise bound.too_long("messages", f"more text than that ({err})") from None
+        raise bad_request(f"the chat template took too long on these messages ({err})",
+                          param="messages", code="chat_template_timeout") from None
+    except ChatTemplateError as err:
+        raise bad_request(str(err), param="messages", code="invalid_messages") from None
+    check_text(text, "messages")
+    if within_context:
+        bound.check(text, "messages")
+    tokens = template.tokenize(engine.tokenizer, text) if tokenize else []
+    if tokenize and within_context:
+        _check_tokens(ctx, tokens, "messages")
+    return ChatPrompt(text, tokens, chat.format, chat.keep_tokens, chat.answer_prefix,
+                      chat.constraint.grammar() if chat.constraint is not None else None)
+
+
+async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
+                       ) -> tuple[ChatCompletionRequest, ChatPrompt]:
+    """A chat-shaped body (OpenAI's, or another API's translated to it) parsed and rendered:
+    the request and its checked prompt (tokens, and how to read tool calls). A forced tool
+    call's constraint goes into the sampling parameters."""
+    engine = ctx.require_ready()
+    parsed = await ctx.offload(request, parse_chat_request, body, engine.n_vocab, engine.n_ctx,
+                               ctx.defaults)
+    prompt = await ctx.in_worker(render_chat, ctx, parsed.messages, prefill=parsed.prefill,
+                                 add_generation_prompt=parsed.add_generation_prompt,
+                                 tools=parsed.tools)
+    if prompt.constraint is not None:
+        parsed.options.params = replace(parsed.options.params, constraint=prompt.constraint)
+    return parsed, prompt
+
+
+async def text_tokens(ctx: AppContext, text: str, add_special: bool, parse_special: bool,
+                      param: str, within_context: bool = True) -> list[int]:
+    """The tokens of a text: a 400 naming `param` for text that is not UTF-8 or
+    (within_context: a prompt) certainly longer than the context, checked before tokenizing."""
+    engine = ctx.require_ready()
+    check_text(text, param)
+    if within_context:
+        _bound(ctx).check(text, param)
+    if len(text) <= _INLINE_TOKENIZE_CHARS:
+        return engine.tokenize(text, add_special, parse_special)
+    return await ctx.in_background(engine.tokenize, text, add_special, parse_special)
+
+
+async def prompt_tokens(ctx: AppContext, pieces: Sequence[str | int], param: str = "prompt"
+                        ) -> list[int]:
+    """A checked prompt of text pieces and token ids (fields.token_prompts): texts tokenized
+    with control-token texts as those tokens (as ember.LLM reads a raw prompt); BOS (where
+    the vocabulary adds it) only when the prompt starts with text, as llama-server does."""
+    out: list[int] = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            out += await text_tokens(ctx, piece, add_special=i == 0, parse_special=True,
+                                     param=param)
+        else:
+            out.append(piece)
+    return _check_tokens(ctx, out, param)
+
+
+def infill_tokens(ctx: AppContext, prefix: str | Sequence[str | int], suffix: str, param: str,
+                  prompt: str = "", extra: Sequence[tuple[str, str]] = (),
+                  length_param: str | None = None) -> list[int]:
+    """A checked fill-in-the-middle prompt (fim.py); a 400 naming `param` for a model without
+    FIM tokens, or a prefix given as token ids (`length_param`, default `param`, for one
+    longer than the context)."""
+    engine = ctx.require_ready()
+    fim = require_fim(ctx.fim, param)
+    if not isinstance(prefix, str):
+        raise bad_request(f"'{param}' needs the prompt as text, not token ids", param=param,
+                          code="invalid_value")
+    for text in (prefix, suffix, prompt, *(t for pair in extra for t in pair)):
+        check_text(text, param)
+        _bound(ctx).check(text, param)
+
+    def tokenize(text: str) -> list[int]:
+        return engine.tokenize(text, add_special=False, parse_special=False) if text else []
+
+    bos = engine.tokenize("", add_special=True, parse_special=False)
+    return _check_tokens(ctx, infill_prompt(fim, tokenize, prefix, suffix, prompt, extra, bos),
+                         length_param or param)
