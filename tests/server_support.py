@@ -72,6 +72,17 @@ def sample(url: str, name: str, labels: str = "") -> float:
     return 0.0
 
 
+def post(server: RunningServer, path: str, body: Any, timeout: float = 120) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, timeout=timeout)
+
+
+def ok(server: RunningServer, path: str, body: Any, timeout: float = 120) -> Any:
+    """The JSON answer of a POST that must succeed."""
+    response = post(server, path, body, timeout)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def wait_until(condition: Any, timeout: float, what: str) -> None:
     """Polls condition() until it holds; AssertionError naming `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
@@ -104,6 +115,17 @@ def serve_process(model: Path, args: list[str], log_dir: Path) -> Iterator[tuple
             process.wait(timeout=30)
     stderr = log_path.read_text()
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+@contextlib.contextmanager
+def serving(config: ServerConfig, make_engine: Callable[[], Any] | None = None
+            ) -> Iterator[RunningServer]:
+    """start_server for the length of a `with` block (a module fixture's body)."""
+    running = start_server(config, make_engine)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def start_server(config: ServerConfig, make_engine: Callable[[], Any] | None = None,

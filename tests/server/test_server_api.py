@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, sample, start_server
+from server_support import RunningServer, sample, serving
 
 from ember.server.config import ServerConfig
 
@@ -25,14 +25,9 @@ NO_EOS = {str(EOS): -100}
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=512,
                           aliases=["stories", "tiny"])
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 def test_chat_completion(client: openai.OpenAI) -> None:

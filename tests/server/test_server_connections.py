@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from server_support import RunningServer, fake_config, scripted, start_server, wait_until
+from server_support import RunningServer, fake_config, scripted, serving, start_server, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
@@ -44,10 +44,9 @@ def closed_by_server(sock: socket.socket) -> bool:
 @pytest.fixture()
 def hygienic() -> Iterator[RunningServer]:
     make, _ = scripted()
-    running = start_server(fake_config(max_connections=100, header_timeout=0.5,
-                                       body_timeout=0.4, idle_timeout=0.3), make)
-    yield running
-    running.stop()
+    with serving(fake_config(max_connections=100, header_timeout=0.5,
+                             body_timeout=0.4, idle_timeout=0.3), make) as running:
+        yield running
 
 
 def test_trickling_connections_are_closed_and_the_limit_answers_503(hygienic: RunningServer
@@ -118,9 +117,8 @@ def test_an_idle_keep_alive_connection_is_closed(hygienic: RunningServer) -> Non
 @pytest.fixture(scope="module")
 def plain() -> Iterator[RunningServer]:
     make, _ = scripted(max_queue=0)
-    running = start_server(fake_config(host_allow=["ember.lan"]), make)
-    yield running
-    running.stop()
+    with serving(fake_config(host_allow=["ember.lan"]), make) as running:
+        yield running
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",

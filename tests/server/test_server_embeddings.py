@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from server_support import RunningServer, serve_process, start_server
+from server_support import RunningServer, serve_process, serving, start_server
 
 from ember.convert import convert
 from ember.llm import LLM
@@ -35,14 +35,9 @@ def expected(minilm: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def server(minilm: Path) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(model=str(minilm), embedding=True, threads=2))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(minilm), embedding=True, threads=2)) as running:
+        yield running
 
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused")
 
 
 def test_openai_client_gets_the_same_vectors(client: openai.OpenAI, expected: np.ndarray) -> None:

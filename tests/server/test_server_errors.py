@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, ScriptedEngine, fake_config, scripted, start_server
+from server_support import RunningServer, ScriptedEngine, fake_config, scripted, serving, start_server
 
 from ember.server.config import ServerConfig
 
@@ -29,9 +29,8 @@ CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=1, threads=1, ctx_size=512,
                           api_key=KEY, aliases=["stories"])
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 def assert_error(response: httpx.Response, status: int, param: str | None = None,
@@ -193,19 +192,24 @@ def test_bad_prompt_tokens_and_logit_bias(server: RunningServer) -> None:
 
 # --- 401, 404, 405 -----------------------------------------------------------------------------
 
+def _assert_nothing_running(server: RunningServer, wait: float = 0.05) -> None:
+    engine = server.server.ctx.engine
+    assert engine is not None
+    time.sleep(wait)  # anything submitted would be running by now
+    stats = engine.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+    slots = httpx.get(server.url + "/slots", headers=AUTH).json()
+    assert not any(s["is_processing"] for s in slots)
+    assert not server.server.ctx.slots.live
+
+
 def test_a_refused_request_leaves_nothing_running(server: RunningServer) -> None:
     """A request refused after validation started (a stop string that is not valid text, with
     n=16) is a 400, and the engine holds no sequence of it afterwards."""
     body = json.dumps({**CHAT, "n": 16, "max_tokens": 200, "stop": ["ok", "\udc80"]})  # JSON-escaped
     assert_error(post(server, "/v1/chat/completions", body), 400, code="invalid_value",
                  contains=("lone surrogate",))
-    engine = server.server.ctx.engine
-    assert engine is not None
-    time.sleep(0.2)  # anything submitted would be running by now
-    stats = engine.stats()
-    assert (stats.running, stats.waiting) == (0, 0)
-    slots = httpx.get(server.url + "/slots", headers=AUTH).json()
-    assert not any(s["is_processing"] for s in slots)
+    _assert_nothing_running(server, wait=0.2)
 
 
 def test_api_key(server: RunningServer) -> None:
@@ -332,17 +336,6 @@ def test_loading_is_503_then_ok() -> None:
 
 
 # --- validate, then queue: bad input leaves nothing running ----------------------------------
-
-def _assert_nothing_running(server: RunningServer) -> None:
-    engine = server.server.ctx.engine
-    assert engine is not None
-    time.sleep(0.05)  # anything submitted would be running by now
-    stats = engine.stats()
-    assert (stats.running, stats.waiting) == (0, 0)
-    slots = httpx.get(server.url + "/slots", headers=AUTH).json()
-    assert not any(s["is_processing"] for s in slots)
-    assert not server.server.ctx.slots.live
-
 
 # (path, raw JSON body, the param the 400 names, a text the message holds)
 BAD_INPUTS = [

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 import openai
 import pytest
 from gguf_template import with_metadata
-from server_support import RunningServer, start_server
+from server_support import RunningServer, ok, post, serving, start_server
 
 import ember
 from ember.server.config import ServerConfig
@@ -23,20 +22,9 @@ NO_EOS = {"2": -100}
 
 @pytest.fixture(scope="module")
 def stories(stories_path: Path) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(model=str(stories_path), threads=1, ctx_size=256,
-                                        sampling={"temperature": 0.0}))
-    yield running
-    running.stop()
-
-
-def post(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(server.url + path, json=body, timeout=120)
-
-
-def ok(server: RunningServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = post(server, path, body)
-    assert response.status_code == 200, response.text
-    return response.json()
+    with serving(ServerConfig(model=str(stories_path), threads=1, ctx_size=256,
+                              sampling={"temperature": 0.0})) as running:
+        yield running
 
 
 def reference_logprobs(model: ember.Model, tokens: list[int]) -> list[float]:

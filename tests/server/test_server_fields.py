@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import RunningServer, start_server
+from server_support import RunningServer, ok, post, serving
 
 from ember.server.config import ServerConfig
 from ember.server.fields import OFF_VALUES
@@ -25,19 +25,8 @@ def server(stories_path: Path) -> Iterator[RunningServer]:
     # Greedy and 6 tokens unless a request says otherwise.
     config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=256,
                           n_predict=6, sampling={"temperature": 0.0, "seed": 7})
-    running = start_server(config)
-    yield running
-    running.stop()
-
-
-def post(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(server.url + path, json=body, timeout=60)
-
-
-def ok(server: RunningServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = post(server, path, body)
-    assert response.status_code == 200, response.text
-    return response.json()
+    with serving(config) as running:
+        yield running
 
 
 def test_server_defaults_apply_when_a_request_omits_them(server: RunningServer) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_support import RunningServer, start_server, wait_until
+from server_support import RunningServer, serving, wait_until
 
 from ember.server.config import ServerConfig
 
@@ -149,9 +149,8 @@ def assert_openai_error(response: httpx.Response, label: str) -> None:
 @pytest.fixture(scope="module")
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=512)
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 def test_no_500_for_any_client_input(server: RunningServer) -> None:

@@ -13,7 +13,7 @@ import jsonschema
 import openai
 import pytest
 from schema_corpus import UNSUPPORTED
-from server_support import RunningServer, start_server
+from server_support import RunningServer, serving
 
 from ember.server.config import ServerConfig
 
@@ -25,15 +25,10 @@ SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
 
 @pytest.fixture(scope="module")
 def server(stories_path: Path) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(model=str(stories_path), parallel=4, threads=1, ctx_size=512,
-                                         aliases=["stories"]))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(stories_path), parallel=4, threads=1, ctx_size=512,
+                              aliases=["stories"])) as running:
+        yield running
 
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 def post(server: RunningServer, path: str, body: dict) -> httpx.Response:

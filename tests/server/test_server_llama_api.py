@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import RunningServer, start_server
+from server_support import RunningServer, serving
 
 from ember.server.config import ServerConfig
 
@@ -24,9 +24,8 @@ TIMING_KEYS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "promp
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=256,
                           sampling={"temperature": 0.0, "top_k": 20}, aliases=["stories"])
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 def post(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -24,7 +24,7 @@ from server_support import (
     RunningServer,
     free_socket,
     sample,
-    start_server,
+    serving,
     wait_healthy,
     wait_until,
 )
@@ -38,18 +38,16 @@ EOS = 2  # stories260K
 def stories_server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=4, threads=1, ctx_size=512,
                           max_queue=64)
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_path: Path) -> Iterator[RunningServer]:
     # SmolLM2 generates slowly enough here for a client to leave mid-generation.
     config = ServerConfig(model=str(smollm2_path), parallel=2, threads=1, ctx_size=1024)
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 def test_32_concurrent_streams(stories_server: RunningServer) -> None:

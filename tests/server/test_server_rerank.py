@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from server_support import RunningServer, start_server
+from server_support import RunningServer, serving
 
 from ember import _core
 from ember.convert import convert
@@ -99,10 +99,9 @@ def test_scores_match_transformers(cross_encoder: tuple[Path, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def server(cross_encoder: tuple[Path, Path]) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(model=str(cross_encoder[1]), rerank=True, threads=1,
-                                        aliases=["reranker"]))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(cross_encoder[1]), rerank=True, threads=1,
+                              aliases=["reranker"])) as running:
+        yield running
 
 
 def test_rerank_endpoint_shapes(server: RunningServer, cross_encoder: tuple[Path, Path]) -> None:

@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, start_server
+from server_support import RunningServer, serving
 
 from ember.server.config import ServerConfig
 
@@ -27,9 +27,8 @@ USER = "Tell me a story."
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), threads=1, ctx_size=256, api_key=KEY,
                           sampling={"temperature": 0.0}, aliases=["stories"])
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from server_support import RunningServer, start_server
+from server_support import RunningServer, serving
 
 from ember.server.config import ServerConfig
 
@@ -24,14 +24,9 @@ QUESTION = [{"role": "system", "content": "You are a helpful assistant."},
 @pytest.fixture(scope="module")
 def server(smollm2_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(smollm2_path), parallel=1, threads=1, ctx_size=2048)
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 def test_paris(client: openai.OpenAI) -> None:

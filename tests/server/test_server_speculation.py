@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, sample, start_server
+from server_support import RunningServer, sample, serving
 
 from ember.server.config import ServerConfig
 
@@ -21,14 +21,9 @@ MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 def server(stories_path: Path) -> Iterator[RunningServer]:
     config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=512,
                           spec="ngram", aliases=["stories"])
-    running = start_server(config)
-    yield running
-    running.stop()
+    with serving(config) as running:
+        yield running
 
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
 def test_prediction_gives_the_same_text_and_reports_its_tokens(client: openai.OpenAI,

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gguf_template import with_chat_template
-from server_support import RunningServer, free_socket, start_server
+from server_support import RunningServer, free_socket, serving
 from test_server_cli import ember
 
 from ember.server.config import ServerConfig
@@ -50,9 +50,8 @@ def spin_server(stories_path: Path, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[RunningServer]:
     model = with_chat_template(stories_path, tmp_path_factory.mktemp("t") / "spin.gguf",
                                SPIN_ON_REQUEST)
-    running = start_server(ServerConfig(model=str(model), parallel=1, threads=1, ctx_size=256))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(model), parallel=1, threads=1, ctx_size=256)) as running:
+        yield running
 
 
 def test_a_runaway_render_is_a_400_and_the_loop_keeps_answering(spin_server: RunningServer

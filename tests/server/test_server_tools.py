@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, ScriptedEngine, fake_config, scripted, start_server
+from server_support import RunningServer, ScriptedEngine, fake_config, scripted, serving, start_server
+from tools_support import TIME, WEATHER
 
 from ember.chat.template import ChatTemplate
 from ember.server.config import ServerConfig
@@ -22,10 +23,6 @@ TEMPLATES = Path(__file__).parent.parent / "data" / "chat_templates"
 OUTPUTS = {c["name"]: c["output"] for c in json.loads(
     (Path(__file__).parent.parent / "data" / "tool_calls" / "outputs.json").read_text())["cases"]}
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"], "additionalProperties": False}}}
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 QWEN_TWO_CALLS = (QWEN_CALL + '\n<tool_call>\n{"name": "get_weather", "arguments": '
                   '{"city": "Lyon", "days": [1, 2]}}\n</tool_call>')
@@ -216,10 +213,9 @@ def test_a_template_without_tools_uses_the_generic_format() -> None:
 
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_path: Path) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(model=str(smollm2_path), parallel=2, threads=1,
-                                        ctx_size=2048, aliases=["m"]))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(smollm2_path), parallel=2, threads=1,
+                              ctx_size=2048, aliases=["m"])) as running:
+        yield running
 
 
 def test_smollm2_tool_request_streams_as_it_answers(smollm2_server: RunningServer) -> None:
@@ -229,13 +225,7 @@ def test_smollm2_tool_request_streams_as_it_answers(smollm2_server: RunningServe
                    "max_tokens": 48}
     whole = client.chat.completions.create(**kwargs)
     assert whole.usage.prompt_tokens > 150  # the standard tool prompt is in it
-    chunks = list(client.chat.completions.create(**kwargs, stream=True))
-    content, calls, finish = reassemble(chunks)
-    message = whole.choices[0].message
-    assert finish == whole.choices[0].finish_reason
-    assert content == (message.content or "")
-    assert [(c["name"], c["arguments"]) for c in calls] == [
-        (c.function.name, c.function.arguments) for c in message.tool_calls or []]
+    assert_stream_matches(client, kwargs, whole)
     # A tool result goes back through the template too (as a tool_response user turn).
     messages += [{"role": "assistant", "content": None, "tool_calls": [{
         "id": "call_1", "type": "function",
@@ -246,6 +236,17 @@ def test_smollm2_tool_request_streams_as_it_answers(smollm2_server: RunningServe
     assert after.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+def assert_stream_matches(client: openai.OpenAI, kwargs: Any, whole: Any) -> None:
+    """The streamed answer to `kwargs` reassembles to `whole` (the same request unstreamed)."""
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    content, calls, finish = reassemble(chunks)
+    message = whole.choices[0].message
+    assert finish == whole.choices[0].finish_reason
+    assert content == (message.content or "")
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (c.function.name, c.function.arguments) for c in message.tool_calls or []]
+
+
 @pytest.fixture(scope="module")
 def smollm2_qwen_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
                         ) -> Iterator[RunningServer]:
@@ -254,10 +255,9 @@ def smollm2_qwen_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFac
 
     model = with_chat_template(smollm2_path, tmp_path_factory.mktemp("qwen") / "smol-qwen.gguf",
                                (TEMPLATES / "qwen2.5.jinja").read_text())
-    running = start_server(ServerConfig(model=str(model), parallel=1, threads=1, ctx_size=2048,
-                                        aliases=["m"]))
-    yield running
-    running.stop()
+    with serving(ServerConfig(model=str(model), parallel=1, threads=1, ctx_size=2048,
+                              aliases=["m"])) as running:
+        yield running
 
 
 def test_a_real_model_with_a_tool_template(smollm2_qwen_server: RunningServer) -> None:
@@ -279,13 +279,7 @@ def test_a_real_model_with_a_tool_template(smollm2_qwen_server: RunningServer) -
                    "max_tokens": 32}
     whole = client.chat.completions.create(**kwargs)
     assert whole.usage.prompt_tokens > prompt["count"] + 60  # + the <tools> system block
-    chunks = list(client.chat.completions.create(**kwargs, stream=True))
-    content, calls, finish = reassemble(chunks)
-    message = whole.choices[0].message
-    assert finish == whole.choices[0].finish_reason
-    assert content == (message.content or "")
-    assert [(c["name"], c["arguments"]) for c in calls] == [
-        (c.function.name, c.function.arguments) for c in message.tool_calls or []]
+    assert_stream_matches(client, kwargs, whole)
 
 
 def test_every_choice_is_parsed(client: openai.OpenAI) -> None:
@@ -318,12 +312,6 @@ def test_a_trailing_assistant_call_is_history_not_a_prefill(
 
 # --- forced calls (constrained decoding) ---------------------------------------------------------
 
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The time in a timezone",
-    "parameters": {"type": "object", "properties": {
-        "timezone": {"type": "string", "enum": ["UTC", "CET", "PST"]},
-        "seconds": {"type": "boolean"}}, "required": ["timezone", "seconds"],
-        "additionalProperties": False}}}
 SCHEMAS = {"get_weather": WEATHER["function"]["parameters"],
            "get_time": TIME["function"]["parameters"]}
 

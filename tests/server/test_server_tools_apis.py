@@ -33,14 +33,16 @@ def reply(prompt: str) -> str:
 
 @pytest.fixture(scope="module")
 def qwen() -> Iterator[tuple[RunningServer, ScriptedEngine]]:
-    running, engine = start_qwen(reply)
-    yield running, engine
-    running.stop()
+    pair = start_qwen(reply)
+    try:
+        yield pair
+    finally:
+        pair[0].stop()
 
 
 @pytest.fixture(scope="module")
-def oai(qwen: tuple[RunningServer, ScriptedEngine]) -> openai.OpenAI:
-    return openai.OpenAI(base_url=qwen[0].base_url, api_key="unused", max_retries=0)
+def server(qwen: tuple[RunningServer, ScriptedEngine]) -> RunningServer:
+    return qwen[0]  # conftest's `client` is its OpenAI client
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +59,10 @@ RESULT = json.dumps({"temperature_c": 21, "sky": "sunny"})
 
 # --- Responses ---------------------------------------------------------------------------------
 
-def test_responses_the_whole_tool_loop(oai: openai.OpenAI,
+def test_responses_the_whole_tool_loop(client: openai.OpenAI,
                                        qwen: tuple[RunningServer, ScriptedEngine]) -> None:
     question = "What is the weather in Paris?"
-    first = oai.responses.create(model="m", input=question, tools=[RESP_WEATHER])  # type: ignore[list-item]
+    first = client.responses.create(model="m", input=question, tools=[RESP_WEATHER])  # type: ignore[list-item]
     assert "<tools>\n" + json.dumps(WEATHER) in qwen[1].prompts[-1]  # chat's shape, in order
     assert first.status == "completed"
     [call] = first.output
@@ -75,19 +77,19 @@ def test_responses_the_whole_tool_loop(oai: openai.OpenAI,
     items: list[Any] = [{"role": "user", "content": question}, *first.output,
                         {"type": "function_call_output", "call_id": call.call_id,
                          "output": RESULT}]
-    second = oai.responses.create(model="m", input=items, tools=[RESP_WEATHER])  # type: ignore[list-item]
+    second = client.responses.create(model="m", input=items, tools=[RESP_WEATHER])  # type: ignore[list-item]
     assert second.output_text == ANSWER
     assert [item.type for item in second.output] == ["message"]
     assert RENDERED_LOOP in qwen[1].prompts[-1]
 
 
-def test_responses_stream_adds_up_to_the_whole_response(oai: openai.OpenAI) -> None:
+def test_responses_stream_adds_up_to_the_whole_response(client: openai.OpenAI) -> None:
     kwargs: Any = {"model": "m", "input": "Please check the weather in Paris.",
                    "tools": [RESP_WEATHER]}
-    whole = oai.responses.create(**kwargs)
+    whole = client.responses.create(**kwargs)
     assert [item.type for item in whole.output] == ["message", "function_call"]
     assert whole.output_text == "Let me check."
-    events = list(oai.responses.create(**kwargs, stream=True))
+    events = list(client.responses.create(**kwargs, stream=True))
     kinds = [e.type for e in events]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     n_text = kinds.count("response.output_text.delta")
@@ -114,7 +116,7 @@ def test_responses_stream_adds_up_to_the_whole_response(oai: openai.OpenAI) -> N
     assert done.item_id == fc.id and done.output_index == 1  # type: ignore[union-attr]
 
     # The SDK's stream helper checks every index and id as it puts the response together.
-    with oai.responses.stream(**kwargs) as stream:
+    with client.responses.stream(**kwargs) as stream:
         final = stream.get_final_response()
     def strip(items: list[Any]) -> list[tuple[Any, ...]]:
         return [(i.type, i.status, i.content[0].text) if i.type == "message" else
@@ -122,12 +124,12 @@ def test_responses_stream_adds_up_to_the_whole_response(oai: openai.OpenAI) -> N
     assert strip(final.output) == strip(whole.output)
 
 
-def test_responses_store_continues_a_call(oai: openai.OpenAI,
+def test_responses_store_continues_a_call(client: openai.OpenAI,
                                           qwen: tuple[RunningServer, ScriptedEngine]) -> None:
-    first = oai.responses.create(model="m", input="What is the weather in Paris?",
+    first = client.responses.create(model="m", input="What is the weather in Paris?",
                                  tools=[RESP_WEATHER], store=True)  # type: ignore[list-item]
     [call] = first.output
-    second = oai.responses.create(
+    second = client.responses.create(
         model="m", previous_response_id=first.id, tools=[RESP_WEATHER],  # type: ignore[list-item]
         input=[{"type": "function_call_output", "call_id": call.call_id,  # type: ignore[union-attr]
                 "output": [{"type": "input_text", "text": RESULT}]}])
@@ -135,14 +137,14 @@ def test_responses_store_continues_a_call(oai: openai.OpenAI,
     assert RENDERED_LOOP in qwen[1].prompts[-1]
 
 
-def test_responses_tool_choice(oai: openai.OpenAI,
+def test_responses_tool_choice(client: openai.OpenAI,
                                qwen: tuple[RunningServer, ScriptedEngine]) -> None:
-    none = oai.responses.create(model="m", input="What is the weather in Paris?",
+    none = client.responses.create(model="m", input="What is the weather in Paris?",
                                 tools=[RESP_WEATHER], tool_choice="none")  # type: ignore[list-item]
     assert "<tools>" not in qwen[1].prompts[-1]
     assert none.output_text == QWEN_CALL and none.tool_choice == "none"  # just text
     # A forced call opens the call in the prompt; the answer is read from there.
-    forced = oai.responses.create(model="m", input="Hello", tools=[RESP_WEATHER],  # type: ignore[list-item]
+    forced = client.responses.create(model="m", input="Hello", tools=[RESP_WEATHER],  # type: ignore[list-item]
                                   tool_choice={"type": "function", "name": "get_weather"},
                                   parallel_tool_calls=False)
     assert qwen[1].prompts[-1].endswith("<|im_start|>assistant\n<tool_call>\n")

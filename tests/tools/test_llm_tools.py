@@ -10,21 +10,12 @@ from typing import Any
 
 import jsonschema
 import pytest
+from tools_support import TIME, WEATHER
 
 from ember import LLM
 from ember.tools.prompt import vocabulary_lookup
 from ember.tools.request import ToolsError
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The time in a timezone",
-    "parameters": {"type": "object", "properties": {
-        "timezone": {"type": "string", "enum": ["UTC", "CET", "PST"]},
-        "seconds": {"type": "boolean"}}, "required": ["timezone", "seconds"],
-        "additionalProperties": False}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 

@@ -38,7 +38,10 @@ _TEXTS = {
 
 @dataclass(frozen=True)
 class FimTokens:
-    pre: int
+    """A model's infill tokens: prefix, suffix and middle, and for repo-level prompts the
+    repository and file-separator tokens."""
+
+    pre: int  # FIM_PRE, FIM_SUF, FIM_MID: every infill model has these three
     suf: int
     mid: int
     rep: int | None = None
