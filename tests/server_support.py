@@ -52,15 +52,13 @@ def free_socket() -> socket.socket:
 
 
 def wait_healthy(url: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url}/health did not answer 200 within {timeout} s")
+            return httpx.get(url + "/health", timeout=5).status_code == 200
+        except httpx.TransportError:  # not listening yet
+            return False
+
+    wait_until(healthy, timeout, f"{url}/health to answer 200")
 
 
 def sample(url: str, name: str, labels: str = "") -> float:
@@ -81,6 +79,19 @@ def ok(server: RunningServer, path: str, body: Any, timeout: float = 120) -> Any
     response = post(server, path, body, timeout)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def read_data_events(response: httpx.Response, n: int) -> Iterator[str]:
+    """Reads a streamed response's first `n` `data:` lines; returns its line iterator, which
+    the caller must keep referenced while the stream should stay open (closing the iterator,
+    as a for loop's temporary one is closed at `break`, makes httpcore drop the connection)."""
+    lines = response.iter_lines()
+    n_data = 0
+    for line in lines:
+        n_data += line.startswith("data: ")
+        if n_data == n:
+            break
+    return lines
 
 
 def wait_until(condition: Any, timeout: float, what: str) -> None:

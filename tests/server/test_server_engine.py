@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from server_support import RunningServer, sample, start_server, wait_until
+from server_support import RunningServer, read_data_events, sample, start_server, wait_until
 
 from ember.engine import Engine
 from ember.server.config import ServerConfig
@@ -141,15 +141,8 @@ def test_disconnect_frees_the_kv_cache(server: RunningServer) -> None:
     with httpx.stream("POST", server.base_url + "/chat/completions", json=body,
                       timeout=30) as response:
         assert response.status_code == 200
-        # Keep the line iterator referenced: a for loop's temporary iterator is closed at
-        # `break`, and closing it makes httpcore drop the connection at once, which would be
-        # the disconnect this test wants to cause only when the `with` block ends.
-        lines = response.iter_lines()
-        n_data = 0
-        for line in lines:
-            n_data += line.startswith("data: ")
-            if n_data == 4:
-                break
+        # The disconnect this test causes comes when the `with` block ends, not before.
+        lines = read_data_events(response, 4)  # noqa: F841 - kept referenced
         # The engine publishes its stats just after a step's events, so they may trail the
         # stream by a step: wait for them rather than sampling once.
         wait_until(lambda: sample(url, "ember_kv_cache_usage_ratio") > 0, 10, "KV blocks in use")

@@ -148,8 +148,8 @@ def assert_openai_error(response: httpx.Response, label: str) -> None:
 
 @pytest.fixture(scope="module")
 def server(stories_path: Path) -> Iterator[RunningServer]:
-    config = ServerConfig(model=str(stories_path), parallel=2, threads=1, ctx_size=512)
-    with serving(config) as running:
+    with serving(ServerConfig(model=str(stories_path), parallel=2, threads=1,
+                              ctx_size=512)) as running:
         yield running
 
 
