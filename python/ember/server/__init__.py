@@ -4,9 +4,9 @@ continuous-batching engine.
     from ember.server import ServerConfig, serve
     serve(ServerConfig(model="model.gguf", port=8080))
 
-Layout: app.py (routes, auth), context.py (AppContext: the engine, slots, request helpers),
-generation.py (the completion endpoints), protocol.py (request validation), metrics.py,
-errors.py, config.py, run.py (uvicorn). Responses are shaped by ember.openai_format.
+Layout: app.py (the route table; its module doc says which room owns what), context.py
+(AppContext: the engine, slots, request helpers), config.py, run.py (uvicorn). A request goes
+route -> translate (fields.py, protocol.py, prompts.py) -> respond.py -> the engine.
 """
 
 from __future__ import annotations

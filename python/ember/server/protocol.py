@@ -6,7 +6,8 @@ honour is an error, never silently dropped (docs/server-fields.md lists every fi
 `tools` are checked by ember.tools.request. Omitted fields take the server's defaults (--n-predict,
 --temp, ...), else SamplingParams' (llama.cpp's); max_tokens then defaults to 16 for completions
 (as OpenAI) and to "until the model stops or the context is full" for chat.
-The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py.
+The constraint fields (response_format, json_schema, grammar) are read by server/constraints.py;
+every field through fields.py's reader.
 """
 
 from __future__ import annotations
