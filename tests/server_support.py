@@ -81,6 +81,14 @@ def ok(server: RunningServer, path: str, body: Any, timeout: float = 120) -> Any
     return response.json()
 
 
+def assert_400_naming(response: httpx.Response, param: str, text: str) -> dict[str, Any]:
+    """A client mistake: a 400 whose error names `param` and says `text`."""
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and text in error["message"], error
+    return error
+
+
 def read_data_events(response: httpx.Response, n: int) -> Iterator[str]:
     """Reads a streamed response's first `n` `data:` lines; returns its line iterator, which
     the caller must keep referenced while the stream should stay open (closing the iterator,

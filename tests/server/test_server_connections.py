@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from server_support import RunningServer, fake_config, scripted, serving, start_server, wait_until
+from server_support import RunningServer, fake_config, scripted, serving, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
@@ -183,23 +183,6 @@ def test_other_origins_are_refused_by_default(plain: RunningServer) -> None:
 
 
 # --- the small ones -----------------------------------------------------------------------------
-
-def test_503s_carry_retry_after() -> None:
-    import threading
-
-    loaded = threading.Event()
-    make, _ = scripted(loaded=loaded)
-    server = start_server(fake_config(), make, wait_ready=False)
-    try:
-        health = httpx.get(server.url + "/health")
-        assert health.status_code == 503 and health.headers["retry-after"] == "1"
-        loading = httpx.post(server.base_url + "/chat/completions", json=CHAT)
-        assert_openai_error(loading, 503, "model_loading")
-        assert loading.headers["retry-after"] == "1"
-    finally:
-        loaded.set()
-        server.stop()
-
 
 def test_models_show_the_name_not_the_path(plain: RunningServer) -> None:
     card = httpx.get(plain.base_url + "/models").json()["data"][0]

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from server_support import RunningServer, serve_process, serving, start_server
+from server_support import RunningServer, assert_400_naming, serve_process, serving, start_server
 
 from ember.convert import convert
 from ember.llm import LLM
@@ -84,10 +84,7 @@ def test_raw_http_shapes(server: RunningServer, expected: np.ndarray, minilm: Pa
 ])
 def test_bad_requests_are_400s_naming_the_field(server: RunningServer, body: dict, param: str,
                                                 message: str) -> None:
-    r = httpx.post(server.url + "/v1/embeddings", json=body)
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["param"] == param and message in err["message"], err
+    assert_400_naming(httpx.post(server.url + "/v1/embeddings", json=body), param, message)
 
 
 def test_llama_server_native_embedding(server: RunningServer, expected: np.ndarray,

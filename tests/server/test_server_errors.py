@@ -314,16 +314,17 @@ def test_bug_is_500_without_details(fake: tuple[RunningServer, ScriptedEngine]) 
     assert "RuntimeError" not in response.text and "a bug in the backend" not in response.text
 
 
-def test_loading_is_503_then_ok() -> None:
+def test_loading_is_503_with_retry_after_then_ok() -> None:
     loaded = threading.Event()
     make, _ = scripted(loaded=loaded)
     server = start_server(fake_config(), make, wait_ready=False)
     try:
         health = httpx.get(server.url + "/health")
-        assert health.status_code == 503
+        assert health.status_code == 503 and health.headers["retry-after"] == "1"
         assert health.json()["status"] == "loading"
-        assert_error(httpx.post(server.base_url + "/chat/completions", json=CHAT), 503,
-                     code="model_loading")
+        loading = httpx.post(server.base_url + "/chat/completions", json=CHAT)
+        assert_error(loading, 503, code="model_loading")
+        assert loading.headers["retry-after"] == "1"
         loaded.set()
         deadline = time.monotonic() + 10
         while httpx.get(server.url + "/health").status_code != 200:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from server_support import RunningServer, serving
+from server_support import RunningServer, assert_400_naming, serving
 
 from ember import _core
 from ember.convert import convert
@@ -144,7 +144,4 @@ def test_rerank_endpoint_shapes(server: RunningServer, cross_encoder: tuple[Path
 ])
 def test_bad_rerank_requests_are_400s(server: RunningServer, body: dict, param: str,
                                       text: str) -> None:
-    r = httpx.post(server.url + "/v1/rerank", json=body)
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["param"] == param and text in error["message"], error
+    assert_400_naming(httpx.post(server.url + "/v1/rerank", json=body), param, text)
