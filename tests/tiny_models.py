@@ -16,6 +16,8 @@ import gguf
 import numpy as np
 import torch
 
+from ember.convert.llama import llama3_rope_factors
+
 ARCHS = ("llama", "qwen2", "qwen3")
 
 
@@ -78,26 +80,6 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
-    """rope_freqs.weight as llama.cpp's converter computes it for rope_type llama3."""
-    base = rope["rope_theta"]
-    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
-    old_ctx = rope["original_max_position_embeddings"]
-    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
-    factors = []
-    for freq in freqs.tolist():
-        wavelen = 2 * math.pi / freq
-        if wavelen < high_wavelen:
-            factors.append(1.0)
-        elif wavelen > low_wavelen:
-            factors.append(factor)
-        else:
-            smooth = (old_ctx / wavelen - low) / (high - low)
-            factors.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(factors, dtype=np.float32)
-
-
 def write_gguf(model, path: Path, arch: str, *, file_arch: str | None = None,
                edit: Callable[[str, np.ndarray], np.ndarray | None] | None = None) -> Path:
     """Writes `model` to an f32 GGUF at `path` with llama.cpp's names and metadata keys.
@@ -142,8 +124,8 @@ def write_gguf(model, path: Path, arch: str, *, file_arch: str | None = None,
     add("output_norm.weight", sd["model.norm.weight"])
     if not cfg.tie_word_embeddings:
         add("output.weight", sd["lm_head.weight"])
-    if rope.get("rope_type") == "llama3":
-        add("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
+    if rope.get("rope_type") == "llama3":  # the converter's divisors; transformers' logits check them
+        add("rope_freqs.weight", llama3_rope_factors(rope["rope_theta"], head_dim, rope))
     for i in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         q = sd[p + "self_attn.q_proj.weight"].numpy()

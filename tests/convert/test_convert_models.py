@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 from pathlib import Path
 
 import gguf
@@ -13,13 +12,21 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from tiny_models import spread_weights
+from checkpoints import (
+    F32_REL,
+    N_VOCAB,
+    TWIN_MAX,
+    TWIN_RMS,
+    built_fixture,
+    rel_rms,
+    save_checkpoint,
+    tokens_for_test,
+)
+from engine_support import reference_greedy, run_all, settled_stats, tokens_of
+from tiny_models import hf_logits, spread_weights
 
 from ember import _core
 from ember.convert import convert
-
-DATA = Path(__file__).parent.parent / "data"
-N_VOCAB = 512  # stories260K's SentencePiece vocabulary serves as every model's tokenizer
 
 # Rows of 256 so that q4_k_m really uses k-quants (q4_k, and q6_k for attn_v / ffn_down / output
 # in the layers llama.cpp gives more bits); qwen3 has its explicit head_dim (32, q width 128).
@@ -62,12 +69,6 @@ CASES: dict[str, dict] = {
                                          "rope_theta": 500000.0}},
 }
 
-# ember keeps the KV cache in f16, so even with identical f32 weights each cached K/V value is
-# rounded by up to 2^-11 relative; through two layers that moves logits by a few 1e-3 of the
-# largest logit (tests/model/test_model_tiny.py measures the same), while a wrong permutation, norm,
-# bias or RoPE setting moves them by O(1). 4e-3 of the largest logit separates the two.
-F32_REL = 4e-3
-
 GEMMA_TYPES = ("gemma3_text", "gemma2")  # transformers' model_type of the (1 + w)-norm families
 
 
@@ -83,37 +84,7 @@ def make_model(case: str, seed: int = 0):
     return model
 
 
-def save_checkpoint(model, folder: Path, dtype=None) -> Path:
-    if dtype is not None:
-        model = copy.deepcopy(model).to(dtype)
-    model.save_pretrained(folder)
-    for name in ("tokenizer.model", "tokenizer_config.json"):
-        shutil.copy(DATA / "stories260K-hf" / name, folder / name)
-    return folder
-
-
-def hf_logits(model, tokens: list[int]) -> np.ndarray:
-    with torch.no_grad():
-        return model(torch.tensor([tokens])).logits[0].float().numpy()
-
-
-def tokens_for_test(n: int = 100, seed: int = 0) -> list[int]:
-    return np.random.default_rng(seed).integers(3, N_VOCAB, n).tolist()
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    """case -> (transformers model, checkpoint folder), built once per module."""
-    cache: dict[str, tuple] = {}
-
-    def get(case: str):
-        if case not in cache:
-            model = make_model(case)
-            folder = save_checkpoint(model, tmp_path_factory.mktemp(case))
-            cache[case] = (model, folder)
-        return cache[case]
-
-    return get
+built = built_fixture(make_model)  # case -> (transformers model, checkpoint folder)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -271,23 +242,11 @@ def dequantized_model(model, path: Path):
 
 Q = gguf.GGMLQuantizationType
 
-# What ember adds on top of the stored weights: the f16 KV cache (F32_REL above) and, for
-# quantized weights, 8-bit quantization of the activations in every matmul (q8_0 blocks, q8_K
-# for k-quants, as llama.cpp does). Each activation moves by up to 1/254 of its 32-block's
-# largest value (~0.6% RMS per element); eight matmuls deep (q/k/v/o, gate/up/down, output)
-# that adds up to ~2% of the logits' RMS, whatever the weight type: measured 1.6-2.2% RMS and
-# 2.0-3.0% of the largest logit for q8_0, q4_0, q4_k_m and q6_k. The bounds leave ~2x room; a
-# misread block or a misplaced tensor moves logits by tens of percent.
-TWIN_RMS, TWIN_MAX = 0.04, 0.06
-# Against the original f32 model the weights themselves are rounded as well: q8_0 keeps ~0.6%
-# RMS error per weight (measured logits: 2.4-3.2% RMS), 4-bit blocks ~10% per weight (q4_k_m
-# measured 22-29% RMS on these Gaussian weights, q4_0 29-35%). Bounds at ~2x; two unrelated
-# logit sets differ by ~140% RMS.
+# Against the original f32 model the weights themselves are rounded as well, beyond what
+# TWIN_RMS allows for: q8_0 keeps ~0.6% RMS error per weight (measured logits: 2.4-3.2% RMS),
+# 4-bit blocks ~10% per weight (q4_k_m measured 22-29% RMS on these Gaussian weights, q4_0
+# 29-35%). Bounds at ~2x; two unrelated logit sets differ by ~140% RMS.
 VS_F32_RMS = {"q8_0": 0.06, "q4_k_m": 0.5}
-
-
-def _rel_rms(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
 
 
 @pytest.mark.parametrize("out_type", ["q8_0", "q4_k_m"])
@@ -318,9 +277,9 @@ def test_quantized_logits(case: str, out_type: str, built, tmp_path: Path) -> No
     tokens = tokens_for_test()
     ours = _core.Model(str(out), n_threads=1).eval(tokens)
     twin = hf_logits(dequantized_model(model, out), tokens)
-    assert _rel_rms(ours, twin) < TWIN_RMS
+    assert rel_rms(ours, twin) < TWIN_RMS
     assert np.abs(ours - twin).max() < TWIN_MAX * np.abs(twin).max()
-    assert _rel_rms(ours, hf_logits(model, tokens)) < VS_F32_RMS[out_type]
+    assert rel_rms(ours, hf_logits(model, tokens)) < VS_F32_RMS[out_type]
 
 
 @pytest.mark.parametrize("out_type", ["q8_0", "q4_k_m"])
@@ -334,7 +293,7 @@ def test_quantized_fused_and_gemma_layouts(case: str, out_type: str, built, tmp_
     tokens = tokens_for_test()
     ours = _core.Model(str(out), n_threads=1).eval(tokens)
     twin = hf_logits(dequantized_model(model, out), tokens)
-    assert _rel_rms(ours, twin) < TWIN_RMS
+    assert rel_rms(ours, twin) < TWIN_RMS
 
 
 @pytest.mark.parametrize(("case", "preemptions"), [("mistral-window", 0), ("mistral", 1)])
@@ -345,8 +304,6 @@ def test_blocks_behind_the_window_are_released(case: str, preemptions: int, buil
     is preempted; with a 16-token window on every layer the blocks behind it go back to the pool
     as the requests advance, and both run through. Either way each greedy output equals the
     single-sequence loop on a contiguous cache (ember.Model), so releasing changes nothing."""
-    from test_engine_model import reference_greedy, run_all, settled_stats, tokens_of
-
     _, folder = built(case)
     path = str(convert(folder, tmp_path / "m.gguf", "f32", progress=False).path)
     rng = np.random.default_rng(1)

@@ -13,63 +13,14 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
+from engine_support import prompts_of, reference_greedy, run_all, settled_stats, submit, tokens_of
 
 from ember import _core
 from ember.engine import Engine
 from ember.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
-
-
-def reference_greedy(model: _core.Model, prompt: list[int], n: int) -> list[int]:
-    """Greedy tokens of the single-sequence loop on a contiguous cache (no engine)."""
-    logits = model.eval_last(prompt, reset=True)
-    out: list[int] = []
-    for _ in range(n):
-        token = int(np.argmax(logits))
-        out.append(token)
-        logits = model.eval_last([token], reset=False)
-    return out
-
-
-def prompts_of(n_vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    return [[1, *rng.integers(3, n_vocab, size=n - 1).tolist()] for n in lengths]
-
-
-def submit(engine: _core.Engine, prompt: list[int], *, max_tokens: int = 256, logprobs: int = -1,
-           **sampling: object) -> _core.EngineRequest:
-    """ember._core.Engine.submit with the sampling fields as keywords."""
-    return engine.submit(prompt, _core.SamplingParams(**sampling), max_tokens=max_tokens, logprobs=logprobs)
-
-
-def run_all(engine: _core.Engine, prompts: list[list[int]], max_tokens: int, **kw) -> list[list]:
-    """Submits every prompt at once; every request's events, in order."""
-    handles = [submit(engine, p, max_tokens=max_tokens, temperature=0.0, **kw) for p in prompts]
-    events = []
-    for h in handles:
-        got = []
-        while not h.done:
-            got += h.next_events(60.0)
-        events.append(got)
-    return events
-
-
-def settled_stats(engine: _core.Engine) -> dict:
-    """Stats once the engine has published the step that finished the last request (events
-    reach their streams just before the step's stats are published)."""
-    deadline = time.monotonic() + 10
-    stats = engine.stats()
-    while (stats["running"] or stats["waiting"]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-        stats = engine.stats()
-    return stats
-
-
-def tokens_of(events: list) -> list[int]:
-    return [e.token for e in events if e.token is not None]
 
 
 LENGTHS = [1, 3, 17, 40, 5, 64, 2, 33, 100, 9, 16, 47, 8, 71, 25, 130]  # 16 prompts
@@ -308,28 +259,37 @@ def test_smollm2_batching_is_invisible(smollm2_path: Path) -> None:
     """On a quantized model the CPU kernels round a row differently depending on the call's
     shape; the runner keeps every row independent of the batch, so the engine's output is the
     same alone, among 15 others, from the prefix cache and after preemption."""
-    lengths = [5, 60, 12, 33, 1, 90, 20, 7, 45, 16, 3, 70, 28, 9, 50, 38]
-    n_gen = 12
-    alone = _core.Engine(str(smollm2_path), n_threads=2, parallel=1, kv_size=2048, prefix_caching=False)
-    prompts = prompts_of(alone.n_vocab, lengths, seed=11)
+    # 24 blocks of 16 tokens for 16 requests of 13 to 102 tokens: requests are preempted.
+    assert_batching_is_invisible(smollm2_path, [5, 60, 12, 33, 1, 90, 20, 7, 45, 16, 3, 70, 28, 9, 50, 38],
+                                 n_gen=12, seed=11, tight_kv_size=384)
+
+
+def assert_batching_is_invisible(path: Path, lengths: list[int], *, n_gen: int, seed: int, tight_kv_size: int,
+                                 kv_type: str = "f16") -> None:
+    """Each prompt's greedy tokens alone equal those among the others, from the prefix cache
+    and in a KV pool of tight_kv_size tokens, where requests are preempted."""
+    alone = _core.Engine(str(path), n_threads=2, parallel=1, kv_size=2048, prefix_caching=False,
+                         kv_type=kv_type)
+    assert alone.kv_type == kv_type
+    prompts = prompts_of(alone.n_vocab, lengths, seed=seed)
     reference = [tokens_of(run_all(alone, [p], n_gen)[0]) for p in prompts]
     del alone
-    engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=16, kv_size=4096, max_batch_tokens=64)
+    engine = _core.Engine(str(path), n_threads=2, parallel=len(prompts), kv_size=4096, max_batch_tokens=64,
+                          kv_type=kv_type)
     batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
-    for i in range(16):
-        assert batched[i] == reference[i], f"prompt {i} among 15 others"
+    for i in range(len(prompts)):
+        assert batched[i] == reference[i], f"prompt {i} among {len(prompts) - 1} others"
     # The same prompts again: every prompt longer than a block now starts from the cache.
     again = run_all(engine, prompts, n_gen)
     for i, ev in enumerate(again):
         assert ev[-1].n_cached_tokens == (lengths[i] - 1) // 16 * 16
         assert tokens_of(ev) == reference[i], f"prompt {i} from the prefix cache"
     del engine
-    # 24 blocks of 16 tokens for 16 requests of 13 to 102 tokens: requests are preempted.
-    tight = _core.Engine(str(smollm2_path), n_threads=2, parallel=16, kv_size=384, max_batch_tokens=64,
-                         prefix_caching=False)
+    tight = _core.Engine(str(path), n_threads=2, parallel=len(prompts), kv_size=tight_kv_size,
+                         max_batch_tokens=64, prefix_caching=False, kv_type=kv_type)
     preempted = [tokens_of(ev) for ev in run_all(tight, prompts, n_gen)]
     assert settled_stats(tight)["preemptions"] > 0
-    for i in range(16):
+    for i in range(len(prompts)):
         assert preempted[i] == reference[i], f"prompt {i} with preemption"
 
 
@@ -376,31 +336,9 @@ def test_kv_budget_in_tokens_or_bytes_and_block_size(stories_path: Path, stories
 def test_q8_0_kv_batching_is_invisible(smollm2_path: Path) -> None:
     """With K/V stored as q8_0 blocks, a request's greedy tokens are still the same alone, among
     other requests, from the prefix cache and after preemption."""
-    lengths = [5, 60, 12, 33, 1, 90, 20, 45]
-    n_gen = 10
-    alone = _core.Engine(str(smollm2_path), n_threads=2, parallel=1, kv_size=2048, prefix_caching=False,
-                         kv_type="q8_0")
-    assert alone.kv_type == "q8_0"
-    prompts = prompts_of(alone.n_vocab, lengths, seed=21)
-    reference = [tokens_of(run_all(alone, [p], n_gen)[0]) for p in prompts]
-    del alone
-    engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=8, kv_size=4096, max_batch_tokens=64,
-                          kv_type="q8_0")
-    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
-    for i in range(len(prompts)):
-        assert batched[i] == reference[i], f"prompt {i} among {len(prompts) - 1} others"
-    again = run_all(engine, prompts, n_gen)
-    for i, ev in enumerate(again):
-        assert ev[-1].n_cached_tokens == (lengths[i] - 1) // 16 * 16
-        assert tokens_of(ev) == reference[i], f"prompt {i} from the prefix cache"
-    del engine
     # 12 blocks of 16 tokens for 8 requests of 11 to 100 tokens: requests are preempted.
-    tight = _core.Engine(str(smollm2_path), n_threads=2, parallel=8, kv_size=192, max_batch_tokens=64,
-                         prefix_caching=False, kv_type="q8_0")
-    preempted = [tokens_of(ev) for ev in run_all(tight, prompts, n_gen)]
-    assert settled_stats(tight)["preemptions"] > 0
-    for i in range(len(prompts)):
-        assert preempted[i] == reference[i], f"prompt {i} with preemption"
+    assert_batching_is_invisible(smollm2_path, [5, 60, 12, 33, 1, 90, 20, 45], n_gen=10, seed=21,
+                                 tight_kv_size=192, kv_type="q8_0")
 
 
 def test_q8_0_kv_stays_close_to_f16(smollm2_path: Path) -> None:

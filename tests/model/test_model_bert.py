@@ -11,13 +11,13 @@ bias or a wrong GELU each take the cosine below 0.99 on these sentences).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers
+from checkpoints import tiny_bert
 
 from ember import _core
 from ember.convert import convert
@@ -164,37 +164,9 @@ def test_bad_inputs_and_wrong_uses_are_clear_errors(minilm_gguf: dict[str, Path]
 
 # --- tiny random BERTs: CLS pooling, token-type and position tables, every layer's shape ---
 
-def _tiny_bert(folder: Path, pooling: str) -> Path:
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=96,
-                                     max_position_embeddings=40, type_vocab_size=2)
-    model = transformers.BertModel(config).eval()
-    with torch.no_grad():  # random LayerNorms too, so a swapped weight and bias shows
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name:
-                p.copy_(torch.randn_like(p) * 0.3 + (1.0 if name.endswith("weight") else 0.0))
-    model.save_pretrained(folder)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(115)]
-    tokenizer = {"version": "1.0", "added_tokens": [{"id": i, "content": t, "special": True}
-                                                    for i, t in enumerate(vocab[:5])],
-                 "normalizer": None, "pre_tokenizer": {"type": "BertPreTokenizer"},
-                 "model": {"type": "WordPiece", "unk_token": "[UNK]",
-                           "continuing_subword_prefix": "##",
-                           "vocab": {t: i for i, t in enumerate(vocab)}}}
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"cls_token": "[CLS]", "sep_token": "[SEP]",
-                                                              "unk_token": "[UNK]", "pad_token": "[PAD]"}))
-    (folder / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling",
-                                                      "type": "sentence_transformers.models.Pooling"}]))
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({f"pooling_mode_{pooling}": True}))
-    return folder
-
-
 @pytest.mark.parametrize("pooling", ["cls_token", "mean_tokens"])
 def test_tiny_random_bert_matches_transformers(tmp_path: Path, pooling: str) -> None:
-    folder = _tiny_bert(tmp_path / "hf", pooling)
+    folder = tiny_bert(tmp_path / "hf", pooling)
     gguf_path = convert(folder, tmp_path / "tiny.gguf", "f32", progress=False).path
     model = transformers.BertModel.from_pretrained(folder).eval()
     rng = np.random.default_rng(1)

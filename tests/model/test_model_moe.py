@@ -14,52 +14,25 @@ import gguf
 import numpy as np
 import pytest
 import torch
-import transformers
-from test_convert_models import (
+from checkpoints import (
     F32_REL,
+    MOE_CASES,
     N_VOCAB,
     TWIN_MAX,
     TWIN_RMS,
-    _rel_rms,
-    hf_logits,
-    save_checkpoint,
+    built_fixture,
+    make_moe_model,
+    rel_rms,
     tokens_for_test,
 )
-from test_engine_model import prompts_of, run_all, tokens_of
-from tiny_models import spread_weights
+from engine_support import prompts_of, run_all, tokens_of
+from tiny_models import hf_logits
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ember import _core
 from ember.convert import ConvertError, convert
 
-# Rows of 256 (hidden and expert widths) so that q4_k_m really uses k-quants on the experts.
-# 8 experts, 2 chosen per token: llama.cpp's quantizer has rules for exactly 8 experts.
-COMMON = {"vocab_size": N_VOCAB, "hidden_size": 256, "intermediate_size": 512,
-          "moe_intermediate_size": 256, "num_experts": 8, "num_experts_per_tok": 2,
-          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "bos_token_id": 1,
-          "eos_token_id": 2}
-
-CASES: dict[str, dict] = {
-    # Qwen2-MoE: Q/K/V biases, a sigmoid-gated shared expert; top-k weights as the softmax gave.
-    "qwen2moe": {"cls": "Qwen2MoeForCausalLM", "shared_expert_intermediate_size": 512},
-    # Renormalised top-k weights, which Qwen2-MoE does only when its config says so.
-    "qwen2moe-norm": {"cls": "Qwen2MoeForCausalLM", "shared_expert_intermediate_size": 512,
-                      "norm_topk_prob": True},
-    # Qwen3-MoE: Q/K norms, explicit head_dim, renormalised top-k weights (as published models).
-    "qwen3moe": {"cls": "Qwen3MoeForCausalLM", "head_dim": 64, "norm_topk_prob": True},
-}
 ARCH = {"Qwen2MoeForCausalLM": "qwen2moe", "Qwen3MoeForCausalLM": "qwen3moe"}
-
-
-def make_model(case: str, seed: int = 0):
-    spec = dict(CASES[case])
-    cls_name = spec.pop("cls")
-    config = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))(**{**COMMON, **spec})
-    torch.manual_seed(seed)
-    model = getattr(transformers, cls_name)(config).eval()
-    spread_weights(model)
-    return model
 
 
 def router_margins(model, tokens: list[int]) -> np.ndarray:
@@ -119,23 +92,13 @@ def f16_kv_attention():
         ALL_ATTENTION_FUNCTIONS.register("sdpa", sdpa)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    cache: dict[str, tuple] = {}
-
-    def get(case: str):
-        if case not in cache:
-            model = make_model(case)
-            cache[case] = (model, save_checkpoint(model, tmp_path_factory.mktemp(case)))
-        return cache[case]
-
-    return get
+built = built_fixture(make_moe_model)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(MOE_CASES))
 def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None:
     model, folder = built(case)
-    arch = ARCH[CASES[case]["cls"]]
+    arch = ARCH[MOE_CASES[case]["cls"]]
     result = convert(folder, tmp_path / "m.gguf", "f32", progress=False)
     assert result.architecture == arch
     reader = gguf.GGUFReader(result.path)
@@ -152,7 +115,7 @@ def test_f32_logits_match_transformers(case: str, built, tmp_path: Path) -> None
     assert fields[f"{arch}.expert_count"] == 8
     assert fields[f"{arch}.expert_used_count"] == 2
     assert fields[f"{arch}.expert_feed_forward_length"] == 256
-    assert fields[f"{arch}.expert_weights_norm"] == CASES[case].get("norm_topk_prob", False)
+    assert fields[f"{arch}.expert_weights_norm"] == MOE_CASES[case].get("norm_topk_prob", False)
 
     tokens = tokens_for_test()
     ours = _core.Model(str(result.path), n_threads=1)
@@ -248,8 +211,8 @@ def test_quantized_logits_match_the_dequantized_weights(case: str, out_type: str
     tokens = decisive_prompt(twin, 48, margin=0.01)
     ours = _core.Model(str(path), n_threads=1).eval(tokens)
     ref = hf_logits(twin, tokens)
-    # test_convert_models' bounds: the f16 cache and 8-bit activations in every matmul.
-    assert _rel_rms(ours, ref) < TWIN_RMS
+    # The dense families' bounds (tests/checkpoints.py): the f16 cache and 8-bit activations.
+    assert rel_rms(ours, ref) < TWIN_RMS
     assert np.abs(ours - ref).max() < TWIN_MAX * np.abs(ref).max()
 
 

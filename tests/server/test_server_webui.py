@@ -1,12 +1,16 @@
 """The chat page at GET /, in a real browser: headless Chromium (Debian's `chromium` package),
 driven over the DevTools protocol, types a question, sees the answer stream in piece by piece,
-and saves a screenshot (tmp_path/chat-page.png); --no-webui turns the page off."""
+and saves a screenshot (tmp_path/chat-page.png); --no-webui turns the page off.
+
+Without a browser the browser test is skipped, unless EMBER_REQUIRE_BROWSER=1 (CI sets it), where
+that is a failure. EMBER_CHROMIUM names the browser's binary where it is not on PATH."""
 
 from __future__ import annotations
 
 import base64
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -59,11 +63,36 @@ class DevTools:
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+# Where Chromium or Chrome lives when it is not on PATH: macOS keeps its apps out of PATH.
+MACOS_BROWSERS = ("/Applications/Chromium.app/Contents/MacOS/Chromium",
+                  "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome")
+
+
+def find_browser() -> str:
+    """The browser's binary: EMBER_CHROMIUM, else chromium / chromium-browser / google-chrome on
+    PATH, else a macOS app. None there is a skip, or with EMBER_REQUIRE_BROWSER=1 a failure."""
+    named = os.environ.get("EMBER_CHROMIUM")
+    if named:
+        if shutil.which(named) is None:
+            pytest.fail(f"EMBER_CHROMIUM={named} is not an executable browser")
+        return named
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        binary = shutil.which(name)
+        if binary is not None:
+            return binary
+    for binary in MACOS_BROWSERS:
+        if os.access(binary, os.X_OK):
+            return binary
+    why = ("no Chromium on PATH: apt-get install chromium (macOS: brew install --cask google-chrome), "
+           "or set EMBER_CHROMIUM to the browser's binary")
+    if os.environ.get("EMBER_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"EMBER_REQUIRE_BROWSER=1 but {why}")
+    pytest.skip(f"{why}; EMBER_REQUIRE_BROWSER=1 makes this a failure")
+
+
 @pytest.fixture()
 def browser(tmp_path: Path) -> Iterator[DevTools]:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.fail("this test needs Chromium: apt-get install chromium (.ci/run installs it)")
+    binary = find_browser()
     process = subprocess.Popen(
         [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-extensions", "--remote-debugging-port=0", "--window-size=1100,760",

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from conftest import build_cpp_test
 from cpp_cases import run_cases
+from engine_support import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 from server_support import serve_process
-from test_engine_model import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 
 from ember import UnsupportedError, _core
 from ember.convert import convert
@@ -270,9 +270,9 @@ def test_no_loader_means_the_cpu_and_a_reason(stories_path: Path) -> None:
 def test_an_embedding_model_is_refused_on_vulkan_and_auto_means_the_cpu(tmp_path: Path) -> None:
     """The Vulkan backend has no layer_norm or gelu (bert's ops): a bert on it is refused at load
     with the way out, and "auto" (which would pick the GPU for a generation model) is the CPU."""
-    from test_model_bert import _tiny_bert
+    from checkpoints import tiny_bert
 
-    folder = _tiny_bert(tmp_path / "hf", "mean_tokens")
+    folder = tiny_bert(tmp_path / "hf", "mean_tokens")
     gguf = convert(folder, tmp_path / "tiny.gguf", "f32", progress=False).path
     refusal = "bert models need the layer_norm op, which the vulkan backend lacks; use --device cpu"
     with pytest.raises(UnsupportedError, match=refusal):
@@ -289,10 +289,9 @@ def test_a_mixture_of_experts_model_is_refused_on_vulkan(tmp_path: Path) -> None
     """Vulkan has no add_rows_scaled (the experts' weighted scatter), and routing reads the
     router's probabilities back mid-pass: a MoE model on it is refused at load, with the way out."""
     pytest.importorskip("transformers")
-    from test_convert_models import save_checkpoint
-    from test_model_moe import make_model
+    from checkpoints import make_moe_model, save_checkpoint
 
-    folder = save_checkpoint(make_model("qwen3moe"), tmp_path / "hf")
+    folder = save_checkpoint(make_moe_model("qwen3moe"), tmp_path / "hf")
     path = convert(folder, tmp_path / "moe.gguf", "q8_0", progress=False).path
     refusal = r"qwen3moe \(mixture of experts\) is not supported on the vulkan backend yet; use --device cpu"
     with pytest.raises(UnsupportedError, match=refusal):

@@ -243,7 +243,8 @@ class DecoderFamily:
 
     # --- metadata ------------------------------------------------------------------------
 
-    def add_metadata(self, w: GGUFWriter) -> None:
+    def add_shape(self, w: GGUFWriter) -> None:
+        """The keys every transformer's file has: context, widths, layers, heads."""
         hp = self.hp
         if hp.n_ctx is not None:
             w.add_context_length(hp.n_ctx)
@@ -251,6 +252,10 @@ class DecoderFamily:
         w.add_block_count(hp.n_layer)
         w.add_feed_forward_length(hp.n_ff)
         w.add_head_count(hp.n_head)
+
+    def add_metadata(self, w: GGUFWriter) -> None:
+        self.add_shape(w)
+        hp = self.hp
         w.add_head_count_kv(hp.n_head_kv)
         if hp.rope_theta is not None:
             w.add_rope_freq_base(hp.rope_theta)

@@ -105,12 +105,8 @@ class BertFamily(DecoderFamily):
         return name in _UNUSED or super().ignored(hf_name)
 
     def add_metadata(self, w: GGUFWriter) -> None:
+        self.add_shape(w)
         hp = self.hp
-        w.add_context_length(hp.n_ctx)
-        w.add_embedding_length(hp.n_embd)
-        w.add_block_count(hp.n_layer)
-        w.add_feed_forward_length(hp.n_ff)
-        w.add_head_count(hp.n_head)
         w.add_layer_norm_eps(self.layer_norm_eps)
         w.add_causal_attention(False)
         w.add_pooling_type(self.pooling)

@@ -42,25 +42,29 @@ class LlamaFamily(DecoderFamily):
         return [ExtraTensor("rope_freqs.weight", (n_rot // 2,), self._llama3_rope_factors)]
 
     def _llama3_rope_factors(self) -> np.ndarray:
-        """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors: per-frequency divisors
-        for Llama 3.1's long-context RoPE."""
-        hp, scaling = self.hp, self.hp.rope_scaling
-        base = hp.rope_theta if hp.rope_theta is not None else 10000.0
-        dim = hp.head_dim
-        freqs = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
-        factor = scaling.get("factor", 8.0)
-        low = scaling.get("low_freq_factor", 1.0)
-        high = scaling.get("high_freq_factor", 4.0)
-        old_ctx = scaling.get("original_max_position_embeddings", 8192)
-        low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
-        factors = []
-        for freq in freqs.tolist():
-            wavelen = 2 * math.pi / freq
-            if wavelen < high_wavelen:
-                factors.append(1.0)
-            elif wavelen > low_wavelen:
-                factors.append(factor)
-            else:
-                smooth = (old_ctx / wavelen - low) / (high - low)
-                factors.append(1 / ((1 - smooth) / factor + smooth))
-        return np.array(factors, dtype=np.float32)
+        hp = self.hp
+        return llama3_rope_factors(hp.rope_theta if hp.rope_theta is not None else 10000.0, hp.head_dim,
+                                   hp.rope_scaling)
+
+
+def llama3_rope_factors(rope_theta: float, head_dim: int, scaling: dict) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors: rope_freqs.weight [head_dim / 2],
+    f32, the divisor of each RoPE frequency for Llama 3.1's long-context scaling (rope_scaling's
+    factor, low_freq_factor, high_freq_factor and original_max_position_embeddings)."""
+    freqs = 1.0 / (np.float32(rope_theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor = scaling.get("factor", 8.0)
+    low = scaling.get("low_freq_factor", 1.0)
+    high = scaling.get("high_freq_factor", 4.0)
+    old_ctx = scaling.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    factors = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)

@@ -34,20 +34,18 @@ class OutputType:
     llama_quantize: bool      # True: llama-quantize's per-tensor rules; False: the converter's
 
 
+def _output_type(name: str, llama_quantize: bool) -> OutputType:
+    """general.file_type is gguf's MOSTLY_<NAME> (ALL_F32 for f32); most 2-D weights take the
+    block type the name starts with (q4_k_m: q4_k)."""
+    file_type = LlamaFileType.ALL_F32 if name == "f32" else LlamaFileType[f"MOSTLY_{name.upper()}"]
+    return OutputType(name, file_type, Q[name.upper().removesuffix("_M")], llama_quantize)
+
+
+# convert_hf_to_gguf.py's --outtype choices, then llama-quantize's.
 OUTPUT_TYPES: dict[str, OutputType] = {t.name: t for t in (
-    OutputType("f32", LlamaFileType.ALL_F32, Q.F32, False),
-    OutputType("f16", LlamaFileType.MOSTLY_F16, Q.F16, False),
-    OutputType("bf16", LlamaFileType.MOSTLY_BF16, Q.BF16, False),
-    OutputType("q8_0", LlamaFileType.MOSTLY_Q8_0, Q.Q8_0, False),
-    OutputType("q4_0", LlamaFileType.MOSTLY_Q4_0, Q.Q4_0, True),
-    OutputType("q4_1", LlamaFileType.MOSTLY_Q4_1, Q.Q4_1, True),
-    OutputType("q5_0", LlamaFileType.MOSTLY_Q5_0, Q.Q5_0, True),
-    OutputType("q5_1", LlamaFileType.MOSTLY_Q5_1, Q.Q5_1, True),
-    OutputType("q2_k", LlamaFileType.MOSTLY_Q2_K, Q.Q2_K, True),
-    OutputType("q3_k_m", LlamaFileType.MOSTLY_Q3_K_M, Q.Q3_K, True),
-    OutputType("q4_k_m", LlamaFileType.MOSTLY_Q4_K_M, Q.Q4_K, True),
-    OutputType("q5_k_m", LlamaFileType.MOSTLY_Q5_K_M, Q.Q5_K, True),
-    OutputType("q6_k", LlamaFileType.MOSTLY_Q6_K, Q.Q6_K, True),
+    *(_output_type(name, False) for name in ("f32", "f16", "bf16", "q8_0")),
+    *(_output_type(name, True) for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m",
+                                             "q5_k_m", "q6_k")),
 )}
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import gguf
 from gguf import GGUFWriter, TokenType
@@ -136,6 +137,20 @@ def _pre_tokenizer_name(tokenizer: dict, model_type: str) -> str:
     return "default"
 
 
+def _token_table(by_id: dict[int, str], n: int, spell: Callable[[int, str], tuple[str, TokenType]]
+                 ) -> tuple[list[bytes], list[int]]:
+    """The token list and token types of ids 0..n-1: spell(id, text) gives a known token's text
+    as stored and its type; an id the tokenizer lacks is llama.cpp's "[PAD<id>]", unused."""
+    tokens: list[bytes] = []
+    types: list[int] = []
+    for i in range(n):
+        text = by_id.get(i)
+        text, kind = (f"[PAD{i}]", TokenType.UNUSED) if text is None else spell(i, text)
+        tokens.append(text.encode("utf-8"))
+        types.append(int(kind))
+    return tokens, types
+
+
 def _bpe_vocab(path: Path, n_vocab: int | None, folder: Path, model_type: str) -> Vocab:
     """convert_hf_to_gguf.py's get_vocab_base + _set_vocab_gpt2, read from tokenizer.json."""
     tokenizer = _read_json(path)
@@ -156,23 +171,15 @@ def _bpe_vocab(path: Path, n_vocab: int | None, folder: Path, model_type: str) -
     n = n_vocab or (max(by_id) + 1)
     if by_id and max(by_id) >= n:
         raise ConvertError(f"{path}: token id {max(by_id)} is past config.json's vocab_size {n}")
-    tokens: list[bytes] = []
-    types: list[int] = []
-    for i in range(n):
-        text = by_id.get(i)
-        if text is None:
-            tokens.append(f"[PAD{i}]".encode())
-            types.append(int(TokenType.UNUSED))
-            continue
-        if i in added:
-            if added[i].get("special") or _looks_special(text):
-                types.append(int(TokenType.CONTROL))
-            else:
-                text = text.replace("\u2581", " ")
-                types.append(int(TokenType.USER_DEFINED))
-        else:
-            types.append(int(TokenType.NORMAL))
-        tokens.append(text.encode("utf-8"))
+
+    def spell(token_id: int, text: str) -> tuple[str, TokenType]:
+        if token_id not in added:
+            return text, TokenType.NORMAL
+        if added[token_id].get("special") or _looks_special(text):
+            return text, TokenType.CONTROL
+        return text.replace("\u2581", " "), TokenType.USER_DEFINED
+
+    tokens, types = _token_table(by_id, n, spell)
     special = gguf.SpecialVocab(folder, load_merges=True)
     if not special.merges:
         raise ConvertError(f"{path}: BPE tokenizer without merges")
@@ -188,20 +195,13 @@ def _wordpiece_vocab(tokenizer: dict, n_vocab: int | None, folder: Path) -> Voca
     special = {a["id"] for a in tokenizer.get("added_tokens", []) if a.get("special")}
     n = n_vocab or (max(by_id) + 1)
     prefix = model.get("continuing_subword_prefix", "##")
-    tokens: list[bytes] = []
-    types: list[int] = []
-    for i in range(n):
-        text = by_id.get(i)
-        if text is None:
-            tokens.append(f"[PAD{i}]".encode())
-            types.append(int(TokenType.UNUSED))
-        elif i in special:
-            tokens.append(text.encode("utf-8"))
-            types.append(int(TokenType.CONTROL))
-        else:
-            piece = text[len(prefix):] if text.startswith(prefix) else "\u2581" + text
-            tokens.append(piece.encode("utf-8"))
-            types.append(int(TokenType.NORMAL))
+
+    def spell(token_id: int, text: str) -> tuple[str, TokenType]:
+        if token_id in special:
+            return text, TokenType.CONTROL
+        return (text[len(prefix):] if text.startswith(prefix) else "\u2581" + text), TokenType.NORMAL
+
+    tokens, types = _token_table(by_id, n, spell)
     special_vocab = gguf.SpecialVocab(folder, n_vocab=n)
     # gguf-py writes no cls id any more: [CLS] opens every input as the BOS token (llama.cpp's
     # reading of BERT vocabularies).
