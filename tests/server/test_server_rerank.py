@@ -5,13 +5,13 @@ and TEI shapes, sorted and cut to top_n; bad requests are 400s naming the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+from checkpoints import write_wordpiece_tokenizer
 from server_support import RunningServer, assert_400_naming, serving
 
 from ember import _core
@@ -47,15 +47,7 @@ def cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
             else:
                 p.copy_(torch.randn_like(p) * 0.2)
     model.save_pretrained(folder)
-    tokenizer = {"version": "1.0", "added_tokens": [{"id": i, "content": t, "special": True}
-                                                    for i, t in enumerate(VOCAB[:5])],
-                 "normalizer": None, "pre_tokenizer": {"type": "BertPreTokenizer"},
-                 "model": {"type": "WordPiece", "unk_token": "[UNK]",
-                           "continuing_subword_prefix": "##",
-                           "vocab": {t: i for i, t in enumerate(VOCAB)}}}
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]"}))
+    write_wordpiece_tokenizer(folder, VOCAB)
     path = convert(folder, folder.parent / "reranker.gguf", "f32", progress=False).path
     return folder, path
 
