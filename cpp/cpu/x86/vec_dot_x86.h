@@ -1,4 +1,4 @@
-// cpu/vec_dot_x86.h: the shared shape of the x86 vec_dot kernels. One weight row · one int8
+// cpu/x86/vec_dot_x86.h: the shared shape of the x86 vec_dot kernels. One weight row · one int8
 // activation row, 32-element block by block: the block's integer dot product per 16-element half
 // comes from `BlockDot` (AVX2 maddubs or AVX-512 VNNI), then the float scales are applied.
 // Included only by *_avx2.cpp / *_avx512.cpp files; internal linkage (see block_formats.h).
@@ -6,8 +6,8 @@
 
 #include <immintrin.h>
 
-#include "cpu/block_formats_x86.h"
 #include "cpu/quantize_act.h"
+#include "cpu/x86/block_formats_x86.h"
 
 namespace ember::cpu {
 namespace {
