@@ -28,22 +28,10 @@ struct BlockDotAvx2 {
   }
 };
 
-template <typename F>
-TypeKernels quant_kernels() {
-  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr, kGemmColsAvx2};
-}
-
 IsaKernels make_table() {
-  IsaKernels t;
-  t.level = IsaLevel::avx2;
-  t.quantize_act = quantize_act_x86;
+  IsaKernels t = x86_vec_dot_table<BlockDotAvx2>(IsaLevel::avx2, kGemmColsAvx2);
   t.panel_bytes = panel_bytes_avx2;
   t.act_tiling = act_tiling_avx2();
-  auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
-  set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx2});
-  set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx2});
-  set(DType::bf16, {ActFormat::f32, vec_dot_float_x86<LoadBF16>, nullptr, kGemmColsAvx2});
-  for_each_block_format([&](DType type, auto format) { set(type, quant_kernels<decltype(format)>()); });
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx2(static_cast<DType>(i));
     // The K-quant GEMMs that sum whole super-blocks need their activations scaled per super-block.

@@ -20,22 +20,10 @@ struct BlockDotVnni {
   }
 };
 
-template <typename F>
-TypeKernels quant_kernels() {
-  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotVnni>, nullptr, kGemmColsAvx512};
-}
-
 IsaKernels make_table() {
-  IsaKernels t;
-  t.level = IsaLevel::avx512;
-  t.quantize_act = quantize_act_x86;
+  IsaKernels t = x86_vec_dot_table<BlockDotVnni>(IsaLevel::avx512, kGemmColsAvx512);
   t.panel_bytes = panel_bytes_avx512;
   t.float_tiling = float_tiling_avx512();
-  auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
-  set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx512});
-  set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx512});
-  set(DType::bf16, {ActFormat::f32, vec_dot_float_x86<LoadBF16>, nullptr, kGemmColsAvx512});
-  for_each_block_format([&](DType type, auto format) { set(type, quant_kernels<decltype(format)>()); });
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx512(static_cast<DType>(i));
     t.types[i].pack = gemm_weight_packer_avx512(static_cast<DType>(i));
