@@ -2,7 +2,7 @@
 # scripts/test_neon.sh: cross-compiles tests/cpp/test_matmul for aarch64 with the NEON kernels and
 # runs it under qemu-user, so the NEON code is tested on an x86 machine.
 # Needs (Debian): apt-get install g++-aarch64-linux-gnu qemu-user
-# Flags mirror CMakeLists.txt: *_neon.cpp get -march=armv8.2-a+dotprod+fp16, the rest baseline.
+# Flags mirror CMakeLists.txt: cpu/arm/*_neon.cpp get -march=armv8.2-a+dotprod+fp16, the rest baseline.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${EMBER_NEON_BUILD_DIR:-$root/tests/.cache/build-neon}"
@@ -11,9 +11,11 @@ mkdir -p "$out"
 cd "$root"
 
 common=(-O2 -std=c++20 -Icpp -DEMBER_HAS_X86=0 -DEMBER_HAS_ARM=1 -DEMBER_HAS_AMX=0 -Wall -Wextra -Wno-unused-parameter)
+# The registry (isa_registry.cpp) names the op tables too, so their scalar kernels come along.
 sources=(cpp/core/thread_pool.cpp cpp/quant/*.cpp cpp/cpu/cpu_features.cpp cpp/cpu/quantize_act.cpp
-         cpp/cpu/vec_dot_scalar.cpp cpp/cpu/matmul_kernels.cpp cpp/cpu/matmul.cpp cpp/cpu/weight_pack.cpp cpp/cpu/*_neon.cpp
-         tests/cpp/test_matmul.cpp)
+         cpp/cpu/vec_dot_scalar.cpp cpp/cpu/isa_registry.cpp cpp/cpu/matmul.cpp cpp/cpu/weight_pack.cpp
+         cpp/cpu/op_kernels.cpp cpp/cpu/attention.cpp cpp/cpu/store_kv.cpp cpp/cpu/elementwise.cpp
+         cpp/cpu/arm/*_neon.cpp tests/cpp/test_matmul.cpp)
 objects=()
 for src in "${sources[@]}"; do
   obj="$out/$(echo "$src" | tr / _).o"

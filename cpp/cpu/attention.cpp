@@ -76,16 +76,10 @@ void attention_block_scalar(const AttentionBlock& block, const KVView& kv) {
 }
 
 void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
-               const AttentionParams& params, float* out, const OpsIsa& isa, ThreadPool& pool) {
+               const AttentionParams& params, float* out, const OpKernels& kernels, ThreadPool& pool) {
   const int64_t n_head = params.n_head, head_dim = params.head_dim;
   const int64_t group = n_head / params.n_head_kv;  // query heads per kv head
-#if EMBER_HAS_X86
-  const auto block_kernel = isa.avx512 && head_dim % 8 == 0      ? attention_block_avx512
-                            : isa.avx2_f16c && head_dim % 8 == 0 ? attention_block_avx2
-                                                                 : attention_block_scalar;
-#else  // the *_avx2 / *_avx512 files are not built here (OpsIsa's flags are never set)
-  const auto block_kernel = attention_block_scalar;
-#endif
+  const auto block_kernel = kernels.for_rows(head_dim).attention_block;
   const int64_t max_keys = int64_t{*std::max_element(positions, positions + n_rows)} + 1;
   // Below ~2K multiply-adds per task, waking a worker costs more than the task.
   const bool tiny = n_rows * n_head * max_keys * head_dim < 4096;

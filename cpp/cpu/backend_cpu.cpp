@@ -10,24 +10,13 @@
 #include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_kernels.h"
+#include "cpu/op_kernels.h"
 
 namespace ember {
 
-namespace {
-
-cpu::OpsIsa detect_ops_isa() {
-  // Follows the level the matmul kernels run at (EMBER_CPU_ISA caps it for tests).
-  const cpu::IsaLevel level = cpu::active_isa_level();
-  cpu::OpsIsa isa;
-  isa.avx2_f16c = level != cpu::IsaLevel::scalar && cpu::isa_within(cpu::IsaLevel::avx2, level);
-  isa.avx512 = isa.avx2_f16c && cpu::isa_within(cpu::IsaLevel::avx512, level);
-  return isa;
-}
-
-}  // namespace
-
 CpuBackend::CpuBackend(int n_threads)
-    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_n_threads()), isa_(detect_ops_isa()) {}
+    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_n_threads()),
+      op_kernels_(cpu::active_op_kernels()) {}
 
 bool CpuBackend::supports(Op op, DType dtype) const {
   switch (op) {
@@ -141,7 +130,7 @@ void CpuBackend::add_bias(float* x, const float* bias, int64_t n_rows, int64_t n
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
-  cpu::silu_mul(gate, up, n, y, isa_, pool_);
+  cpu::silu_mul(gate, up, n, y, op_kernels_, pool_);
 }
 
 void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
@@ -162,12 +151,12 @@ void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softma
 
 void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
                           const float* k, const float* v) {
-  cpu::store_kv(kv, positions, n_rows, n_kv_dim, k, v, isa_, pool_);
+  cpu::store_kv(kv, positions, n_rows, n_kv_dim, k, v, op_kernels_, pool_);
 }
 
 void CpuBackend::attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
                            const AttentionParams& params, float* out) {
-  cpu::attention(q, positions, n_rows, kv, params, out, isa_, pool_);
+  cpu::attention(q, positions, n_rows, kv, params, out, op_kernels_, pool_);
 }
 
 }  // namespace ember

@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
   void* alloc_weight(size_t n_bytes);
 
   ThreadPool pool_;
-  cpu::OpsIsa isa_;
+  const cpu::OpKernels& op_kernels_;       // the ops' inner kernels of the active ISA level
   cpu::MatmulWorkspace matmul_workspace_;  // every matmul's scratch, sized by reserve_matmul
   std::vector<Buffer> weight_chunks_;      // the weight arena's chunks, filled in order
   size_t chunk_used_ = 0;                  // bytes of the last chunk handed out

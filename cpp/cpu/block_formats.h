@@ -65,104 +65,108 @@ inline void k4_scales(const uint8_t* scales, int j, float d, float dmin, BlockSc
 // scales_all(row, i, s[kBlocksPer]) = the scales of every 32-element block of Block i (the
 // super-block scales decoded once). `b` counts 32-element blocks from the start of the row.
 
-struct FormatQ4_0 {
-  using Block = BlockQ4_0;
-  static constexpr int kBlocksPer = 1, kBias = 8, kMaxU = 15;
+// The one-scale types' scales: the block's d (times u - kBias) and, kHasMin, its min m.
+template <typename B, bool kHasMin>
+struct OneScale {
+  using Block = B;
+  static constexpr int kBlocksPer = 1;
   static constexpr bool kSub16 = false;
   static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
+    const Block& x = static_cast<const Block*>(row)[b];
+    if constexpr (kHasMin) {
+      set_scales(s, half_to_float(x.d), half_to_float(x.m));
+    } else {
+      set_scales(s, half_to_float(x.d), 0.0f);
+    }
   }
   static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
-  static void quants(const void* row, int64_t b, uint8_t u[32]) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    for (int l = 0; l < 16; ++l) {
-      u[l] = x.qs[l] & 15;
-      u[l + 16] = x.qs[l] >> 4;
+};
+
+// The K-quant types' scales: Derived::one(x, j, d, dmin, s) of 32-block j of super-block x, with
+// the super-block's d and dmin (0 where the type has no mins) decoded once for scales_all.
+template <typename Derived, typename B>
+struct SuperScales {
+  using Block = B;
+  static constexpr int kBlocksPer = 8;
+  static float dmin_of(const Block& x) {
+    if constexpr (requires(const Block& block) { block.dmin; }) {
+      return half_to_float(x.dmin);
+    } else {
+      return 0.0f;
     }
+  }
+  static void scales(const void* row, int64_t b, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    Derived::one(x, static_cast<int>(b % 8), half_to_float(x.d), dmin_of(x), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    const Block& x = static_cast<const Block*>(row)[i];
+    const float d = half_to_float(x.d), dmin = dmin_of(x);
+    for (int j = 0; j < 8; ++j) Derived::one(x, j, d, dmin, &s[j]);
   }
 };
 
-struct FormatQ4_1 {
-  using Block = BlockQ4_1;
-  static constexpr int kBlocksPer = 1, kBias = 0, kMaxU = 15;
-  static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    set_scales(s, half_to_float(x.d), half_to_float(x.m));
+// u[32] of a block of 4-bit quants: low nibbles of qs[0..16) then high nibbles, plus, with qh,
+// bit l of the 32-bit qh as u[l]'s fifth bit.
+inline void nibble_quants(const uint8_t* qs, uint8_t u[32]) {
+  for (int l = 0; l < 16; ++l) {
+    u[l] = qs[l] & 15;
+    u[l + 16] = qs[l] >> 4;
   }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
-  static void quants(const void* row, int64_t b, uint8_t u[32]) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    for (int l = 0; l < 16; ++l) {
-      u[l] = x.qs[l] & 15;
-      u[l + 16] = x.qs[l] >> 4;
-    }
-  }
-};
+}
 
 inline uint32_t load_u32(const uint8_t* p) {
   return p[0] | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 
-struct FormatQ5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kBlocksPer = 1, kBias = 16, kMaxU = 31;
-  static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
+inline void five_bit_quants(const uint8_t* qs, const uint8_t* qh_bytes, uint8_t u[32]) {
+  const uint32_t qh = load_u32(qh_bytes);
+  for (int l = 0; l < 16; ++l) {
+    u[l] = (qs[l] & 15) | ((qh >> l) & 1) << 4;
+    u[l + 16] = (qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4;
   }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+}
+
+struct FormatQ4_0 : OneScale<BlockQ4_0, false> {
+  static constexpr int kBias = 8, kMaxU = 15;
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    const uint32_t qh = load_u32(x.qh);
-    for (int l = 0; l < 16; ++l) {
-      u[l] = (x.qs[l] & 15) | ((qh >> l) & 1) << 4;
-      u[l + 16] = (x.qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4;
-    }
+    nibble_quants(static_cast<const Block*>(row)[b].qs, u);
   }
 };
 
-struct FormatQ5_1 {
-  using Block = BlockQ5_1;
-  static constexpr int kBlocksPer = 1, kBias = 0, kMaxU = 31;
-  static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    set_scales(s, half_to_float(x.d), half_to_float(x.m));
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+struct FormatQ4_1 : OneScale<BlockQ4_1, true> {
+  static constexpr int kBias = 0, kMaxU = 15;
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
-    const Block& x = static_cast<const Block*>(row)[b];
-    const uint32_t qh = load_u32(x.qh);
-    for (int l = 0; l < 16; ++l) {
-      u[l] = (x.qs[l] & 15) | ((qh >> l) & 1) << 4;
-      u[l + 16] = (x.qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4;
-    }
+    nibble_quants(static_cast<const Block*>(row)[b].qs, u);
   }
 };
 
-struct FormatQ8_0 {
-  using Block = BlockQ8_0;
-  static constexpr int kBlocksPer = 1, kBias = 128, kMaxU = 255;
-  static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
+struct FormatQ5_0 : OneScale<BlockQ5_0, false> {
+  static constexpr int kBias = 16, kMaxU = 31;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b];
+    five_bit_quants(x.qs, x.qh, u);
   }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+};
+
+struct FormatQ5_1 : OneScale<BlockQ5_1, true> {
+  static constexpr int kBias = 0, kMaxU = 31;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b];
+    five_bit_quants(x.qs, x.qh, u);
+  }
+};
+
+struct FormatQ8_0 : OneScale<BlockQ8_0, false> {
+  static constexpr int kBias = 128, kMaxU = 255;
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>(x.qs[l] + 128);
   }
 };
 
-struct FormatIQ4_NL {
-  using Block = BlockIQ4_NL;
-  static constexpr int kBlocksPer = 1, kBias = 128, kMaxU = 255;
-  static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    set_scales(s, half_to_float(static_cast<const Block*>(row)[b].d), 0.0f);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+struct FormatIQ4_NL : OneScale<BlockIQ4_NL, false> {
+  static constexpr int kBias = 128, kMaxU = 255;
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b];
     for (int l = 0; l < 16; ++l) {
@@ -174,19 +178,9 @@ struct FormatIQ4_NL {
 
 // q2_k: 32-block j of a super-block holds sub-blocks 2j, 2j+1; its 2-bit quants are bits
 // 2(j%4)..+1 of qs[32(j/4) + l].
-struct FormatQ2_K {
-  using Block = BlockQ2_K;
-  static constexpr int kBlocksPer = 8, kBias = 0, kMaxU = 3;
+struct FormatQ2_K : SuperScales<FormatQ2_K, BlockQ2_K> {
+  static constexpr int kBias = 0, kMaxU = 3;
   static constexpr bool kSub16 = true;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b / 8];
-    one(x, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[i];
-    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
-    for (int j = 0; j < 8; ++j) one(x, j, d, dmin, &s[j]);
-  }
   static void one(const Block& x, int j, float d, float dmin, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       const uint8_t sc = x.scales[2 * j + h];
@@ -204,20 +198,10 @@ struct FormatQ2_K {
 };
 
 // q3_k: low bits as q2_k, bit j of hmask[l] set means no -4 offset, so u = low | hbit << 2.
-struct FormatQ3_K {
-  using Block = BlockQ3_K;
-  static constexpr int kBlocksPer = 8, kBias = 4, kMaxU = 7;
+struct FormatQ3_K : SuperScales<FormatQ3_K, BlockQ3_K> {
+  static constexpr int kBias = 4, kMaxU = 7;
   static constexpr bool kSub16 = true;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b / 8];
-    one(x, static_cast<int>(b % 8), half_to_float(x.d), s);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[i];
-    const float d = half_to_float(x.d);
-    for (int j = 0; j < 8; ++j) one(x, j, d, &s[j]);
-  }
-  static void one(const Block& x, int j, float d, BlockScales* s) {
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       const int i = 2 * j + h;
       const int low = i < 8 ? (x.scales[i] & 15) : (x.scales[i - 8] >> 4);
@@ -236,18 +220,11 @@ struct FormatQ3_K {
 };
 
 // q4_k: 32-block j is nibble j%2 of qs[32(j/2) + l], scale and min from the packed 6-bit table.
-struct FormatQ4_K {
-  using Block = BlockQ4_K;
-  static constexpr int kBlocksPer = 8, kBias = 0, kMaxU = 15;
+struct FormatQ4_K : SuperScales<FormatQ4_K, BlockQ4_K> {
+  static constexpr int kBias = 0, kMaxU = 15;
   static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b / 8];
-    k4_scales(x.scales, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[i];
-    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
-    for (int j = 0; j < 8; ++j) k4_scales(x.scales, j, d, dmin, &s[j]);
+  static void one(const Block& x, int j, float d, float dmin, BlockScales* s) {
+    k4_scales(x.scales, j, d, dmin, s);
   }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
@@ -259,18 +236,11 @@ struct FormatQ4_K {
 };
 
 // q5_k: q4_k plus bit j of qh[l] as the fifth bit.
-struct FormatQ5_K {
-  using Block = BlockQ5_K;
-  static constexpr int kBlocksPer = 8, kBias = 0, kMaxU = 31;
+struct FormatQ5_K : SuperScales<FormatQ5_K, BlockQ5_K> {
+  static constexpr int kBias = 0, kMaxU = 31;
   static constexpr bool kSub16 = false;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b / 8];
-    k4_scales(x.scales, static_cast<int>(b % 8), half_to_float(x.d), half_to_float(x.dmin), s);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[i];
-    const float d = half_to_float(x.d), dmin = half_to_float(x.dmin);
-    for (int j = 0; j < 8; ++j) k4_scales(x.scales, j, d, dmin, &s[j]);
+  static void one(const Block& x, int j, float d, float dmin, BlockScales* s) {
+    k4_scales(x.scales, j, d, dmin, s);
   }
   static void quants(const void* row, int64_t b, uint8_t u[32]) {
     const Block& x = static_cast<const Block*>(row)[b / 8];
@@ -283,20 +253,10 @@ struct FormatQ5_K {
 
 // q6_k: 32-block j = 4h + k covers elements 128h + 32k + l: low nibble k/2 of
 // ql[64h + 32(k%2) + l], high bits 2k..2k+1 of qh[32h + l].
-struct FormatQ6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kBlocksPer = 8, kBias = 32, kMaxU = 63;
+struct FormatQ6_K : SuperScales<FormatQ6_K, BlockQ6_K> {
+  static constexpr int kBias = 32, kMaxU = 63;
   static constexpr bool kSub16 = true;
-  static void scales(const void* row, int64_t b, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[b / 8];
-    one(x, static_cast<int>(b % 8), half_to_float(x.d), s);
-  }
-  static void scales_all(const void* row, int64_t i, BlockScales* s) {
-    const Block& x = static_cast<const Block*>(row)[i];
-    const float d = half_to_float(x.d);
-    for (int j = 0; j < 8; ++j) one(x, j, d, &s[j]);
-  }
-  static void one(const Block& x, int j, float d, BlockScales* s) {
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
     for (int h = 0; h < 2; ++h) {
       s->scale[h] = d * static_cast<float>(x.scales[2 * j + h]);
       s->min[h] = 0.0f;
@@ -312,6 +272,23 @@ struct FormatQ6_K {
     }
   }
 };
+
+// fn(type, Format{}) for every quantized weight type the matmul kernels read, in DType order:
+// each ISA's kernel table fills its entries from it.
+template <typename Fn>
+constexpr void for_each_block_format(Fn&& fn) {
+  fn(DType::q4_0, FormatQ4_0{});
+  fn(DType::q4_1, FormatQ4_1{});
+  fn(DType::q5_0, FormatQ5_0{});
+  fn(DType::q5_1, FormatQ5_1{});
+  fn(DType::q8_0, FormatQ8_0{});
+  fn(DType::iq4_nl, FormatIQ4_NL{});
+  fn(DType::q2_k, FormatQ2_K{});
+  fn(DType::q3_k, FormatQ3_K{});
+  fn(DType::q4_k, FormatQ4_K{});
+  fn(DType::q5_k, FormatQ5_K{});
+  fn(DType::q6_k, FormatQ6_K{});
+}
 
 }  // namespace
 }  // namespace ember::cpu

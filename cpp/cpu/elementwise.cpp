@@ -45,12 +45,9 @@ void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa, ThreadPool& pool) {
-#if EMBER_HAS_X86
-  const auto kernel = isa.avx2_f16c ? silu_mul_avx2 : silu_mul_scalar;
-#else
-  const auto kernel = silu_mul_scalar;
-#endif
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpKernels& kernels,
+              ThreadPool& pool) {
+  const auto kernel = kernels.silu_mul;  // any n (the SIMD kernels pad the tail)
   // The exp makes this worth threading sooner than a plain add.
   parallel_for(pool, n, 4096,
                [&](int64_t begin, int64_t end) { kernel(gate + begin, up + begin, end - begin, y + begin); });

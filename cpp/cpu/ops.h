@@ -11,11 +11,9 @@
 
 namespace ember::cpu {
 
-// Which instruction-set variants the ops may use; chosen once, when the backend is made.
-struct OpsIsa {
-  bool avx2_f16c = false;  // AVX2 + FMA + F16C kernels (*_avx2.cpp)
-  bool avx512 = false;     // AVX-512 F/BW/VL/DQ kernels (*_avx512.cpp); implies avx2_f16c
-};
+// The per-ISA inner kernels that silu_mul, store_kv and attention call (op_kernels.h); the
+// backend picks one table when it is made.
+struct OpKernels;
 
 // y[n_ids, n_cols] = rows ids[] of table {n_cols, *} of `type`, dequantized.
 void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids, float* y,
@@ -38,7 +36,8 @@ void add(const float* a, const float* b, int64_t n, float* y, ThreadPool& pool);
 // x[n_rows, n_cols] += bias[n_cols].
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 // y[n] = silu(gate[n]) * up[n].
-void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpsIsa& isa, ThreadPool& pool);
+void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpKernels& kernels,
+              ThreadPool& pool);
 // y[n] = gelu_tanh(gate[n]) * up[n] (GeGLU).
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
 // y[n] = gelu_erf(x[n]).
@@ -56,10 +55,10 @@ void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 
 // k, v [n_rows, n_kv_dim] f32 -> the cache slots of positions[n_rows], as kv.type (f16 or q8_0).
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
-              const float* v, const OpsIsa& isa, ThreadPool& pool);
+              const float* v, const OpKernels& kernels, ThreadPool& pool);
 
 // out[n_rows, n_head * head_dim] = causal attention of q over kv (see backend.h).
 void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
-               const AttentionParams& params, float* out, const OpsIsa& isa, ThreadPool& pool);
+               const AttentionParams& params, float* out, const OpKernels& kernels, ThreadPool& pool);
 
 }  // namespace ember::cpu

@@ -13,7 +13,7 @@ void f32_to_f16_row_scalar(const float* src, uint16_t* dst, int64_t n) {
 }
 
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
-              const float* v, const OpsIsa& isa, ThreadPool& pool) {
+              const float* v, const OpKernels& kernels, ThreadPool& pool) {
   const int64_t grain = 16384 / n_kv_dim + 1;
   const int64_t head_dim = n_kv_dim / kv.n_head_kv;
   // Row r's kv heads, each to its place in the block of its position (KVView's layout).
@@ -28,20 +28,13 @@ void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_
       }
     });
   };
+  const OpKernels& rows = kernels.for_rows(head_dim);
   if (kv.type == DType::q8_0) {
-    // gguf-py's bytes, from the reference quantizer or its byte-identical AVX2 twin.
-#if EMBER_HAS_X86
-    const auto quantize = isa.avx2_f16c ? quantize_row_q8_0_avx2 : quantize_row_q8_0;
-#else
-    const auto quantize = quantize_row_q8_0;
-#endif
+    // gguf-py's bytes, from the reference quantizer or a byte-identical SIMD twin.
+    const auto quantize = rows.quantize_row_q8_0;
     return store_heads([&](const float* src, uint8_t* dst, int64_t n) { quantize(src, dst, n); });
   }
-#if EMBER_HAS_X86
-  const auto convert = isa.avx2_f16c && head_dim % 8 == 0 ? f32_to_f16_row_avx2 : f32_to_f16_row_scalar;
-#else
-  const auto convert = f32_to_f16_row_scalar;
-#endif
+  const auto convert = rows.f32_to_f16_row;
   store_heads(
       [&](const float* src, uint8_t* dst, int64_t n) { convert(src, reinterpret_cast<uint16_t*>(dst), n); });
 }

@@ -67,17 +67,7 @@ constexpr IsaKernels make_table() {
   set(DType::f32, {ActFormat::f32, vec_dot_f32, nullptr, 1});
   set(DType::f16, {ActFormat::f32, vec_dot_f16, nullptr, 1});
   set(DType::bf16, {ActFormat::f32, vec_dot_bf16, nullptr, 1});
-  set(DType::q4_0, quant_kernels<FormatQ4_0>());
-  set(DType::q4_1, quant_kernels<FormatQ4_1>());
-  set(DType::q5_0, quant_kernels<FormatQ5_0>());
-  set(DType::q5_1, quant_kernels<FormatQ5_1>());
-  set(DType::q8_0, quant_kernels<FormatQ8_0>());
-  set(DType::iq4_nl, quant_kernels<FormatIQ4_NL>());
-  set(DType::q2_k, quant_kernels<FormatQ2_K>());
-  set(DType::q3_k, quant_kernels<FormatQ3_K>());
-  set(DType::q4_k, quant_kernels<FormatQ4_K>());
-  set(DType::q5_k, quant_kernels<FormatQ5_K>());
-  set(DType::q6_k, quant_kernels<FormatQ6_K>());
+  for_each_block_format([&](DType type, auto format) { set(type, quant_kernels<decltype(format)>()); });
   return t;
 }
 

@@ -4,25 +4,22 @@
 // Backend. Pooling and normalisation of the token states are the embedder's (model/embedder.h).
 #include "model/bert.h"
 
-#include "model/sequence_ops.h"
+#include "model/blocks.h"
 
 namespace ember {
 
 void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* states) {
-  const ModelConfig& c = model.config();
-  const ModelWeights& w = model.weights();
-  Backend& be = model.backend();
-  const int64_t n = batch.n_tokens, n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();
+  ForwardPass p(model, s, batch);
+  const ModelConfig& c = p.c;
+  const ModelWeights& w = p.w;
+  Backend& be = p.be;
+  const int64_t n = p.n, n_embd = p.n_embd, n_q = p.n_q, n_kv = p.n_kv;
   const float eps = c.layer_norm_eps;
   const AttentionParams attention = attention_params(c, /*il=*/0);  // every layer alike
+  float* x = p.x;                                                   // [n, n_embd] residual stream
+  float* xn = p.xn;                                                 // [n, n_embd]
+  float* up = p.up;                                                 // [n, n_ff]
 
-  float* x = s.x.as<float>();        // [n, n_embd] residual stream
-  float* xn = s.xn.as<float>();      // [n, n_embd]
-  float* q = s.q.as<float>();        // [n, n_q]
-  float* k = s.k.as<float>();        // [n, n_kv]
-  float* v = s.v.as<float>();        // [n, n_kv]
-  float* attn = s.attn.as<float>();  // [n, n_q]
-  float* up = s.ffn_up.as<float>();  // [n, n_ff]
   // The attention op sees keys up to a row's bound, so bounding every row by its sequence's last
   // position makes it bidirectional.
   int32_t* key_bounds = s.key_bounds.data();
@@ -45,19 +42,14 @@ void bert_forward(const Model& model, Scratch& s, const ForwardBatch& batch, flo
     const LayerWeights& l = w.layers[il];
 
     // --- attention: x = norm(x + wo · attention(q, k, v) + bo) ---
-    const MatmulOut qkv[] = {l.wq.into(q), l.wk.into(k), l.wv.into(v)};
+    const MatmulOut qkv[] = {l.wq.into(p.q), l.wk.into(p.k), l.wv.into(p.v)};
     be.matmul_many(qkv, 3, n_embd, x, n);
-    be.add_bias(q, l.bq.f32(), n, n_q);
-    be.add_bias(k, l.bk.f32(), n, n_kv);
-    be.add_bias(v, l.bv.f32(), n, n_kv);
-    store_kv_of_sequences(be, batch, il, n_kv, k, v);
-    for (int64_t is = 0; is < batch.n_seqs; ++is) {
-      const SequenceRows& seq = batch.seqs[is];
-      const int64_t r0 = seq.row_begin;
-      be.attention(q + r0 * n_q, key_bounds + r0, seq.n_rows, seq.layer(il, batch.kv_layer_stride), attention,
-                   attn + r0 * n_q);
-    }
-    be.matmul(l.wo.type, l.wo.data, n_q, n_embd, attn, n, xn);
+    be.add_bias(p.q, l.bq.f32(), n, n_q);
+    be.add_bias(p.k, l.bk.f32(), n, n_kv);
+    be.add_bias(p.v, l.bv.f32(), n, n_kv);
+    store_kv_of_sequences(be, batch, il, n_kv, p.k, p.v);
+    attend_sequences(be, batch, il, n_q, attention, p.q, p.attn, key_bounds);
+    be.matmul(l.wo.type, l.wo.data, n_q, n_embd, p.attn, n, xn);
     be.add_bias(xn, l.bo.f32(), n, n_embd);
     be.add(x, xn, n * n_embd, x);
     be.layer_norm(x, l.post_attn_norm.f32(), l.post_attn_norm_b.f32(), n, n_embd, eps, x);

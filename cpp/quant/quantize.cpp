@@ -77,62 +77,64 @@ void pack_nibbles(const uint8_t q[kQK], uint8_t qs[kQK / 2], uint8_t qh[4]) {
   }
 }
 
+// A block's fifth bits qh, nullptr for the 4-bit types.
+template <typename Block>
+uint8_t* fifth_bits(Block& block) {
+  if constexpr (requires { block.qh; }) {
+    return block.qh;
+  } else {
+    return nullptr;
+  }
+}
+
+// The one-scale types without a min (q4_0: kHalf 8, q5_0: 16): d = the value of largest
+// magnitude / -kHalf (it maps to q = 0 exactly), q = trunc(x / d + kHalf + 0.5) in [0, 2 kHalf).
+template <typename Block, int kHalf>
+void quantize_row_symmetric(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<Block*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    const float d = signed_absmax(src) / -static_cast<float>(kHalf);
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip(src[j] * id + (kHalf + 0.5f), 2 * kHalf - 1);
+    blocks[b].d = f32_to_f16(d);
+    pack_nibbles(q, blocks[b].qs, fifth_bits(blocks[b]));
+  }
+}
+
+// The types with a min (q4_1: kMax 15, q5_1: 31): d = (max - min) / kMax,
+// q = trunc((x - min) / d + 0.5) in [0, kMax].
+template <typename Block, int kMax>
+void quantize_row_with_min(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<Block*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    float min, max;
+    block_min_max(src, &min, &max);
+    const float d = (max - min) / static_cast<float>(kMax);
+    const float id = inverse_or_zero(d);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip((src[j] - min) * id + 0.5f, kMax);
+    blocks[b].d = f32_to_f16(d);
+    blocks[b].m = f32_to_f16(min);
+    pack_nibbles(q, blocks[b].qs, fifth_bits(blocks[b]));
+  }
+}
+
 }  // namespace
 
 // src[n], n a multiple of 32; dst receives n / 32 blocks.
 
 void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ4_0*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
-    const float d = signed_absmax(src) / -8.0f;  // the extreme value maps to q = 0 exactly
-    const float id = inverse_or_zero(d);
-    uint8_t q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip(src[j] * id + 8.5f, 15);
-    blocks[b].d = f32_to_f16(d);
-    pack_nibbles(q, blocks[b].qs, nullptr);
-  }
+  quantize_row_symmetric<BlockQ4_0, 8>(src, dst, n);
 }
-
 void quantize_row_q4_1(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ4_1*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
-    float min, max;
-    block_min_max(src, &min, &max);
-    const float d = (max - min) / 15.0f;
-    const float id = inverse_or_zero(d);
-    uint8_t q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip((src[j] - min) * id + 0.5f, 15);
-    blocks[b].d = f32_to_f16(d);
-    blocks[b].m = f32_to_f16(min);
-    pack_nibbles(q, blocks[b].qs, nullptr);
-  }
+  quantize_row_with_min<BlockQ4_1, 15>(src, dst, n);
 }
-
 void quantize_row_q5_0(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ5_0*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
-    const float d = signed_absmax(src) / -16.0f;
-    const float id = inverse_or_zero(d);
-    uint8_t q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip(src[j] * id + 16.5f, 31);
-    blocks[b].d = f32_to_f16(d);
-    pack_nibbles(q, blocks[b].qs, blocks[b].qh);
-  }
+  quantize_row_symmetric<BlockQ5_0, 16>(src, dst, n);
 }
-
 void quantize_row_q5_1(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ5_1*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
-    float min, max;
-    block_min_max(src, &min, &max);
-    const float d = (max - min) / 31.0f;
-    const float id = inverse_or_zero(d);
-    uint8_t q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = trunc_clip((src[j] - min) * id + 0.5f, 31);
-    blocks[b].d = f32_to_f16(d);
-    blocks[b].m = f32_to_f16(min);
-    pack_nibbles(q, blocks[b].qs, blocks[b].qh);
-  }
+  quantize_row_with_min<BlockQ5_1, 31>(src, dst, n);
 }
 
 void quantize_row_q8_0(const float* src, void* dst, int64_t n) {

@@ -140,14 +140,9 @@ void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
     BlockQ3_K& y = blocks[b];
     int8_t L[kQK_K];
     float scales[16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_symmetric_descent(16, 4, src + 16 * j, L + 16 * j);
-      if (std::fabs(scales[j]) > amax) {
-        amax = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
+    for (int j = 0; j < 16; ++j) scales[j] = fit_symmetric_descent(16, 4, src + 16 * j, L + 16 * j);
+    float amax;
+    const float max_scale = largest_magnitude(16, scales, &amax);
     std::memset(y.scales, 0, sizeof y.scales);
     if (max_scale != 0.0f) {
       const float iscale = -32.f / max_scale;
@@ -220,14 +215,9 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
     BlockQ6_K& y = blocks[b];
     int8_t L[kQK_K];
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_symmetric(16, 32, src + 16 * j, L + 16 * j);
-      if (std::fabs(scales[j]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
+    for (int j = 0; j < 16; ++j) scales[j] = fit_symmetric(16, 32, src + 16 * j, L + 16 * j);
+    float max_abs_scale;
+    const float max_scale = largest_magnitude(16, scales, &max_abs_scale);
     if (max_abs_scale < kGroupMaxEps) {
       std::memset(&y, 0, sizeof y);
       continue;

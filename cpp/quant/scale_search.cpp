@@ -17,14 +17,8 @@ int clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 // Symmetric fit x[i] ~ scale * (L[i] - nmax), L[i] in [0, 2 nmax), weights x^2; tries 18 scales
 // around nmax / max|x| and keeps the one with the least weighted squared error. Returns scale.
 float fit_symmetric(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = largest_magnitude(n, x, &amax);
   if (amax < kGroupMaxEps) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;
@@ -63,14 +57,8 @@ float fit_symmetric(int n, int nmax, const float* x, int8_t* L) {
 // Symmetric fit as above, refined by coordinate descent: each L[i] moves to its best value given
 // the others while that lowers the error (up to 5 sweeps). Returns scale; L[i] in [0, 2 nmax).
 float fit_symmetric_descent(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = largest_magnitude(n, x, &amax);
   if (amax < kGroupMaxEps) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;

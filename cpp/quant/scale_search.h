@@ -4,6 +4,7 @@
 // Used by quant/quantize_k.cpp only; kept apart because it is numerics, not block layout.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -19,6 +20,20 @@ inline int nearest_int(float v) {
   int32_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   return (bits & 0x007fffff) - 0x00400000;
+}
+
+// The x[i] of largest magnitude (the first of equals, 0 if all are 0), its magnitude in *amax.
+inline float largest_magnitude(int n, const float* x, float* amax) {
+  float max = 0;
+  *amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > *amax) {
+      *amax = ax;
+      max = x[i];
+    }
+  }
+  return max;
 }
 
 // Symmetric fit x[i] ~ scale * (L[i] - nmax), L[i] in [0, 2 nmax), weights x^2; tries 18 scales

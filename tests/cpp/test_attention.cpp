@@ -121,9 +121,9 @@ std::vector<float> random_rows(int64_t n_rows, int64_t n_kv_dim, std::mt19937_64
   return x;
 }
 
-// store_kv through `isa`, then the bytes at every position's slot against the reference.
+// store_kv through `ops`, then the bytes at every position's slot against the reference.
 void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<float>& v, int64_t n_ctx,
-                     const OpsIsa& isa, ThreadPool& pool, const std::string& name) {
+                     const OpKernels& ops, ThreadPool& pool, const std::string& name) {
   std::vector<int32_t> positions(n_ctx);
   std::iota(positions.begin(), positions.end(), 0);
   std::shuffle(positions.begin(), positions.end(), std::mt19937_64(n_ctx));  // any order of rows
@@ -133,7 +133,7 @@ void store_and_check(Cache& c, const std::vector<float>& k, const std::vector<fl
     std::copy_n(v.begin() + positions[r] * c.n_kv_dim, c.n_kv_dim, vs.begin() + r * c.n_kv_dim);
   }
   const KVView kv = c.view();
-  store_kv(kv, positions.data(), n_ctx, c.n_kv_dim, ks.data(), vs.data(), isa, pool);
+  store_kv(kv, positions.data(), n_ctx, c.n_kv_dim, ks.data(), vs.data(), ops, pool);
   const QuantizeRowFn reference = type_traits(c.type).quantize_row;
   std::vector<uint8_t> want(c.n_head_kv * c.head_bytes);  // a row: head h's bytes from h * head_bytes
   int64_t n_bad = 0;
@@ -214,18 +214,18 @@ AttentionParams params_of(const Shape& s, int64_t window, float softcap) {
 
 // Returns the error relative to max|v|, after EXPECTing it within kRelTol.
 double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
-                       const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
+                       const OpKernels& ops, ThreadPool& pool, std::mt19937_64& rng, const std::string& name,
                        int64_t window = 0, float softcap = 0.0f) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
   const std::vector<float> q = random_queries(n_rows * n_q, rng);
   const AttentionParams params = params_of(s, window, softcap);
   std::vector<float> out(n_rows * n_q, NAN);
-  attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), isa, pool);
-  if (isa.avx512) {  // the AVX-512 kernel gives the AVX2 kernel's bits (so no model output moves)
-    OpsIsa avx2 = isa;
-    avx2.avx512 = false;
+  attention(q.data(), positions.data(), n_rows, c.view(), params, out.data(), ops, pool);
+  if (ops.level ==
+      IsaLevel::avx512) {  // the AVX-512 kernel gives the AVX2 kernel's bits (so no model output moves)
     std::vector<float> out2(out.size(), NAN);
-    attention(q.data(), positions.data(), n_rows, c.view(), params, out2.data(), avx2, pool);
+    attention(q.data(), positions.data(), n_rows, c.view(), params, out2.data(), *op_kernels(IsaLevel::avx2),
+              pool);
     EXPECT(std::memcmp(out.data(), out2.data(), out.size() * sizeof(float)) == 0,
            name + ": the avx512 kernel's bits differ from the avx2 kernel's");
   }
@@ -244,16 +244,16 @@ double check_attention(Cache& c, const Shape& s, const std::vector<int32_t>& pos
 // A row's output is the same bits whether it is computed alone (decode: its heads maybe split
 // across tasks) or among other rows (prefill chunks, speculative verification): speculation is
 // exact only if it is.
-void check_rows_alone(Cache& c, const Shape& s, const std::vector<int32_t>& positions, const OpsIsa& isa,
+void check_rows_alone(Cache& c, const Shape& s, const std::vector<int32_t>& positions, const OpKernels& ops,
                       ThreadPool& pool, std::mt19937_64& rng, const std::string& name, int64_t window) {
   const int64_t n_rows = static_cast<int64_t>(positions.size()), n_q = s.n_head * s.head_dim;
   const std::vector<float> q = random_queries(n_rows * n_q, rng);
   const AttentionParams params = params_of(s, window, 0.0f);
   std::vector<float> all(n_rows * n_q), one(n_q);
-  attention(q.data(), positions.data(), n_rows, c.view(), params, all.data(), isa, pool);
+  attention(q.data(), positions.data(), n_rows, c.view(), params, all.data(), ops, pool);
   int n_differ = 0;
   for (int64_t r = 0; r < n_rows; ++r) {
-    attention(q.data() + r * n_q, &positions[r], 1, c.view(), params, one.data(), isa, pool);
+    attention(q.data() + r * n_q, &positions[r], 1, c.view(), params, one.data(), ops, pool);
     n_differ += std::memcmp(one.data(), all.data() + r * n_q, n_q * sizeof(float)) != 0;
   }
   EXPECT(n_differ == 0, name + ": " + std::to_string(n_differ) + " of " + std::to_string(n_rows) +
@@ -261,12 +261,12 @@ void check_rows_alone(Cache& c, const Shape& s, const std::vector<int32_t>& posi
 }
 
 // Every store_kv / attention check at one ops level; returns the worst attention error seen.
-double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
+double run_level(const OpKernels& ops, ThreadPool& pool, std::mt19937_64& rng, const std::string& level) {
   double worst = 0.0;  // largest error / (max |v|) seen, over every attention output
   const auto attend = [&](Cache& c, const Shape& s, const std::vector<int32_t>& positions, double max_abs_v,
                           const std::string& name, int64_t window = 0, float softcap = 0.0f) {
     worst = std::max(worst,
-                     check_attention(c, s, positions, max_abs_v, isa, pool, rng, name, window, softcap));
+                     check_attention(c, s, positions, max_abs_v, ops, pool, rng, name, window, softcap));
   };
   const std::vector<Shape> shapes = {
       {4, 4, 32},  {6, 2, 64}, {8, 2, 128}, {6, 3, 96},  // MHA, GQA groups of 3 and 4
@@ -285,7 +285,7 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
                                              : std::string(" contiguous by 16"));
         Cache c = make_cache(type, s.n_head_kv, s.head_dim, n_ctx, block_size, rng);
         const std::vector<float> k = random_rows(n_ctx, n_kv_dim, rng), v = random_rows(n_ctx, n_kv_dim, rng);
-        store_and_check(c, k, v, n_ctx, isa, pool, name);
+        store_and_check(c, k, v, n_ctx, ops, pool, name);
         double max_abs_v = 0.0;
         for (float x : v) max_abs_v = std::max(max_abs_v, double(std::fabs(x)));
 
@@ -298,8 +298,8 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
         std::iota(chunk.begin(), chunk.end(), static_cast<int32_t>(n_ctx - 29));
         attend(c, s, first, max_abs_v, name + " prefill 0..36");
         attend(c, s, chunk, max_abs_v, name + " prefill chunk");
-        check_rows_alone(c, s, chunk, isa, pool, rng, name + " rows alone", 0);
-        check_rows_alone(c, s, chunk, isa, pool, rng, name + " rows alone window 45", 45);
+        check_rows_alone(c, s, chunk, ops, pool, rng, name + " rows alone", 0);
+        check_rows_alone(c, s, chunk, ops, pool, rng, name + " rows alone window 45", 45);
         // Sliding windows (gemma3's local layers): shorter than the context, not a multiple of
         // any tile, and one longer than some rows' positions.
         attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode window 77", 77);
@@ -321,7 +321,7 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
     for (float& x : k) x = normal(rng);
     for (float& x : v) x = normal(rng);
     const std::string name = level + " f16 head_dim=" + std::to_string(s.head_dim);
-    store_and_check(c, k, v, n_ctx, isa, pool, name);
+    store_and_check(c, k, v, n_ctx, ops, pool, name);
     double max_abs_v = 0.0;
     for (float x : v) max_abs_v = std::max(max_abs_v, double(std::fabs(x)));
     attend(c, s, {static_cast<int32_t>(n_ctx - 1)}, max_abs_v, name + " decode");
@@ -332,7 +332,7 @@ double run_level(const OpsIsa& isa, ThreadPool& pool, std::mt19937_64& rng, cons
   return worst;
 }
 
-// quantize_row_q8_0_avx2 against the reference, block by block, on inputs that probe every
+// The avx2 op table's quantize_row_q8_0 against the reference, block by block, on inputs that probe every
 // rounding and special case of numpy's arithmetic.
 void check_quantizer_avx2(std::mt19937_64& rng) {
   constexpr int64_t n_blocks = 4096;
@@ -365,7 +365,7 @@ void check_quantizer_avx2(std::mt19937_64& rng) {
   }
   std::vector<BlockQ8_0> want(n_blocks), got(n_blocks);
   quantize_row_q8_0(x.data(), want.data(), n_blocks * kQK);
-  quantize_row_q8_0_avx2(x.data(), got.data(), n_blocks * kQK);
+  op_kernels(IsaLevel::avx2)->quantize_row_q8_0(x.data(), got.data(), n_blocks * kQK);
   int64_t n_bad = 0;
   for (int64_t b = 0; b < n_blocks; ++b) n_bad += std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)) != 0;
   EXPECT(n_bad == 0, "avx2 quantize_row_q8_0: " + std::to_string(n_bad) + " of " + std::to_string(n_blocks) +
@@ -391,10 +391,7 @@ uint64_t run_seed() {
 void check_level(IsaLevel level) {
   std::mt19937_64 rng(run_seed() + static_cast<uint64_t>(level));
   ThreadPool pool(2);  // tasks really split across threads
-  OpsIsa isa;
-  isa.avx2_f16c = level != IsaLevel::scalar;
-  isa.avx512 = level == IsaLevel::avx512;
-  const double worst = run_level(isa, pool, rng, isa_name(level));
+  const double worst = run_level(*op_kernels(level), pool, rng, isa_name(level));
   if (level == IsaLevel::avx2) check_quantizer_avx2(rng);
   std::printf("isa %s: %d passed, %d failed; worst attention error %.3g of max|v|\n", isa_name(level),
               test::n_expects_passed(), test::n_expects_failed(), worst);

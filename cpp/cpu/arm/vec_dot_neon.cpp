@@ -1,4 +1,4 @@
-// cpu/vec_dot_neon.cpp: aarch64 NEON + dotprod dot products and the neon kernel table.
+// cpu/arm/vec_dot_neon.cpp: aarch64 NEON + dotprod dot products and the neon kernel table.
 // sdot multiplies s8 x s8, so each block's u = q + kBias is turned back into the signed q before
 // the dot product and no bias term is needed; only the formats' real mins remain.
 // q4_0, q4_1, q8_0, q4_k and q6_k weights are packed at load and run gemm_neon.cpp's kernel for every row
@@ -187,17 +187,7 @@ IsaKernels make_table() {
   set(DType::f32, {ActFormat::f32, vec_dot_float<LoadF32>, nullptr, 1});
   set(DType::f16, {ActFormat::f32, vec_dot_float<LoadF16>, nullptr, 1});
   set(DType::bf16, {ActFormat::f32, vec_dot_float<LoadBF16>, nullptr, 1});
-  set(DType::q4_0, quant_kernels<FormatQ4_0>());
-  set(DType::q4_1, quant_kernels<FormatQ4_1>());
-  set(DType::q5_0, quant_kernels<FormatQ5_0>());
-  set(DType::q5_1, quant_kernels<FormatQ5_1>());
-  set(DType::q8_0, quant_kernels<FormatQ8_0>());
-  set(DType::iq4_nl, quant_kernels<FormatIQ4_NL>());
-  set(DType::q2_k, quant_kernels<FormatQ2_K>());
-  set(DType::q3_k, quant_kernels<FormatQ3_K>());
-  set(DType::q4_k, quant_kernels<FormatQ4_K>());
-  set(DType::q5_k, quant_kernels<FormatQ5_K>());
-  set(DType::q6_k, quant_kernels<FormatQ6_K>());
+  for_each_block_format([&](DType type, auto format) { set(type, quant_kernels<decltype(format)>()); });
   for (DType type : {DType::q4_0, DType::q4_1, DType::q8_0, DType::q4_k, DType::q6_k}) {
     TypeKernels& k = t.types[static_cast<uint32_t>(type)];
     k.gemm = gemm_kernel_neon(type);

@@ -1,4 +1,4 @@
-// cpu/vec_dot_x86.h: the shared shape of the x86 vec_dot kernels. One weight row · one int8
+// cpu/x86/vec_dot_x86.h: the shared shape of the x86 vec_dot kernels. One weight row · one int8
 // activation row, 32-element block by block: the block's integer dot product per 16-element half
 // comes from `BlockDot` (AVX2 maddubs or AVX-512 VNNI), then the float scales are applied.
 // Included only by *_avx2.cpp / *_avx512.cpp files; internal linkage (see block_formats.h).
@@ -6,8 +6,9 @@
 
 #include <immintrin.h>
 
-#include "cpu/block_formats_x86.h"
+#include "cpu/matmul_kernels.h"
 #include "cpu/quantize_act.h"
+#include "cpu/x86/block_formats_x86.h"
 
 namespace ember::cpu {
 namespace {
@@ -162,6 +163,23 @@ inline void quantize_act_x86(const float* x, BlockQ8A* dst, int64_t n, int block
       out.s_lo = d * static_cast<float>(sum_lo);
     }
   }
+}
+
+// The vec_dot entries every x86 table shares: the float types', and the quantized types' through
+// BlockDot, each with gemm_cols columns per panel (the table's GEMMs fill in the rest).
+template <typename BlockDot>
+IsaKernels x86_vec_dot_table(IsaLevel level, int64_t gemm_cols) {
+  IsaKernels t;
+  t.level = level;
+  t.quantize_act = quantize_act_x86;
+  auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
+  set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, gemm_cols});
+  set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, gemm_cols});
+  set(DType::bf16, {ActFormat::f32, vec_dot_float_x86<LoadBF16>, nullptr, gemm_cols});
+  for_each_block_format([&](DType type, auto format) {
+    set(type, {ActFormat::q8a, vec_dot_quant_x86<decltype(format), BlockDot>, nullptr, gemm_cols});
+  });
+  return t;
 }
 
 }  // namespace

@@ -1,15 +1,15 @@
-// cpu/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels,
+// cpu/x86/attention_avx2.cpp: AVX2/FMA/F16C variants of the attention and KV-store inner kernels,
 // over f16 or q8_0 cache rows. Compiled with ISA flags and called only behind
-// OpsIsa::avx2_f16c. Shared helpers come from math_avx2.h (internal linkage), so no AVX2 code can
-// leak into callers on older CPUs.
+// the avx2 and avx512 op tables (op_kernels.h). Shared helpers come from math_avx2.h (internal linkage), so
+// no AVX2 code can leak into callers on older CPUs.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/attention_avx2.h"
 #include "cpu/attention_block.h"
-#include "cpu/math_avx2.h"
 #include "cpu/op_kernels.h"
+#include "cpu/x86/attention_avx2.h"
+#include "cpu/x86/math_avx2.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 

@@ -1,10 +1,10 @@
-// cpu/weight_pack_avx512.h: the avx512 / amx kernels' readers of the packed weight layout
+// cpu/x86/weight_pack_avx512.h: the avx512 / amx kernels' readers of the packed weight layout
 // (weight_pack.h), and the panel chunk packer that takes either layout. Included only by
 // *_avx512.cpp / *_amx.cpp; internal linkage (see block_formats.h).
 #pragma once
 
-#include "cpu/gemm_pack_avx512.h"
 #include "cpu/weight_pack.h"
+#include "cpu/x86/gemm_pack_avx512.h"
 
 namespace ember::cpu {
 namespace {

@@ -1,4 +1,4 @@
-// cpu/block_formats_x86.h: AVX2 twins of block_formats.h's quants(): one 32-element block as
+// cpu/x86/block_formats_x86.h: AVX2 twins of block_formats.h's quants(): one 32-element block as
 // 32 unsigned bytes u = q + kBias, in element order. Included only by *_avx2.cpp / *_avx512.cpp
 // files (their flags enable AVX2); internal linkage for the reason block_formats.h gives.
 #pragma once

@@ -1,9 +1,9 @@
-// cpu/vec_dot_avx512.cpp: AVX-512 (F/BW/VL/DQ + VNNI) dot products and the avx512 kernel table.
+// cpu/x86/vec_dot_avx512.cpp: AVX-512 (F/BW/VL/DQ + VNNI) dot products and the avx512 kernel table.
 // vpdpbusd accumulates u8 x s8 products straight into int32 lanes, so unlike AVX2 no type needs
 // the signed detour: every type keeps u = q + kBias and pays the bias through the block sums.
 #include "cpu/gemm.h"
 #include "cpu/matmul_kernels.h"
-#include "cpu/vec_dot_x86.h"
+#include "cpu/x86/vec_dot_x86.h"
 
 namespace ember::cpu {
 namespace {
@@ -20,32 +20,10 @@ struct BlockDotVnni {
   }
 };
 
-template <typename F>
-TypeKernels quant_kernels() {
-  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotVnni>, nullptr, kGemmColsAvx512};
-}
-
 IsaKernels make_table() {
-  IsaKernels t;
-  t.level = IsaLevel::avx512;
-  t.quantize_act = quantize_act_x86;
+  IsaKernels t = x86_vec_dot_table<BlockDotVnni>(IsaLevel::avx512, kGemmColsAvx512);
   t.panel_bytes = panel_bytes_avx512;
   t.float_tiling = float_tiling_avx512();
-  auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
-  set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx512});
-  set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx512});
-  set(DType::bf16, {ActFormat::f32, vec_dot_float_x86<LoadBF16>, nullptr, kGemmColsAvx512});
-  set(DType::q4_0, quant_kernels<FormatQ4_0>());
-  set(DType::q4_1, quant_kernels<FormatQ4_1>());
-  set(DType::q5_0, quant_kernels<FormatQ5_0>());
-  set(DType::q5_1, quant_kernels<FormatQ5_1>());
-  set(DType::q8_0, quant_kernels<FormatQ8_0>());
-  set(DType::iq4_nl, quant_kernels<FormatIQ4_NL>());
-  set(DType::q2_k, quant_kernels<FormatQ2_K>());
-  set(DType::q3_k, quant_kernels<FormatQ3_K>());
-  set(DType::q4_k, quant_kernels<FormatQ4_K>());
-  set(DType::q5_k, quant_kernels<FormatQ5_K>());
-  set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx512(static_cast<DType>(i));
     t.types[i].pack = gemm_weight_packer_avx512(static_cast<DType>(i));

@@ -1,10 +1,10 @@
-// cpu/vec_dot_avx2.cpp: AVX2 (+FMA, F16C) dot products and the avx2 kernel table.
+// cpu/x86/vec_dot_avx2.cpp: AVX2 (+FMA, F16C) dot products and the avx2 kernel table.
 // Integer products use maddubs (u8 x s8 -> s16 pairs) then madd with ones; maddubs saturates a
 // pair at 32767, so types whose u can exceed 127 (q8_0, iq4_nl) go through the signed form
 // q = u - 128 with the sign moved onto the activation.
 #include "cpu/gemm.h"
 #include "cpu/matmul_kernels.h"
-#include "cpu/vec_dot_x86.h"
+#include "cpu/x86/vec_dot_x86.h"
 
 namespace ember::cpu {
 namespace {
@@ -28,32 +28,10 @@ struct BlockDotAvx2 {
   }
 };
 
-template <typename F>
-TypeKernels quant_kernels() {
-  return {ActFormat::q8a, vec_dot_quant_x86<F, BlockDotAvx2>, nullptr, kGemmColsAvx2};
-}
-
 IsaKernels make_table() {
-  IsaKernels t;
-  t.level = IsaLevel::avx2;
-  t.quantize_act = quantize_act_x86;
+  IsaKernels t = x86_vec_dot_table<BlockDotAvx2>(IsaLevel::avx2, kGemmColsAvx2);
   t.panel_bytes = panel_bytes_avx2;
   t.act_tiling = act_tiling_avx2();
-  auto set = [&t](DType type, TypeKernels k) { t.types[static_cast<uint32_t>(type)] = k; };
-  set(DType::f32, {ActFormat::f32, vec_dot_float_x86<LoadF32>, nullptr, kGemmColsAvx2});
-  set(DType::f16, {ActFormat::f32, vec_dot_float_x86<LoadF16>, nullptr, kGemmColsAvx2});
-  set(DType::bf16, {ActFormat::f32, vec_dot_float_x86<LoadBF16>, nullptr, kGemmColsAvx2});
-  set(DType::q4_0, quant_kernels<FormatQ4_0>());
-  set(DType::q4_1, quant_kernels<FormatQ4_1>());
-  set(DType::q5_0, quant_kernels<FormatQ5_0>());
-  set(DType::q5_1, quant_kernels<FormatQ5_1>());
-  set(DType::q8_0, quant_kernels<FormatQ8_0>());
-  set(DType::iq4_nl, quant_kernels<FormatIQ4_NL>());
-  set(DType::q2_k, quant_kernels<FormatQ2_K>());
-  set(DType::q3_k, quant_kernels<FormatQ3_K>());
-  set(DType::q4_k, quant_kernels<FormatQ4_K>());
-  set(DType::q5_k, quant_kernels<FormatQ5_K>());
-  set(DType::q6_k, quant_kernels<FormatQ6_K>());
   for (uint32_t i = 0; i < kNumDTypeIds; ++i) {
     if (t.types[i].act != ActFormat::none) t.types[i].gemm = gemm_kernel_avx2(static_cast<DType>(i));
     // The K-quant GEMMs that sum whole super-blocks need their activations scaled per super-block.

@@ -1,4 +1,4 @@
-// cpu/gemm_neon.cpp: matmul on aarch64 NEON + dotprod for the types kept in the packed layout
+// cpu/arm/gemm_neon.cpp: matmul on aarch64 NEON + dotprod for the types kept in the packed layout
 // (weight_pack.h: q4_0, q4_1, q8_0, q4_k, q6_k), every row count: one packed 32-element block of
 // 16 columns is, per 4-element group g, 4 vectors of 4 columns x 4 quants, and `sdot` by lane
 // multiplies each with group g of an activation row (lane g % 4 of its 16-byte half). Decode

@@ -1,4 +1,4 @@
-// cpu/attention_avx512.cpp: attention_block with two queries per instruction. Where two queries
+// cpu/x86/attention_avx512.cpp: attention_block with two queries per instruction. Where two queries
 // of a block see the same keys of a tile (the heads of one row, and rows both past the tile),
 // each 16-lane FMA does the 8-lane step of the AVX2 kernel (attention_avx2.h) for both: query 0
 // in lanes 0-7, query 1 in lanes 8-15, against the key's or value's 8 values broadcast to both
@@ -12,15 +12,15 @@
 // SmolLM2 shapes, best of 5 alternating runs: attention alone (30 layers, 800 keys) 12 rows 13.7 ->
 // 12.0 ms, 4 rows 5.65 -> 4.84; a 12-row verification step at 700 tokens 27.9 -> 27.0 ms, 4 rows
 // 12.1 -> 11.3; pp512 835 -> 862 t/s, pp2048 437 -> 491.
-// Compiled with AVX-512 flags and called only behind OpsIsa::avx512.
+// Compiled with AVX-512 flags and reached only through the avx512 op table (op_kernels.h).
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "cpu/attention_avx2.h"
 #include "cpu/attention_block.h"
 #include "cpu/op_kernels.h"
+#include "cpu/x86/attention_avx2.h"
 
 namespace ember::cpu {
 

@@ -1,4 +1,4 @@
-// cpu/attention_avx2.h: the AVX2 primitives of attention_block (attention_block.h) and the KV
+// cpu/x86/attention_avx2.h: the AVX2 primitives of attention_block (attention_block.h) and the KV
 // row formats they read, shared by attention_avx2.cpp and attention_avx512.cpp (whose pair
 // primitives must give these bits). Include it only from files compiled with AVX2 flags:
 // everything here has internal linkage (see math_avx2.h).
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cpu/math_avx2.h"
+#include "cpu/x86/math_avx2.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 

@@ -1,4 +1,4 @@
-// cpu/gemm_pack_avx512.h: packing one K chunk of a 16-column weight panel (PanelBlock<16>, see
+// cpu/x86/gemm_pack_avx512.h: packing one K chunk of a 16-column weight panel (PanelBlock<16>, see
 // gemm_pack_x86.h) with AVX-512 permutes. Shared by the avx512 and amx GEMMs, which read the same
 // panel: its u area per block is a vpdpbusd operand row by row and, as a whole, an AMX B tile
 // (8 rows of 16 columns x 4 quants).
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "cpu/gemm_pack_x86.h"
+#include "cpu/x86/gemm_pack_x86.h"
 
 namespace ember::cpu {
 namespace {

@@ -1,4 +1,4 @@
-// cpu/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. Weight columns are packed 16 at a time
+// cpu/x86/gemm_avx512.cpp: prefill GEMM on AVX-512 + VNNI. Weight columns are packed 16 at a time
 // (layout: PanelBlock in gemm_pack_x86.h), all of K at once, and R x 16 tiles of outputs are
 // computed over the panel: per 32-element block, 8 vpdpbusd per row (16 columns x 4 elements
 // against the row's broadcast 4-byte activation group), group by group across the R rows, then
@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "cpu/gemm.h"
-#include "cpu/gemm_pack_avx512.h"
-#include "cpu/weight_pack_avx512.h"
+#include "cpu/x86/gemm_pack_avx512.h"
+#include "cpu/x86/weight_pack_avx512.h"
 
 namespace ember::cpu {
 namespace {
@@ -472,20 +472,6 @@ struct LoadBF16 {
   }
 };
 
-struct GemmEntry {
-  DType type;
-  GemmFn fn;
-};
-constexpr GemmEntry kGemms[] = {
-    {DType::f32, gemm_float<LoadF32>},         {DType::f16, gemm_float<LoadF16>},
-    {DType::bf16, gemm_float<LoadBF16>},       {DType::q4_0, gemm_quant<FormatQ4_0>},
-    {DType::q4_1, gemm_quant<FormatQ4_1>},     {DType::q5_0, gemm_quant<FormatQ5_0>},
-    {DType::q5_1, gemm_quant<FormatQ5_1>},     {DType::q8_0, gemm_quant<FormatQ8_0>},
-    {DType::iq4_nl, gemm_quant<FormatIQ4_NL>}, {DType::q2_k, gemm_quant<FormatQ2_K>},
-    {DType::q3_k, gemm_quant<FormatQ3_K>},     {DType::q4_k, gemm_quant<FormatQ4_K>},
-    {DType::q5_k, gemm_quant<FormatQ5_K>},     {DType::q6_k, gemm_quant<FormatQ6_K>},
-};
-
 }  // namespace
 
 WeightPackFn gemm_weight_packer_avx512(DType type) {
@@ -503,10 +489,17 @@ WeightPackFn gemm_weight_packer_avx512(DType type) {
 }
 
 GemmFn gemm_kernel_avx512(DType type) {
-  for (const GemmEntry& e : kGemms) {
-    if (e.type == type) return e.fn;
+  switch (type) {
+    case DType::f32: return gemm_float<LoadF32>;
+    case DType::f16: return gemm_float<LoadF16>;
+    case DType::bf16: return gemm_float<LoadBF16>;
+    default: break;
   }
-  return nullptr;
+  GemmFn fn = nullptr;
+  for_each_block_format([&](DType t, auto format) {
+    if (t == type) fn = gemm_quant<decltype(format)>;
+  });
+  return fn;
 }
 
 ActTiling float_tiling_avx512() {

@@ -1,4 +1,4 @@
-// cpu/gemm_pack_x86.h: repacking NC weight rows (output columns) into the panel layout the x86
+// cpu/x86/gemm_pack_x86.h: repacking NC weight rows (output columns) into the panel layout the x86
 // GEMM micro-kernels read: for each 32-element block, the 32 quants of every column interleaved
 // four at a time (one 32-bit lane per column holds 4 consecutive elements, which is what
 // vpdpbusd / maddubs+madd consume against a broadcast 4-byte activation group), and the block's
@@ -11,8 +11,8 @@
 
 #include <cstring>
 
-#include "cpu/block_formats_x86.h"
 #include "cpu/quantize_act.h"
+#include "cpu/x86/block_formats_x86.h"
 
 namespace ember::cpu {
 namespace {

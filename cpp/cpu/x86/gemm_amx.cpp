@@ -1,4 +1,4 @@
-// cpu/gemm_amx.cpp: prefill GEMM for quantized weights on Intel AMX (AMX-TILE + AMX-INT8), and the
+// cpu/x86/gemm_amx.cpp: prefill GEMM for quantized weights on Intel AMX (AMX-TILE + AMX-INT8), and the
 // amx kernel table (the avx512 one with these GEMMs). Same weight panels and K chunks as
 // gemm_avx512.cpp; per 32-element block, one TDPBSUD computes the int32 dots of 16 activation rows
 // x 16 columns (A tile: the rows' quants from the tiled activations, see ActTileBlock; B tile: the
@@ -16,8 +16,8 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/gemm.h"
-#include "cpu/gemm_pack_avx512.h"
-#include "cpu/weight_pack_avx512.h"
+#include "cpu/x86/gemm_pack_avx512.h"
+#include "cpu/x86/weight_pack_avx512.h"
 
 namespace ember::cpu {
 namespace {

@@ -1,10 +1,10 @@
-// cpu/elementwise_avx2.cpp: AVX2/FMA variants of element-wise ops whose scalar form is slow
-// (silu needs an exp per element). Called only behind OpsIsa::avx2_f16c.
+// cpu/x86/elementwise_avx2.cpp: AVX2/FMA variants of element-wise ops whose scalar form is slow
+// (silu needs an exp per element). Called only behind the avx2 and avx512 op tables (op_kernels.h).
 #include <cmath>
 #include <cstring>
 
-#include "cpu/math_avx2.h"
 #include "cpu/op_kernels.h"
+#include "cpu/x86/math_avx2.h"
 
 namespace ember::cpu {
 

@@ -1,4 +1,4 @@
-// cpu/math_avx2.h: small AVX2/FMA vector math shared by the ops' *_avx2.cpp files. Include it
+// cpu/x86/math_avx2.h: small AVX2/FMA vector math shared by the ops' *_avx2.cpp files. Include it
 // only from files compiled with AVX2 flags: everything here has internal linkage, so no copy of
 // it can be picked by the linker for code that runs on CPUs without AVX2.
 #pragma once
