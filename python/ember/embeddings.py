@@ -33,7 +33,7 @@ from typing import Any, Union
 import numpy as np
 
 from ember import _core
-from ember.engine import resolve_device
+from ember.options import resolve_device
 
 EmbeddingInput = Union[str, Sequence[int]]  # a text, or token ids used as they are
 
