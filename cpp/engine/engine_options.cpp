@@ -45,8 +45,9 @@ void EngineOptions::check() const {
     throw InvalidArgument(cat("[speculation] a draft model drafts only with spec 'draft', got '", spec, "'"));
   }
   if (draft_max < 1 || draft_min < 0 || draft_min > draft_max) {
-    throw InvalidArgument(cat("[speculation] need 1 <= draft_max and 0 <= draft_min <= draft_max, got draft_max ",
-                              draft_max, ", draft_min ", draft_min));
+    throw InvalidArgument(
+        cat("[speculation] need 1 <= draft_max and 0 <= draft_min <= draft_max, got draft_max ", draft_max,
+            ", draft_min ", draft_min));
   }
 }
 

@@ -11,9 +11,9 @@
 namespace ember {
 
 struct EngineOptions {
-  std::optional<int64_t> n_ctx;  // tokens one request may reach (prompt and output); unset: the
-                                 // model's training context, at most Context::kDefaultMaxCtx
-  int parallel = 16;             // requests running at once ("--parallel")
+  std::optional<int64_t> n_ctx;     // tokens one request may reach (prompt and output); unset: the
+                                    // model's training context, at most Context::kDefaultMaxCtx
+  int parallel = 16;                // requests running at once ("--parallel")
   std::optional<int64_t> kv_size;   // KV cache budget in tokens; unset: see kv_bytes
   std::optional<int64_t> kv_bytes;  // KV cache budget in bytes when kv_size is unset; both unset:
                                     // n_ctx * parallel tokens, at most kDefaultKVBytes and, on a
@@ -35,9 +35,9 @@ struct EngineOptions {
   int draft_min = 1;                       // a request given fewer drafts than this gets none
   bool spec_adaptive = true;               // draft only as deep as the measured step cost says
                                            // pays; false: always draft_max (tests, benchmarks)
-  std::optional<int> n_threads;  // CPU threads; unset: the physical cores
-  std::string device = "auto";   // "cpu", "vulkan" / "vulkan:N", or "auto" (the first GPU, else
-                                 // the CPU)
+  std::optional<int> n_threads;            // CPU threads; unset: the physical cores
+  std::string device = "auto";             // "cpu", "vulkan" / "vulkan:N", or "auto" (the first GPU, else
+                                           // the CPU)
 
   // Throws InvalidArgument naming the first bad value ("[engine] parallel must be >= 1, got 0"),
   // before any model is loaded. A model-dependent check (the backend's KV types, head_dim) is

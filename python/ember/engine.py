@@ -21,11 +21,12 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ember import _core
 from ember.chat import builtin
 from ember.chat.template import ChatTemplate
+from ember.core_attribute import CoreAttribute
 from ember.grammar import GrammarCompiler
 from ember.options import EngineOptions, engine_options, resolve_device  # noqa: F401 (re-exported)
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
@@ -308,42 +309,16 @@ class Engine:
 
     # --- sizes ---------------------------------------------------------------------------------
 
-    @property
-    def n_ctx(self) -> int:
-        """Tokens one request may reach (prompt and output)."""
-        return self._core.n_ctx
-
-    @property
-    def n_vocab(self) -> int:
-        return self._core.n_vocab
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD Radeon ...)"."""
-        return self._core.device
-
-    @property
-    def device_memory(self) -> tuple[int, int] | None:
-        """(total, free) bytes of the device's memory; None on the CPU."""
-        return self._core.device_memory
-
-    @property
-    def parallel(self) -> int:
-        return self._core.parallel
-
-    @property
-    def kv_size(self) -> int:
-        """Tokens the KV cache holds."""
-        return self._core.kv_size
-
-    @property
-    def kv_type(self) -> str:
-        """The KV cache's element type: "f16" or "q8_0"."""
-        return self._core.kv_type
-
-    @property
-    def n_threads(self) -> int:
-        return self._core.n_threads
+    n_ctx = CoreAttribute[int]("Tokens one request may reach (prompt and output).")
+    n_vocab = CoreAttribute[int]()
+    device = CoreAttribute[str]('The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD '
+                                'Radeon ...)".')
+    device_memory = CoreAttribute[Optional[tuple[int, int]]](
+        "(total, free) bytes of the device's memory; None on the CPU.")
+    parallel = CoreAttribute[int]("Requests running at once.")
+    kv_size = CoreAttribute[int]("Tokens the KV cache holds.")
+    kv_type = CoreAttribute[str]('The KV cache\'s element type: "f16" or "q8_0".')
+    n_threads = CoreAttribute[int]()
 
     # --- requests ------------------------------------------------------------------------------
 

@@ -31,14 +31,14 @@ PATTERNS = [
      r"|adaptive)\b(\"\))?" + _ASSIGN + r"(true|True)\b"),
 ]
 
-# The one line allowed to write each default: (path, the line's text, stripped).
+# The one line allowed to write each default: (path, the line's text; runs of spaces count as one).
 DEFINITIONS = {
     ("cpp/model/context.h", "static constexpr int64_t kDefaultMaxCtx = 4096;"),
     ("cpp/engine/model_engine.h", "inline constexpr int64_t kDefaultKVBytes = int64_t{1} << 30;"),
     ("cpp/engine/engine_options.h",
      "int64_t max_batch_tokens = 512;   // token budget of one step: rows of the largest batch"),
     ("cpp/engine/engine_options.h",
-     "int parallel = 16;             // requests running at once (\"--parallel\")"),
+     "int parallel = 16;                // requests running at once (\"--parallel\")"),
     ("cpp/engine/engine_options.h", "int block_size = 16;              // tokens per KV block"),
     ("cpp/engine/engine_options.h",
      "int draft_max = 16;                      // drafts per request and step at most"),
@@ -64,6 +64,13 @@ DEFINITIONS = {
 }
 
 
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+_ALLOWED = {(rel, _words(text)) for rel, text in DEFINITIONS}
+
+
 def sources(root: Path) -> list[Path]:
     """The C++ and Python sources that hold engine options: cpp/ but the kernels (cpu/, whose
     block sizes are formats', not options), and python/."""
@@ -80,7 +87,7 @@ def restated_defaults(root: Path) -> list[str]:
         rel = path.relative_to(root).as_posix()
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             for what, pattern in PATTERNS:
-                if re.search(pattern, line) and (rel, line.strip()) not in DEFINITIONS:
+                if re.search(pattern, line) and (rel, _words(line)) not in _ALLOWED:
                     found.append(f"{rel}:{number}: {what}: {line.strip()}")
     return found
 
@@ -92,6 +99,6 @@ def test_each_engine_default_is_written_once() -> None:
 def test_every_definition_is_still_there() -> None:
     # A definition that moved would leave its whitelist entry behind and the pattern unguarded.
     missing = [(rel, text) for rel, text in DEFINITIONS
-               if text not in [line.strip() for line in
-                               (ROOT / rel).read_text(encoding="utf-8").splitlines()]]
+               if _words(text) not in [_words(line) for line in
+                                       (ROOT / rel).read_text(encoding="utf-8").splitlines()]]
     assert missing == []
