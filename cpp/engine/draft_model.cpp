@@ -40,7 +40,7 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
         KVCacheConfig c;
         c.n_blocks = config.n_blocks;
         c.block_size = config.block_size;
-        c.enable_prefix_caching = false;
+        c.prefix_caching = false;
         return c;
       }()) {
   if (!model_) throw InvalidArgument("[speculation] no draft model");

@@ -23,8 +23,9 @@ namespace ember {
 
 struct DraftModelConfig {
   int64_t n_blocks = 0;  // KV blocks of the draft's own cache
-  int block_size = 16;
-  int64_t max_batch_rows = 512;  // rows of one draft forward pass at most (catch-up is chunked)
+  int block_size = EngineOptions{}.block_size;
+  int64_t max_batch_rows = EngineOptions{}.max_batch_tokens;  // rows of one draft forward pass at
+                                                              // most (catch-up is chunked)
   // Leading tokens every guess scores (see above): -1 chooses (draft_vocab_rows), 0 all of them,
   // else a multiple of kVocabRowsAlign.
   int64_t vocab_rows = -1;

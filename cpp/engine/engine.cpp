@@ -36,8 +36,7 @@ void Engine::shutdown() {
 
 Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options,
                                   std::function<void()> notify) {
-  scheduler_.validate(prompt, options);  // reads only immutable config
-  runner_->validate(prompt, options);    // likewise
+  validate(prompt, options);
   auto events = std::make_shared<EventQueue>(std::move(notify));
   RequestId id;
   {
@@ -52,6 +51,11 @@ Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions op
   }
   wake_.notify_all();
   return {id, std::move(events)};
+}
+
+void Engine::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
+  scheduler_.validate(prompt, options);  // reads only immutable config
+  runner_->validate(prompt, options);    // likewise
 }
 
 void Engine::cancel(RequestId id) {
@@ -200,20 +204,17 @@ void Engine::emit(const RequestOutput& out, const TokenLogprobs* logprobs) {
   const auto it = streams_.find(out.id);
   if (it == streams_.end()) return;
   ++n_generation_tokens_total_;
-  TokenEvent e;
-  e.id = out.id;
-  e.token = out.token;
-  e.finish_reason = out.finish_reason;
-  e.n_prompt_tokens = out.n_prompt_tokens;
-  e.n_output_tokens = out.n_output_tokens;
-  e.n_cached_tokens = out.n_cached_tokens;
-  e.n_drafted_tokens = out.n_drafted_tokens;
-  e.n_accepted_tokens = out.n_accepted_tokens;
-  if (logprobs) {
-    e.has_logprobs = true;
-    e.logprobs = *logprobs;
-  }
-  it->second->push(std::move(e));
+  it->second->push(TokenEvent{.id = out.id,
+                              .token = out.token,
+                              .finish_reason = out.finish_reason,
+                              .error = {},
+                              .n_prompt_tokens = out.n_prompt_tokens,
+                              .n_output_tokens = out.n_output_tokens,
+                              .n_cached_tokens = out.n_cached_tokens,
+                              .n_drafted_tokens = out.n_drafted_tokens,
+                              .n_accepted_tokens = out.n_accepted_tokens,
+                              .has_logprobs = logprobs != nullptr,
+                              .logprobs = logprobs ? *logprobs : TokenLogprobs{}});
   if (out.finished()) streams_.erase(it);
 }
 

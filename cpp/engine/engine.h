@@ -39,7 +39,8 @@ struct EngineConfig {
   KVCacheConfig kv;
   SchedulerConfig scheduler;
   SpeculationConfig speculation;
-  int64_t max_queue = 0;  // requests waiting (not yet running) at most; 0: no limit ("--max-queue")
+  int64_t max_queue = EngineOptions{}.max_queue;  // requests waiting (not yet running) at most; 0:
+                                                  // no limit ("--max-queue")
 };
 
 // A snapshot taken after each step (for /metrics and /slots).
@@ -75,10 +76,13 @@ class Engine {
     RequestId id = 0;
     std::shared_ptr<EventQueue> events;  // ends with an event whose finished() is true
   };
-  // Queues a request. Validates it here, in the caller's thread: throws InvalidArgument (the
-  // prompt can never run) or EngineBusy (queue full, engine shut down), and then queues nothing.
+  // Queues a request. Validates it here, in the caller's thread (validate below), or throws
+  // EngineBusy (queue full, engine shut down), and then queues nothing.
   // `notify` is the event queue's hook (see EventQueue).
   Submission submit(std::vector<int32_t> prompt, RequestOptions options, std::function<void()> notify = {});
+  // What submit checks, without queuing: throws InvalidRequest (PromptTooLong for a prompt over
+  // the context or the KV cache) or InvalidArgument (sampling values). Any thread.
+  void validate(std::span<const int32_t> prompt, const RequestOptions& options) const;
   // Asks the loop to cancel a request; it frees its blocks and ends its stream with a
   // `cancelled` event. Unknown or finished ids are ignored.
   void cancel(RequestId id);

@@ -33,9 +33,9 @@ int64_t matmul_exact_min_rows(const Model& model) {
 ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config)
     : model_(std::move(model)), config_(config) {
   if (!model_) throw InvalidArgument("[engine] the runner has no model");
-  if (config.max_num_batched_tokens < 1 || config.max_num_seqs < 1) {
-    throw InvalidArgument(cat("[engine] max_num_batched_tokens (", config.max_num_batched_tokens,
-                              ") and max_num_seqs (", config.max_num_seqs, ") must be >= 1"));
+  if (config.max_batch_tokens < 1 || config.parallel < 1) {
+    throw InvalidArgument(cat("[engine] max_batch_tokens (", config.max_batch_tokens, ") and parallel (",
+                              config.parallel, ") must be >= 1"));
   }
   const ModelConfig& c = model_->config();
   if (c.is_encoder()) {
@@ -46,7 +46,7 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
     throw InvalidArgument(cat("[engine] the KV cache needs n_blocks >= 1 and block_size >= 1, got ",
                               config.n_blocks, " and ", config.block_size));
   }
-  min_rows_ = config.rows_independent ? matmul_exact_min_rows(*model_) : 1;
+  min_rows_ = config.batch_invariant ? matmul_exact_min_rows(*model_) : 1;
   const int64_t n_pad_rows = min_rows_ - 1;  // at most this many throwaway rows per step
   const int64_t n_pad_blocks = (n_pad_rows + config.block_size - 1) / config.block_size;
   for (int64_t i = 0; i < n_pad_blocks; ++i) pad_table_.push_back(static_cast<int32_t>(config.n_blocks + i));
@@ -54,34 +54,34 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, config.n_blocks + n_pad_blocks,
                         config.block_size, config.kv_type);
   // Room for the largest step plus its throwaway rows.
-  const int64_t n_batch = config.max_num_batched_tokens + n_pad_rows;
+  const int64_t n_batch = config.max_batch_tokens + n_pad_rows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
   rows_.reserve(n_batch);
-  logits_.reserve(static_cast<size_t>(config.max_num_seqs + n_pad_rows) * c.n_vocab);
+  logits_.reserve(static_cast<size_t>(config.parallel + n_pad_rows) * c.n_vocab);
 }
 
 void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= n_vocab) {
-      throw InvalidArgument(cat("[request] prompt token ", i, " has id ", prompt[i],
-                                ", outside the vocabulary [0, ", n_vocab, ")"));
+      throw InvalidRequest(cat("[request] prompt token ", i, " has id ", prompt[i],
+                               ", outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
   for (int32_t t : options.stop_token_ids) {
     if (t < 0 || t >= n_vocab) {
-      throw InvalidArgument(
+      throw InvalidRequest(
           cat("[request] stop token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
   if (options.n_logprobs > n_vocab) {
-    throw InvalidArgument(
+    throw InvalidRequest(
         cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
   }
   ember::validate(options.sampling, n_vocab);
   if (options.grammar && options.grammar->n_vocab() > n_vocab) {
-    throw InvalidArgument(cat("[request] the grammar was compiled for ", options.grammar->n_vocab(),
-                              " tokens, the model has ", n_vocab));
+    throw InvalidRequest(cat("[request] the grammar was compiled for ", options.grammar->n_vocab(),
+                             " tokens, the model has ", n_vocab));
   }
 }
 
@@ -110,7 +110,7 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   rows_.clear();
   const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table) {
     const KVView kv = cache_.layer(0, table);
-    if (config_.rows_independent) {
+    if (config_.batch_invariant) {
       for (int64_t r = row_begin; r < row_begin + count; ++r) rows_.push_back({r, 1, kv});
     } else {
       rows_.push_back({row_begin, count, kv});

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
@@ -20,11 +21,13 @@
 namespace ember {
 
 struct ForwardRunnerConfig {
-  int64_t n_blocks = 0;                  // KV blocks: must equal the engine's KVCacheConfig
-  int block_size = 16;                   // tokens per block: likewise
-  int64_t max_num_batched_tokens = 512;  // rows of the largest batch (the scratch's n_batch)
-  int max_num_seqs = 16;                 // sequences of a batch at most (logit rows)
-  DType kv_type = DType::f16;            // the cache's rows: f16, or q8_0 (head_dim % 32 == 0)
+  int64_t n_blocks = 0;                         // KV blocks: must equal the engine's KVCacheConfig
+  int block_size = EngineOptions{}.block_size;  // tokens per block: likewise
+  int64_t max_batch_tokens = EngineOptions{}.max_batch_tokens;  // rows of the largest batch (the
+                                                                // scratch's n_batch)
+  int parallel = EngineOptions{}.parallel;                      // sequences of a batch at most
+                                                                // (logit rows)
+  DType kv_type = DType::f16;  // the cache's rows: f16, or q8_0 (head_dim % 32 == 0)
   // Every row's result depends only on its token, its position and its sequence's cache, never
   // on the rest of the batch, so batching, chunking, prefix hits and preemption cannot change a
   // request's output. The CPU kernels may give a row different rounding depending on the call's
@@ -33,7 +36,7 @@ struct ForwardRunnerConfig {
   // attention one row at a time and pads every batch, and its outputs, with throwaway rows up
   // to the row count from which the backend's matmul is batch-invariant for every weight type
   // of the model (Backend::matmul_exact_min_rows; no padding where that is 1).
-  bool rows_independent = true;
+  bool batch_invariant = EngineOptions{}.batch_invariant;
 };
 
 class ForwardRunner : public ModelRunner {
@@ -71,7 +74,7 @@ class ForwardRunner : public ModelRunner {
   // cache, which the KVCacheManager never hands out.
   std::vector<int32_t> pad_table_;  // [ceil(min_rows_ / block_size)]
   // Batches (and their outputs) are lifted to this many rows: the backend's
-  // matmul_exact_min_rows over the model's weight types when rows_independent, else 1.
+  // matmul_exact_min_rows over the model's weight types when batch_invariant, else 1.
   int64_t min_rows_ = 1;
   // Reused every step (no allocation once they reached the largest batch).
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]

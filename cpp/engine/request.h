@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/constraint.h"
 #include "sampling/params.h"
@@ -16,6 +17,23 @@
 namespace ember {
 
 using RequestId = SequenceId;
+
+// A request that can never run, found when it is submitted (a bad token id, an empty prompt, a
+// bad max_tokens or logprobs count). Python: ember.InvalidRequest, a ValueError.
+class InvalidRequest : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+// A prompt longer than a request may grow (the context, or the whole KV cache when that is
+// smaller). Python: ember.PromptTooLong, an InvalidRequest with n_prompt_tokens and n_ctx.
+class PromptTooLong : public InvalidRequest {
+ public:
+  PromptTooLong(const std::string& message, int64_t n_prompt_tokens, int64_t n_ctx)
+      : InvalidRequest(message), n_prompt_tokens(n_prompt_tokens), n_ctx(n_ctx) {}
+  int64_t n_prompt_tokens;
+  int64_t n_ctx;  // the limit it is over
+};
 
 enum class RequestStatus { waiting, running, preempted, finished };
 

@@ -11,37 +11,39 @@ namespace ember {
 
 Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
     : config_(config), kv_(kv), max_model_len_(std::min(config.max_model_len, kv.capacity_tokens())) {
-  if (config.max_num_batched_tokens < 1) {
-    throw InvalidArgument(
-        cat("[scheduler] max_num_batched_tokens must be >= 1, got ", config.max_num_batched_tokens));
+  if (config.max_batch_tokens < 1) {
+    throw InvalidArgument(cat("[scheduler] max_batch_tokens must be >= 1, got ", config.max_batch_tokens));
   }
-  if (config.max_num_seqs < 1) {
-    throw InvalidArgument(cat("[scheduler] max_num_seqs must be >= 1, got ", config.max_num_seqs));
+  if (config.parallel < 1) {
+    throw InvalidArgument(cat("[scheduler] parallel must be >= 1, got ", config.parallel));
   }
   if (config.max_model_len < 1) {
     throw InvalidArgument(cat("[scheduler] max_model_len must be >= 1, got ", config.max_model_len));
   }
-  if (!config.enable_chunked_prefill && config.max_num_batched_tokens < max_model_len_) {
-    throw InvalidArgument(cat("[scheduler] without chunked prefill max_num_batched_tokens (",
-                              config.max_num_batched_tokens, ") must cover the context (", max_model_len_,
+  if (!config.enable_chunked_prefill && config.max_batch_tokens < max_model_len_) {
+    throw InvalidArgument(cat("[scheduler] without chunked prefill max_batch_tokens (",
+                              config.max_batch_tokens, ") must cover the context (", max_model_len_,
                               " tokens), or long prompts could never run"));
   }
 }
 
 void Scheduler::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n == 0) throw InvalidArgument("[request] the prompt is empty: at least one token is needed");
+  if (n == 0) throw InvalidRequest("[request] the prompt is empty: at least one token is needed");
   if (options.max_tokens < 1) {
-    throw InvalidArgument(cat("[request] max_tokens must be >= 1, got ", options.max_tokens));
+    throw InvalidRequest(cat("[request] max_tokens must be >= 1, got ", options.max_tokens));
   }
   if (n > config_.max_model_len) {
-    throw InvalidArgument(cat("[request] the prompt has ", n, " tokens, more than the context of ",
-                              config_.max_model_len, " tokens"));
+    throw PromptTooLong(
+        cat("[request] the prompt has ", n, " tokens, more than the context of ", config_.max_model_len,
+            " tokens (which prompt and output share); use a shorter prompt or a larger n_ctx"),
+        n, config_.max_model_len);
   }
   if (n > kv_.capacity_tokens()) {
-    throw InvalidArgument(cat("[request] the prompt has ", n, " tokens, more than the whole KV cache holds (",
-                              kv_.n_blocks(), " blocks of ", kv_.block_size(), " = ", kv_.capacity_tokens(),
-                              " tokens); raise the KV cache size"));
+    throw PromptTooLong(cat("[request] the prompt has ", n, " tokens, more than the whole KV cache holds (",
+                            kv_.n_blocks(), " blocks of ", kv_.block_size(), " = ", kv_.capacity_tokens(),
+                            " tokens); raise the KV cache size"),
+                        n, kv_.capacity_tokens());
   }
 }
 
@@ -108,7 +110,7 @@ void Scheduler::preempt(size_t running_index, StepPlan& plan, int64_t& budget) {
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.finished = take_finished();
-  int64_t budget = config_.max_num_batched_tokens;
+  int64_t budget = config_.max_batch_tokens;
   const auto plan_step = [&](Request& r, int64_t n_new, std::vector<int32_t> drafts = {}) {
     const int64_t n_drafts = static_cast<int64_t>(drafts.size());
     plan.seqs.push_back({r.id, n_new + n_drafts, r.num_computed_tokens,
@@ -165,7 +167,7 @@ StepPlan Scheduler::schedule() {
   //    just preempted (admitting others would only take their blocks back). Stops at the first
   //    that doesn't fit, so nobody overtakes it.
   while (plan.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int64_t>(running_.size()) < config_.parallel) {
     Request& r = *waiting_.front();
     const PrefixHit hit = kv_.get_computed_blocks(r.kv_state());
     const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
@@ -291,8 +293,7 @@ void Scheduler::check_invariants() const {
   if (running_.size() + waiting_.size() != requests_.size()) {
     fail(running_.size(), " running + ", waiting_.size(), " waiting != ", requests_.size(), " live requests");
   }
-  if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs)
-    fail(running_.size(), " running > max_num_seqs");
+  if (static_cast<int64_t>(running_.size()) > config_.parallel) fail(running_.size(), " running > parallel");
   const int64_t bs = kv_.block_size();
   for (const Request* r : running_) {
     if (r->status != RequestStatus::running)

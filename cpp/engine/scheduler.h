@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/engine_options.h"
 #include "engine/request.h"
 #include "engine/step_plan.h"
 #include "kv/kv_cache_manager.h"
@@ -27,9 +28,10 @@ enum class SchedulingPolicy {
 };
 
 struct SchedulerConfig {
-  int64_t max_num_batched_tokens = 512;  // token budget of one step
-  int max_num_seqs = 16;                 // requests running at once ("--parallel")
-  int64_t max_model_len = 4096;          // tokens a request may reach, prompt included
+  int64_t max_batch_tokens = EngineOptions{}.max_batch_tokens;  // token budget of one step
+  int parallel = EngineOptions{}.parallel;                      // requests running at once
+  int64_t max_model_len = 0;  // tokens a request may reach, prompt included (>= 1: the resolved
+                              // EngineOptions::n_ctx)
   SchedulingPolicy policy = SchedulingPolicy::fcfs;
   bool enable_chunked_prefill = true;  // split prompts longer than the remaining budget
 };

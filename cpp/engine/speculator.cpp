@@ -91,11 +91,6 @@ Speculator::Speculator(const SpeculationConfig& config, std::unique_ptr<DraftMod
   if (config.source == DraftSource::draft_model && !draft_model_) {
     throw InvalidArgument("[speculation] the draft_model source needs a draft model");
   }
-  if (config.draft_max < 1 || config.draft_min < 0 || config.draft_min > config.draft_max) {
-    throw InvalidArgument(
-        cat("[speculation] need 1 <= draft_max and 0 <= draft_min <= draft_max, got draft_max ",
-            config.draft_max, ", draft_min ", config.draft_min));
-  }
   if (config.ngram_min < 1 || config.ngram_max < config.ngram_min) {
     throw InvalidArgument(cat("[speculation] need 1 <= ngram_min <= ngram_max, got ", config.ngram_min,
                               " and ", config.ngram_max));
@@ -203,7 +198,7 @@ void Speculator::probe(std::span<Candidate> candidates, std::span<int64_t> depth
 }
 
 void Speculator::propose(Scheduler& scheduler) {
-  const int64_t budget = scheduler.config().max_num_batched_tokens;
+  const int64_t budget = scheduler.config().max_batch_tokens;
   const int64_t min_drafts = std::max(1, config_.draft_min);
   int64_t n_plain_rows = 0, n_samples = 0;
   std::vector<Candidate> candidates;

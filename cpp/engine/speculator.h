@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "engine/draft_lookup.h"
+#include "engine/engine_options.h"
 #include "engine/request.h"
 #include "engine/step_plan.h"
 
@@ -68,14 +69,14 @@ inline constexpr int kNumDraftSources = 4;
 std::string_view to_string(DraftSource source);
 
 struct SpeculationConfig {
-  DraftSource source = DraftSource::none;  // for every request: none, ngram or draft_model; a
-                                           // request with a prediction drafts from it instead
-  int draft_max = 16;                      // drafts per request and step at most
-  int draft_min = 1;                       // a request given fewer drafts than this gets none
-  int ngram_min = 2;                       // prompt lookup matches suffixes of ngram_min..ngram_max
+  DraftSource source = DraftSource::none;     // for every request: none, ngram or draft_model; a
+                                              // request with a prediction drafts from it instead
+  int draft_max = EngineOptions{}.draft_max;  // drafts per request and step at most
+  int draft_min = EngineOptions{}.draft_min;  // a request given fewer drafts than this gets none
+  int ngram_min = 2;                          // prompt lookup matches suffixes of ngram_min..ngram_max
   int ngram_max = 4;
-  bool adaptive = true;  // the back-off above (and a draft model's p_min); false: always
-                         // draft_max (tests, benchmarks)
+  bool adaptive = EngineOptions{}.spec_adaptive;  // the back-off above (and a draft model's p_min); false:
+                                                  // always draft_max (tests, benchmarks)
 };
 
 // Step time = fixed_s + per_row_s · rows, least squares over recent steps (exponentially
@@ -128,7 +129,8 @@ struct SpeculationStats {
 
 class Speculator {
  public:
-  // draft_model may be null; config.source == draft_model then throws InvalidArgument.
+  // draft_model may be null; config.source == draft_model then throws InvalidArgument. The draft
+  // counts come checked (EngineOptions::check): 1 <= draft_max, 0 <= draft_min <= draft_max.
   Speculator(const SpeculationConfig& config, std::unique_ptr<DraftModel> draft_model);
   // Requests' states point into it (draft_evidence_): it stays where it was made.
   Speculator(const Speculator&) = delete;

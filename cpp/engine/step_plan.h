@@ -40,7 +40,7 @@ struct StepPlan {
   std::vector<RequestId> preempted;     // lost their blocks this step; they wait to recompute
   std::vector<RequestId> finished;      // left the scheduler since the last plan (finished or
                                         // cancelled): runners drop any state they keep for them
-  int64_t n_tokens = 0;                 // sum of seqs[i].n_tokens <= max_num_batched_tokens
+  int64_t n_tokens = 0;                 // sum of seqs[i].n_tokens <= max_batch_tokens
 
   bool empty() const { return seqs.empty(); }
   int64_t n_samples() const {

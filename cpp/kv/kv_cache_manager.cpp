@@ -21,7 +21,7 @@ int64_t KVCacheConfig::blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
     : pool_(config.n_blocks, config.block_size),
-      prefix_caching_(config.enable_prefix_caching),
+      prefix_caching_(config.prefix_caching),
       window_(config.window) {
   if (window_ < 0) throw InvalidArgument(cat("[kv] window must be >= 0, got ", window_));
 }

@@ -23,9 +23,9 @@ namespace ember {
 using SequenceId = int64_t;
 
 struct KVCacheConfig {
-  int block_size = 16;   // tokens per block
+  int block_size = 0;    // tokens per block, >= 1 (the engine's default: EngineOptions::block_size)
   int64_t n_blocks = 0;  // blocks in the pool (see blocks_for_tokens / blocks_for_bytes)
-  bool enable_prefix_caching = true;
+  bool prefix_caching = true;
   // > 0: every layer attends over the last `window` positions only (a sliding window on all
   // layers), so blocks wholly before a sequence's window can be released as it advances.
   int64_t window = 0;

@@ -35,7 +35,6 @@ void validate(const SamplingParams& p, int32_t n_vocab) {
 Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, std::unique_ptr<TokenConstraint> constraint)
     : params_(params), n_vocab_(n_vocab), rng_(params.seed), constraint_(std::move(constraint)) {
   if (n_vocab <= 0) throw InvalidArgument(cat("[sampling] n_vocab must be > 0, got ", n_vocab));
-  validate(params_, n_vocab_);
   if (constraint_) mask_.assign(mask_words(n_vocab_), 0);
   candidates_.items.reserve(static_cast<size_t>(n_vocab));
   if (penalties_on()) {

@@ -18,7 +18,8 @@ namespace ember {
 
 class Sampler {
  public:
-  // Throws InvalidArgument for bad params (see validate).
+  // `params` come validated (validate() runs once, where the request arrives: Engine::submit);
+  // throws InvalidArgument for n_vocab <= 0.
   Sampler(const SamplingParams& params, int32_t n_vocab,
           std::unique_ptr<TokenConstraint> constraint = nullptr);
 

@@ -23,7 +23,15 @@ from ember._core import (
 )
 from ember.chat.template import ChatTemplate, ChatTemplateError
 from ember.embeddings import Embedder
-from ember.engine import Engine, EngineBusy, EngineError, Request
+from ember.engine import (
+    Engine,
+    EngineBusy,
+    EngineError,
+    EngineOptions,
+    InvalidRequest,
+    PromptTooLong,
+    Request,
+)
 from ember.llm import LLM
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
@@ -39,6 +47,7 @@ __all__ = [
     "Engine",
     "EngineBusy",
     "EngineError",
+    "EngineOptions",
     "GenerationResult",
     "SamplingParams",
     "Timings",
@@ -48,7 +57,9 @@ __all__ = [
     "GGUFError",
     "GGUFFile",
     "InvalidArgument",
+    "InvalidRequest",
     "Model",
+    "PromptTooLong",
     "Request",
     "StreamDecoder",
     "TensorInfo",

@@ -33,7 +33,8 @@ from typing import Any, Union
 import numpy as np
 
 from ember import _core
-from ember.engine import resolve_device
+from ember.core_attribute import CoreAttribute
+from ember.options import resolve_device
 
 EmbeddingInput = Union[str, Sequence[int]]  # a text, or token ids used as they are
 
@@ -90,23 +91,10 @@ class Embedder:
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.head = ClassificationHead.of(_core.GGUFFile(str(self.path)))
 
-    @property
-    def device(self) -> str:
-        """The device the model runs on ("cpu")."""
-        return self._core.device
-
-    @property
-    def n_embd(self) -> int:
-        return self._core.n_embd
-
-    @property
-    def max_tokens(self) -> int:
-        """The longest input, in tokens (the model's position table)."""
-        return self._core.max_tokens
-
-    @property
-    def pooling(self) -> str:
-        return self._core.pooling
+    device = CoreAttribute[str]('The device the model runs on ("cpu").')
+    n_embd = CoreAttribute[int]()
+    max_tokens = CoreAttribute[int]("The longest input, in tokens (the model's position table).")
+    pooling = CoreAttribute[str]()
 
     def tokenize(self, inputs: Sequence[EmbeddingInput]) -> list[list[int]]:
         """Each input's token ids: texts with the vocabulary's [CLS] ... [SEP], ids as given.

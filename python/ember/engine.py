@@ -6,7 +6,7 @@ prefill). This module adds the text side: tokenizing prompts, detokenizing outpu
 end-of-generation tokens, stop strings (a matched stop string cancels the request, which frees
 its KV blocks) and results. ember.LLM, the CLI and the server all generate through it.
 
-    engine = Engine("model.gguf", parallel=16)
+    engine = Engine("model.gguf", parallel=4)   # or Engine(path, EngineOptions(parallel=4))
     request = engine.submit(engine.tokenize("Once upon a time"), SamplingParams(max_tokens=32))
     for delta in request:                  # blocking, GIL released while waiting
         print(delta.text, end="")
@@ -17,23 +17,28 @@ its KV blocks) and results. ember.LLM, the CLI and the server all generate throu
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Union
+from typing import Any, Optional, Union
 
 from ember import _core
 from ember.chat import builtin
 from ember.chat.template import ChatTemplate
+from ember.core_attribute import CoreAttribute
 from ember.grammar import GrammarCompiler
+from ember.options import EngineOptions, engine_options, resolve_device  # noqa: F401 (re-exported)
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 
 Prompt = Union[str, Sequence[int]]  # text (tokenized with the model's vocabulary) or token ids
 
 EngineBusy = _core.EngineBusy  # submit() past the engine's max_queue, or after close()
+# A request that can never run (ValueError subclasses): an empty prompt, a bad token id or
+# max_tokens; PromptTooLong (n_prompt_tokens, n_ctx) for a prompt over the context.
+InvalidRequest = _core.InvalidRequest
+PromptTooLong = _core.PromptTooLong
 
 
 class EngineError(RuntimeError):
@@ -257,55 +262,31 @@ class Request:
         return delta
 
 
-def resolve_device(device: str | None) -> str:
-    """The device to run on: `device`, else $EMBER_DEVICE, else "auto"."""
-    return device or os.environ.get("EMBER_DEVICE") or "auto"
-
-
 class Engine:
     """A model served by the continuous-batching engine, with its tokenizer. Thread-safe:
     submit and iterate from any number of threads (or from an asyncio loop); the C++ engine
     thread computes without the GIL.
 
-    n_ctx: tokens one request may reach (default min(context_length, 4096)); parallel:
-    requests running at once; kv_size / kv_bytes: the KV cache budget in tokens or bytes
-    (default n_ctx * parallel tokens, at most 1 GiB); max_queue: waiting requests at most
-    (0: no limit; past it submit raises EngineBusy); kv_type "f16" or "q8_0"; batch_invariant:
-    a request's output never depends on what else runs.
+    The engine's options are an EngineOptions (`options`, else the defaults) with any of its
+    fields given as keywords on top (see engine_options and help(ember.EngineOptions)): n_ctx,
+    parallel, kv_size / kv_bytes, block_size, max_batch_tokens, max_queue (past it submit
+    raises EngineBusy), prefix_caching, kv_type, batch_invariant, speculative decoding (spec,
+    draft_model, draft_max, draft_min, spec_adaptive: the output is the same, only sooner; a
+    request whose SamplingParams carry a prediction drafts from it), n_threads and device (None
+    reads $EMBER_DEVICE)."""
 
-    Speculative decoding (the output is the same, only sooner): spec="ngram" drafts from each
-    request's own prompt and output, draft_model=PATH (spec="draft") from a small model with the
-    same vocabulary; a request whose SamplingParams carry a prediction drafts from it. At most
-    draft_max drafts per request and step, none when fewer than draft_min would pay;
-    spec_adaptive=False always drafts draft_max.
-
-    device: "cpu", "vulkan" / "vulkan:N" or "auto" (the first GPU, else the CPU); None reads
-    $EMBER_DEVICE, else "auto"."""
-
-    def __init__(self, model_path: str | Path, *, n_threads: int | None = None,
-                 n_ctx: int | None = None, parallel: int = 16, kv_size: int | None = None,
-                 kv_bytes: int | None = None, block_size: int = 16, max_batch_tokens: int = 512,
-                 max_queue: int = 0, kv_type: str = "f16", prefix_caching: bool = True,
-                 batch_invariant: bool = True, spec: str = "none",
-                 draft_model: str | Path | None = None, draft_max: int = 16, draft_min: int = 1,
-                 spec_adaptive: bool = True, device: str | None = None,
-                 chat_template: str | None = None) -> None:
+    def __init__(self, model_path: str | Path, options: EngineOptions | None = None, *,
+                 chat_template: str | None = None, **fields: Any) -> None:
         self.path = Path(model_path)
         # A built-in template's name or a template file (ember.chat.builtin), resolved now so
         # that a bad one fails before the model loads.
         self._chat_template_override = (builtin.resolve(chat_template)
                                         if chat_template is not None else None)
+        self.options = engine_options(options, **fields)
+        draft_model = self.options.draft_model
         if draft_model is not None and not Path(draft_model).is_file():
-            raise FileNotFoundError(f"draft model {str(draft_model)!r}: no such file")
-        self._core = _core.Engine(str(self.path), n_threads=n_threads, n_ctx=n_ctx,
-                                  parallel=parallel, kv_size=kv_size, kv_bytes=kv_bytes,
-                                  block_size=block_size, max_batch_tokens=max_batch_tokens,
-                                  max_queue=max_queue, kv_type=kv_type,
-                                  prefix_caching=prefix_caching, batch_invariant=batch_invariant,
-                                  spec=spec,
-                                  draft_model=None if draft_model is None else str(draft_model),
-                                  draft_max=draft_max, draft_min=draft_min,
-                                  spec_adaptive=spec_adaptive, device=resolve_device(device))
+            raise FileNotFoundError(f"draft model {draft_model!r}: no such file")
+        self._core = _core.Engine(str(self.path), self.options)
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
@@ -328,42 +309,16 @@ class Engine:
 
     # --- sizes ---------------------------------------------------------------------------------
 
-    @property
-    def n_ctx(self) -> int:
-        """Tokens one request may reach (prompt and output)."""
-        return self._core.n_ctx
-
-    @property
-    def n_vocab(self) -> int:
-        return self._core.n_vocab
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD Radeon ...)"."""
-        return self._core.device
-
-    @property
-    def device_memory(self) -> tuple[int, int] | None:
-        """(total, free) bytes of the device's memory; None on the CPU."""
-        return self._core.device_memory
-
-    @property
-    def parallel(self) -> int:
-        return self._core.parallel
-
-    @property
-    def kv_size(self) -> int:
-        """Tokens the KV cache holds."""
-        return self._core.kv_size
-
-    @property
-    def kv_type(self) -> str:
-        """The KV cache's element type: "f16" or "q8_0"."""
-        return self._core.kv_type
-
-    @property
-    def n_threads(self) -> int:
-        return self._core.n_threads
+    n_ctx = CoreAttribute[int]("Tokens one request may reach (prompt and output).")
+    n_vocab = CoreAttribute[int]()
+    device = CoreAttribute[str]('The device the model runs on: "cpu", or e.g. "vulkan:0 (AMD '
+                                'Radeon ...)".')
+    device_memory = CoreAttribute[Optional[tuple[int, int]]](
+        "(total, free) bytes of the device's memory; None on the CPU.")
+    parallel = CoreAttribute[int]("Requests running at once.")
+    kv_size = CoreAttribute[int]("Tokens the KV cache holds.")
+    kv_type = CoreAttribute[str]('The KV cache\'s element type: "f16" or "q8_0".')
+    n_threads = CoreAttribute[int]()
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -376,28 +331,25 @@ class Engine:
         return [int(t) for t in prompt]
 
     def check_prompt(self, tokens: Sequence[int]) -> None:
-        """Raises ValueError for a prompt that can never run: empty, or longer than n_ctx."""
-        if not tokens:
-            raise ValueError("the prompt is empty (it has no tokens to start from)")
-        if len(tokens) > self.n_ctx:
-            raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of "
-                             f"{self.n_ctx} tokens (which prompt and output share); use a "
-                             "shorter prompt or a larger n_ctx")
+        """Raises InvalidRequest (a ValueError) for a prompt that can never run, PromptTooLong
+        for one longer than the context: the engine's own check, as submit makes it."""
+        self._core.check_prompt(list(tokens))
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
                priority: int = 0, keep_tokens: Sequence[int] = ()) -> Request:
         """Queues one request and returns it (iterate it for its Deltas). Raises ValueError for
-        a request that can never run (bad prompt or parameters), EngineBusy when the queue is
-        full. keep_tokens: control tokens whose text stays in the output (decoding drops
-        control tokens otherwise), such as a tool-call format's [TOOL_CALLS]."""
+        a request that can never run (InvalidRequest for a bad prompt, PromptTooLong for one over
+        the context; ValueError for bad parameters), EngineBusy when the queue is full.
+        keep_tokens: control tokens whose text stays in the output (decoding drops control
+        tokens otherwise), such as a tool-call format's [TOOL_CALLS]."""
         params = params or SamplingParams()
         tokens = [int(t) for t in prompt_tokens]
-        self.check_prompt(tokens)
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
         request = Request(self, tokens, params, perf_counter(), keep_tokens)
         grammar = self.grammars.compile(params.constraint) if params.constraint else None
         if params.max_tokens == 0:
+            self.check_prompt(tokens)  # what the engine's submit would check
             return request
         core_params = params.to_core()
         max_tokens = params.max_tokens if params.max_tokens is not None else self.n_ctx

@@ -30,6 +30,7 @@ from ember.engine import Engine
 from ember.grammar import Constraint
 from ember.hub.models import resolve_model
 from ember.openai_format import Formatter
+from ember.options import EngineOptions, engine_options
 from ember.results import Delta, GenerationResult
 from ember.sampling import SamplingParams
 from ember.tools.prompt import PreparedChat, prepare_chat
@@ -40,35 +41,32 @@ Prompt = Union[str, Sequence[int]]
 
 class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
-                 n_ctx: int | None = None, *, parallel: int = 16, kv_size: int | None = None,
-                 kv_type: str = "f16", spec: str = "none",
-                 draft_model: str | os.PathLike[str] | None = None, draft_max: int = 16,
-                 draft_min: int = 1, device: str | None = None,
-                 chat_template: str | None = None) -> None:
+                 n_ctx: int | None = None, *, options: EngineOptions | None = None,
+                 chat_template: str | None = None, **engine_fields: Any) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
-        model. n_threads defaults to the physical cores, n_ctx (tokens one request may reach)
-        to the model's training context capped at 4096; parallel requests run at once over a
-        KV cache of kv_size tokens (see ember.engine.Engine). Speculative decoding
-        (same output, sooner): spec="ngram" (prompt lookup) or draft_model=PATH (a small model
-        with the same vocabulary), at most draft_max drafts per step; a request's
-        prediction= (text the output is expected to be) drafts from that text. device "cpu",
-        "vulkan[:N]" or "auto" (default: $EMBER_DEVICE, else "auto": the first GPU, else the CPU;
-        an embedding model runs on the CPU, see ember.embeddings.Embedder). chat_template: a
-        built-in template's name (gemma, chatml, llama3) or a Jinja file, instead of the
-        model's (see ember.chat.builtin)."""
+        model, on the engine with `options` (an ember.EngineOptions, else the defaults) and
+        any of its fields as keywords on top (see ember.engine.Engine): n_threads defaults to
+        the physical cores, n_ctx (tokens one request may reach) to the model's training
+        context capped at EngineOptions.default_max_ctx; `parallel` requests run at once over a
+        KV cache of kv_size tokens. Speculative decoding (same output, sooner): spec="ngram"
+        (prompt lookup) or draft_model=PATH (a small model with the same vocabulary), at most
+        draft_max drafts per step; a request's prediction= (text the output is expected to be)
+        drafts from that text. device "cpu", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
+        else "auto": the first GPU, else the CPU; an embedding model runs on the CPU, see
+        ember.embeddings.Embedder). chat_template: a built-in template's name (gemma, chatml,
+        llama3) or a Jinja file, instead of the model's (see ember.chat.builtin)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
+        options = engine_options(options, n_threads=n_threads, n_ctx=n_ctx, **engine_fields)
         # An embedding model (bert) gets an Embedder instead of the generation engine.
         self.embedder: Embedder | None = None
         self._engine: Engine | None = None
         if is_embedding_model(self.path):
-            self.embedder = Embedder(self.path, n_threads=n_threads, device=device)
+            self.embedder = Embedder(self.path, n_threads=options.n_threads,
+                                     device=options.device)
         else:
-            self._engine = Engine(self.path, n_threads=n_threads, n_ctx=n_ctx, parallel=parallel,
-                                  kv_size=kv_size, kv_type=kv_type, spec=spec,
-                                  draft_model=draft_model, draft_max=draft_max,
-                                  draft_min=draft_min, device=device, chat_template=chat_template)
+            self._engine = Engine(self.path, options, chat_template=chat_template)
         self._metadata: dict[str, Any] | None = None
 
     @property

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "load_model.h"
 #include "model/embedder.h"
 
 namespace nb = nanobind;
@@ -30,10 +31,7 @@ struct PyEmbedder {
   PyEmbedder(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_batch,
              const std::string& device) {
     nb::gil_scoped_release release;
-    ember::ModelOptions model_options;
-    model_options.n_threads = n_threads.value_or(0);
-    model_options.backend = device;
-    model = ember::Model::load(path, model_options);
+    model = load_model(path, n_threads, device);
     ember::EmbedderOptions options;
     if (n_batch) options.n_batch = *n_batch;
     embedder = std::make_unique<ember::Embedder>(model, options);

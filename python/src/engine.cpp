@@ -26,6 +26,8 @@
 #include "core/error.h"
 #include "engine/model_engine.h"
 #include "kv/paged_kv_cache.h"
+#include "load_model.h"
+#include "model/context.h"
 
 namespace nb = nanobind;
 using ember::EngineStats;
@@ -154,75 +156,61 @@ nb::dict stats_dict(const EngineStats& s) {
   return d;
 }
 
-PyEngine* make_engine(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
-                      int parallel, std::optional<int64_t> kv_size, std::optional<int64_t> kv_bytes,
-                      int block_size, int64_t max_batch_tokens, int64_t max_queue, const std::string& kv_type,
-                      bool prefix_caching, bool batch_invariant, const std::string& spec,
-                      std::optional<std::string> draft_model, int draft_max, int draft_min,
-                      bool spec_adaptive, const std::string& device) {
-  auto self = std::make_unique<PyEngine>();
-  nb::gil_scoped_release release;
-  ember::ModelEngineOptions o;
-  o.n_ctx = n_ctx.value_or(0);
-  o.max_num_seqs = parallel;
-  o.kv_tokens = kv_size.value_or(0);
-  o.kv_bytes = kv_bytes.value_or(0);
-  o.block_size = block_size;
-  o.max_num_batched_tokens = max_batch_tokens;
-  o.max_queue = max_queue;
-  o.kv_type = kv_type;
-  o.enable_prefix_caching = prefix_caching;
-  o.rows_independent = batch_invariant;
-  if (spec == "none") {
-    o.speculation.source = draft_model ? ember::DraftSource::draft_model : ember::DraftSource::none;
-  } else if (spec == "ngram") {
-    o.speculation.source = ember::DraftSource::ngram;
-  } else if (spec == "draft") {
-    if (!draft_model)
-      throw ember::InvalidArgument("[speculation] spec 'draft' needs a draft model (draft_model)");
-    o.speculation.source = ember::DraftSource::draft_model;
-  } else {
-    throw ember::InvalidArgument(
-        ember::cat("[speculation] spec must be 'none', 'ngram' or 'draft', got '", spec, "'"));
+// EngineOptions(**fields) and Engine(path, options, **fields): `options` (else the C++ defaults),
+// then each keyword set as an attribute, so a misspelt option is a TypeError and a value's type
+// is checked by the attribute's setter.
+ember::EngineOptions options_from(std::optional<ember::EngineOptions> options, const nb::kwargs& fields) {
+  nb::object out = nb::cast(options.value_or(ember::EngineOptions()));
+  for (auto [name, value] : fields) {
+    if (!nb::hasattr(nb::type<ember::EngineOptions>(), name)) {
+      throw nb::type_error(ember::cat("unknown engine option '", nb::cast<std::string>(name), "'").c_str());
+    }
+    nb::setattr(out, name, value);
   }
-  if (draft_model && o.speculation.source != ember::DraftSource::draft_model) {
-    throw ember::InvalidArgument(
-        ember::cat("[speculation] a draft model drafts only with spec 'draft', got '", spec, "'"));
+  return nb::cast<ember::EngineOptions>(out);
+}
+
+void init_engine_object(PyEngine* self, const std::string& path, std::optional<ember::EngineOptions> options,
+                        const nb::kwargs& fields) {
+  const ember::EngineOptions o = options_from(std::move(options), fields);
+  o.check();  // before the model loads
+  PyEngine engine;
+  {
+    nb::gil_scoped_release release;
+    engine.model = load_model(path, o.n_threads, o.device);
+    engine.config = ember::model_engine_config(*engine.model, o);  // checks before any allocation
+    engine.kv_type = ember::model_engine_kv_type(*engine.model, o.kv_type);
+    std::shared_ptr<ember::Model> draft;
+    if (o.draft_model) draft = ember::Model::load_on(*o.draft_model, *engine.model);
+    engine.engine = ember::make_model_engine(engine.model, o, draft);
   }
-  o.speculation.draft_max = draft_max;
-  o.speculation.draft_min = draft_min;
-  o.speculation.adaptive = spec_adaptive;
-  ember::ModelOptions model_options;
-  model_options.n_threads = n_threads.value_or(0);
-  model_options.backend = device;
-  self->model = ember::Model::load(path, model_options);
-  self->config = ember::model_engine_config(*self->model, o);  // checks before any allocation
-  self->kv_type = ember::model_engine_kv_type(*self->model, o.kv_type);
-  std::shared_ptr<ember::Model> draft;
-  if (draft_model) draft = ember::Model::load_on(*draft_model, *self->model);
-  self->engine = ember::make_model_engine(self->model, o, draft);
-  return self.release();
+  new (self) PyEngine(std::move(engine));
+}
+
+// Token ids from Python (any int) as the engine's int32 ids; InvalidRequest for one out of range.
+std::vector<int32_t> to_tokens(const std::vector<int64_t>& ids, const char* what) {
+  std::vector<int32_t> tokens(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < INT32_MIN || ids[i] > INT32_MAX)
+      throw ember::InvalidRequest(ember::cat("[request] ", what, " id ", ids[i], " is out of range"));
+    tokens[i] = static_cast<int32_t>(ids[i]);
+  }
+  return tokens;
 }
 
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
                  int priority, std::shared_ptr<ember::Grammar> grammar,
                  const std::vector<int64_t>& prediction) {
-  const auto to_id = [](int64_t id, const char* what) {
-    if (id < INT32_MIN || id > INT32_MAX)
-      throw ember::InvalidArgument(ember::cat("[request] ", what, " id ", id, " is out of range"));
-    return static_cast<int32_t>(id);
-  };
-  std::vector<int32_t> tokens(prompt.size());
-  for (size_t i = 0; i < prompt.size(); ++i) tokens[i] = to_id(prompt[i], "prompt token");
+  std::vector<int32_t> tokens = to_tokens(prompt, "prompt token");
   ember::RequestOptions o;
   o.max_tokens = max_tokens;
   o.priority = priority;
-  for (int64_t t : stop_token_ids) o.stop_token_ids.push_back(to_id(t, "stop token"));
+  o.stop_token_ids = to_tokens(stop_token_ids, "stop token");
   o.sampling = sampling;
   o.n_logprobs = logprobs;
   o.grammar = std::move(grammar);
-  for (int64_t t : prediction) o.prediction.push_back(to_id(t, "prediction token"));
+  o.prediction = to_tokens(prediction, "prediction token");
 
   PyRequest r;
   r.wake = std::make_shared<WakeFd>();
@@ -240,8 +228,6 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
 }  // namespace
 
 void init_engine(nb::module_& m) {
-  nb::exception<ember::EngineBusy>(m, "EngineBusy", m.attr("EmberError").ptr());
-
   nb::class_<TokenEvent>(m, "TokenEvent", "One thing that happened to a request: a token and/or its end.")
       .def_ro("id", &TokenEvent::id)
       .def_prop_ro(
@@ -296,41 +282,92 @@ void init_engine(nb::module_& m) {
           },
           "Every event available now, without waiting; clears fileno()'s readiness first.");
 
+  // The one definition of the engine options and their defaults (engine/engine_options.h); the
+  // Python layer (ember.Engine, ember.LLM, the CLI, the server's config) reads them from here.
+  nb::class_<ember::EngineOptions> options(m, "EngineOptions",
+                                           "How an engine serves its model (engine/engine_options.h); "
+                                           "EngineOptions(**fields) starts from the defaults. None: the "
+                                           "default that depends on the model or the machine.");
+  options.def("__init__", [](ember::EngineOptions* self, const nb::kwargs& fields) {
+    new (self) ember::EngineOptions(options_from(std::nullopt, fields));
+  });
+  std::vector<std::string> names;
+  auto field = [&](const char* name, auto member, const char* doc) {
+    options.def_rw(name, member, doc);
+    names.emplace_back(name);
+  };
+  field("n_ctx", &ember::EngineOptions::n_ctx,
+        "tokens one request may reach (prompt and output); None: the model's, at most default_max_ctx");
+  field("parallel", &ember::EngineOptions::parallel, "requests running at once");
+  field("kv_size", &ember::EngineOptions::kv_size, "KV cache budget in tokens; None: see kv_bytes");
+  field("kv_bytes", &ember::EngineOptions::kv_bytes,
+        "KV cache budget in bytes when kv_size is None; both None: n_ctx * parallel tokens, at most "
+        "default_kv_bytes");
+  field("block_size", &ember::EngineOptions::block_size, "tokens per KV block");
+  field("max_batch_tokens", &ember::EngineOptions::max_batch_tokens,
+        "tokens per step (prompts are chunked to fit)");
+  field("max_queue", &ember::EngineOptions::max_queue,
+        "waiting requests at most (0: no limit; past it submit raises EngineBusy)");
+  field("prefix_caching", &ember::EngineOptions::prefix_caching,
+        "prompts sharing whole blocks with an earlier one skip their prefill");
+  field("kv_type", &ember::EngineOptions::kv_type,
+        "'f16' or 'q8_0' (K/V rows quantized to 8 bits in blocks of 32: 34 bytes per 32 values instead "
+        "of 64, so a byte budget holds ~1.9x the tokens, at slightly less exact attention; needs "
+        "head_dim % 32 == 0)");
+  field("batch_invariant", &ember::EngineOptions::batch_invariant,
+        "a request's output never depends on what else runs (small batches are padded, attention "
+        "runs one row at a time; False is a little faster but lets kernel rounding differ with the "
+        "batch)");
+  field("spec", &ember::EngineOptions::spec,
+        "speculative decoding: 'none', 'ngram' (drafts from each request's own text: prompt lookup) "
+        "or 'draft' (from draft_model); requests with a prediction draft from it whatever spec says");
+  field("draft_model", &ember::EngineOptions::draft_model,
+        "a small .gguf of the same vocabulary that drafts tokens (implies spec 'draft')");
+  field("draft_max", &ember::EngineOptions::draft_max, "drafts per request and step at most");
+  field("draft_min", &ember::EngineOptions::draft_min, "a request given fewer drafts than this gets none");
+  field("spec_adaptive", &ember::EngineOptions::spec_adaptive,
+        "draft only as deep as the measured step cost says pays (False: always draft_max)");
+  field("n_threads", &ember::EngineOptions::n_threads, "CPU threads; None: the physical cores");
+  field("device", &ember::EngineOptions::device,
+        "'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU)");
+  options.attr("field_names") = nb::tuple(nb::cast(names));
+  options.attr("default_max_ctx") = ember::Context::kDefaultMaxCtx;
+  options.attr("default_kv_bytes") = ember::kDefaultKVBytes;
+  options.def("check", &ember::EngineOptions::check,
+              "Raises ValueError naming the first bad value (no model needed).");
+  options.def("__repr__", [names](nb::handle self) {
+    std::string out = "EngineOptions(";
+    for (size_t i = 0; i < names.size(); ++i) {
+      out += ember::cat(i ? ", " : "", names[i], "=",
+                        nb::cast<std::string>(nb::repr(self.attr(names[i].c_str()))));
+    }
+    return out + ")";
+  });
+
   nb::class_<PyEngine>(m, "Engine",
                        "A GGUF model served by the continuous-batching engine: a C++ thread runs every "
                        "submitted request in shared batched steps over a paged KV cache with prefix "
                        "caching. Thread-safe.")
-      .def(nb::new_(&make_engine), nb::arg("model_path"), nb::kw_only(), nb::arg("n_threads") = nb::none(),
-           nb::arg("n_ctx") = nb::none(), nb::arg("parallel") = 16, nb::arg("kv_size") = nb::none(),
-           nb::arg("kv_bytes") = nb::none(), nb::arg("block_size") = 16, nb::arg("max_batch_tokens") = 512,
-           nb::arg("max_queue") = 0, nb::arg("kv_type") = "f16", nb::arg("prefix_caching") = true,
-           nb::arg("batch_invariant") = true, nb::arg("spec") = "none", nb::arg("draft_model") = nb::none(),
-           nb::arg("draft_max") = ember::SpeculationConfig().draft_max,
-           nb::arg("draft_min") = ember::SpeculationConfig().draft_min, nb::arg("spec_adaptive") = true,
-           nb::arg("device") = "auto",
-           "Loads the model and starts the engine thread. n_ctx: tokens one request may reach (default "
-           "min(context_length, 4096)); parallel: requests running at once; kv_size / kv_bytes: the KV "
-           "cache budget in tokens or bytes (default n_ctx * parallel tokens, at most 1 GiB); "
-           "max_batch_tokens: tokens per step (prompts are chunked to fit); max_queue: waiting "
-           "requests at most (0: no limit; past it submit raises EngineBusy); kv_type: 'f16' or 'q8_0' (K/V "
-           "rows quantized to 8 bits in blocks of 32: 34 bytes per 32 values instead of 64, so a byte "
-           "budget holds ~1.9x the tokens, at slightly less exact attention; needs head_dim % 32 == 0); "
-           "batch_invariant: a request's "
-           "output never depends on what else runs (small batches are padded, attention runs one row "
-           "at a time; False is a little faster but lets kernel rounding differ with the batch). "
-           "Speculation: spec 'ngram' drafts from each request's own text (prompt lookup), 'draft' "
-           "(or a draft_model path) from a small model of the same vocabulary; requests with a "
-           "prediction draft from it whatever spec says. draft_max / draft_min: drafts per request "
-           "and step at most / at least; spec_adaptive: draft only as deep as the measured step cost "
-           "says pays (False: always draft_max); device: 'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the "
-           "first GPU, else the CPU).")
+      .def("__init__", &init_engine_object, nb::arg("model_path"), nb::arg("options") = nb::none(),
+           nb::arg("fields"),
+           "Loads the model and starts the engine thread. `options` (an EngineOptions, else the "
+           "defaults) with any EngineOptions field given as a keyword on top.")
+      .def(
+          "check_prompt",
+          [](const PyEngine& self, const std::vector<int64_t>& prompt) {
+            ember::RequestOptions o;
+            self.engine->validate(to_tokens(prompt, "prompt token"), o);
+          },
+          nb::arg("prompt_tokens"),
+          "Raises PromptTooLong or InvalidRequest for a prompt that can never run, as submit would.")
       .def("submit", &submit, nb::arg("prompt_tokens"), nb::arg("sampling") = ember::SamplingParams(),
            nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
            nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
            nb::arg("prediction") = std::vector<int64_t>{},
-           "Queues a request and returns its EngineRequest. Raises ValueError for a request that can "
-           "never run (empty or too long prompt, bad ids or sampling values) and EngineBusy when the "
+           "Queues a request and returns its EngineRequest. Raises InvalidRequest (a ValueError; "
+           "PromptTooLong for a prompt over the context) for a request that can never run (empty or "
+           "too long prompt, bad ids), ValueError for bad sampling values, and EngineBusy when the "
            "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
            "log-probability and that many alternatives to each event; `grammar` (a Grammar) constrains "
            "every output token to it; prediction: token ids of the output the caller expects "
@@ -354,7 +391,7 @@ void init_engine(nb::module_& m) {
       .def_prop_ro(
           "n_ctx", [](const PyEngine& self) { return self.engine->max_model_len(); },
           "Tokens one request may reach (prompt and output).")
-      .def_prop_ro("parallel", [](const PyEngine& self) { return self.config.scheduler.max_num_seqs; })
+      .def_prop_ro("parallel", [](const PyEngine& self) { return self.config.scheduler.parallel; })
       .def_prop_ro("block_size", [](const PyEngine& self) { return self.config.kv.block_size; })
       .def_prop_ro("n_blocks", [](const PyEngine& self) { return self.config.kv.n_blocks; })
       .def_prop_ro(
@@ -368,7 +405,7 @@ void init_engine(nb::module_& m) {
           },
           "Bytes one token's K and V take over all layers (in kv_type).")
       .def_prop_ro("max_batch_tokens",
-                   [](const PyEngine& self) { return self.config.scheduler.max_num_batched_tokens; })
+                   [](const PyEngine& self) { return self.config.scheduler.max_batch_tokens; })
       .def_prop_ro("n_threads", [](const PyEngine& self) { return self.model->backend().n_threads(); })
       .def_prop_ro(
           "device", [](const PyEngine& self) { return self.model->backend().device_name(); },

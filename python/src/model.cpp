@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "gguf_values.h"
+#include "load_model.h"
 #include "model/context.h"
 #include "model/model.h"
 
@@ -31,10 +33,7 @@ struct PyModel {
   PyModel(const std::string& path, std::optional<int> n_threads, std::optional<int64_t> n_ctx,
           std::optional<int64_t> n_batch, const std::string& device) {
     nb::gil_scoped_release release;
-    ember::ModelOptions model_options;
-    model_options.n_threads = n_threads.value_or(0);
-    model_options.backend = device;
-    model = ember::Model::load(path, model_options);
+    model = load_model(path, n_threads, device);
     ember::ContextOptions context_options;
     context_options.n_ctx = n_ctx.value_or(0);
     if (n_batch) context_options.n_batch = *n_batch;
@@ -88,15 +87,17 @@ nb::dict metadata(const PyModel& self) {
 }  // namespace
 
 void init_model(nb::module_& m) {
+  static const std::string doc = ember::cat(
+      "Loads a GGUF model (weights are read from the file mapping; the CPU backend repacks the matmul "
+      "weights of some types once, into a copy of the same size). n_threads defaults to the number of "
+      "physical cores, n_ctx to min(context_length, ",
+      ember::Context::kDefaultMaxCtx, "), n_batch (rows per forward pass; longer inputs are split) to ",
+      ember::ContextOptions().n_batch, "; device: 'cpu', 'vulkan[:N]' or 'auto'.");
   nb::class_<PyModel>(m, "Model", "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
       .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, std::optional<int64_t>,
                     const std::string&>(),
            nb::arg("path"), nb::arg("n_threads") = nb::none(), nb::arg("n_ctx") = nb::none(),
-           nb::arg("n_batch") = nb::none(), nb::arg("device") = "auto",
-           "Loads a GGUF model (weights are read from the file mapping; the CPU backend repacks the "
-           "matmul weights of some types once, into a copy of the same size). n_threads defaults to the "
-           "number of physical cores, n_ctx to min(context_length, 4096), n_batch (rows per "
-           "forward pass; longer inputs are split) to 512; device: 'cpu', 'vulkan[:N]' or 'auto'.")
+           nb::arg("n_batch") = nb::none(), nb::arg("device") = "auto", doc.c_str())
       .def_prop_ro(
           "device", [](const PyModel& self) { return self.model->backend().device_name(); },
           "The device the model runs on.")

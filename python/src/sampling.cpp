@@ -80,6 +80,7 @@ void init_sampling(nb::module_& m) {
           "__init__",
           [](Sampler* self, const SamplingParams& params, int32_t n_vocab,
              std::shared_ptr<ember::Grammar> grammar) {
+            if (n_vocab > 0) ember::validate(params, n_vocab);  // this binding is a request's edge
             new (self) Sampler(params, n_vocab, grammar ? grammar->start() : nullptr);
           },
           nb::arg("params"), nb::arg("n_vocab"), nb::arg("grammar") = nb::none(),

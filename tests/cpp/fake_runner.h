@@ -42,14 +42,14 @@ inline KVCacheConfig kv_config(int64_t n_blocks, int block_size = 16, bool prefi
   KVCacheConfig c;
   c.n_blocks = n_blocks;
   c.block_size = block_size;
-  c.enable_prefix_caching = prefix_caching;
+  c.prefix_caching = prefix_caching;
   return c;
 }
 
 inline SchedulerConfig sched_config(int64_t budget = 512, int max_seqs = 16, int64_t max_model_len = 4096) {
   SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
+  c.max_batch_tokens = budget;
+  c.parallel = max_seqs;
   c.max_model_len = max_model_len;
   return c;
 }

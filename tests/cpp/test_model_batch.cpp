@@ -338,8 +338,8 @@ TEST(runner_rows_do_not_depend_on_the_batch) {
   ForwardRunnerConfig config;
   config.n_blocks = 16;
   config.block_size = 4;
-  config.max_num_batched_tokens = 32;
-  config.max_num_seqs = 4;
+  config.max_batch_tokens = 32;
+  config.parallel = 4;
   RequestOptions options;
   options.n_logprobs = 8;
   const std::vector<int32_t> a = prompt(6, 1), b = prompt(9, 2), c = prompt(5, 3);
@@ -406,8 +406,8 @@ TEST(runner_steps_never_allocate_matmul_scratch) {
   ForwardRunnerConfig config;
   config.n_blocks = 16;
   config.block_size = 4;
-  config.max_num_batched_tokens = 24;
-  config.max_num_seqs = 4;
+  config.max_batch_tokens = 24;
+  config.parallel = 4;
   ForwardRunner runner(model, config);
   const auto* cpu = dynamic_cast<const CpuBackend*>(&model->backend());
   CHECK(cpu != nullptr);

@@ -108,7 +108,7 @@ TEST(scheduler_chunks_long_prompts_across_steps) {
   CHECK(h.results[1].tokens == reference_generate(prompt, opts(3), 4096).tokens);
 }
 
-TEST(scheduler_respects_max_num_seqs) {
+TEST(scheduler_respects_parallel) {
   SchedulerRig h(kv_config(256), sched_config(512, 2));
   for (RequestId id = 1; id <= 5; ++id) h.add(id, iota_tokens(10, 100 * static_cast<int32_t>(id)), opts(5));
   const StepPlan p = h.step();
@@ -223,7 +223,7 @@ TEST(scheduler_rejects_prompts_that_can_never_run) {
   SchedulerConfig no_chunks = sched_config(32, 4, 1024);
   no_chunks.enable_chunked_prefill = false;
   CHECK_THROWS(InvalidArgument, Scheduler(no_chunks, kv), "chunked prefill");
-  CHECK_THROWS(InvalidArgument, Scheduler(sched_config(0), kv), "max_num_batched_tokens");
+  CHECK_THROWS(InvalidArgument, Scheduler(sched_config(0), kv), "max_batch_tokens");
 }
 
 TEST(scheduler_stops_on_stop_tokens_and_max_len) {

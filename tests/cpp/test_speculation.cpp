@@ -3,6 +3,7 @@
 // engine loop drafting from predictions with the fake runner (outputs must stay the reference's).
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -113,6 +114,15 @@ struct SpecRig {
     const StepPlan plan = scheduler.schedule();
     scheduler.update_from_output(plan, runner.execute(build_batch(plan, scheduler)));
   }
+  // Fits the speculator's step cost to steps of these row counts, each taking fixed_s +
+  // per_row_s * rows.
+  void observe_steps(std::initializer_list<int64_t> rows, double fixed_s, double per_row_s) {
+    StepPlan fake;
+    for (int64_t n : rows) {
+      fake.n_tokens = n;
+      speculator.observe(fake, {}, fixed_s + per_row_s * static_cast<double>(n));
+    }
+  }
   int64_t n_drafts() const {
     int64_t n = 0;
     for (const Request* r : scheduler.running()) n += static_cast<int64_t>(r->draft_token_ids.size());
@@ -128,11 +138,7 @@ TEST(speculator_backs_off_when_steps_are_compute_bound) {
   {
     SpecRig rig(c, 512);
     rig.add_decoding(1);
-    StepPlan fake;
-    for (int64_t n : {1, 2, 4, 8, 1, 3, 9}) {
-      fake.n_tokens = n;
-      rig.speculator.observe(fake, {}, 0.010 + 0.0001 * static_cast<double>(n));
-    }
+    rig.observe_steps({1, 2, 4, 8, 1, 3, 9}, 0.010, 0.0001);
     CHECK(rig.speculator.cost().per_row_s() < 0.0002);
     rig.speculator.propose(rig.scheduler);
     CHECK_EQ(rig.n_drafts(), 8);  // 0.8^8 * 10 ms > 0.1 ms: every draft pays
@@ -140,11 +146,7 @@ TEST(speculator_backs_off_when_steps_are_compute_bound) {
   {
     SpecRig rig(c, 512);
     rig.add_decoding(16);
-    StepPlan fake;
-    for (int64_t n : {1, 2, 4, 8, 16, 32, 16}) {
-      fake.n_tokens = n;
-      rig.speculator.observe(fake, {}, 0.001 + 0.001 * static_cast<double>(n));
-    }
+    rig.observe_steps({1, 2, 4, 8, 16, 32, 16}, 0.001, 0.001);
     rig.speculator.propose(rig.scheduler);
     CHECK_EQ(rig.n_drafts(), 0);  // 0.8 * 17 ms < 1 ms * 16 tokens
   }

@@ -33,7 +33,7 @@ PROGRAMS = {
     "test_scheduler": [
         "scheduler_splits_the_token_budget",
         "scheduler_chunks_long_prompts_across_steps",
-        "scheduler_respects_max_num_seqs",
+        "scheduler_respects_parallel",
         "scheduler_prefix_hit_for_a_90_percent_shared_prompt",
         "scheduler_preempts_the_newest_and_resumes_with_identical_outputs",
         "scheduler_full_pool_makes_newcomers_wait",

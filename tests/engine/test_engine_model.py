@@ -156,13 +156,15 @@ def test_requests_that_can_never_run_are_refused(stories_path: Path) -> None:
         submit(engine, [])
     with pytest.raises(ValueError, match="vocabulary"):
         submit(engine, [1, 999999])
-    with pytest.raises(ValueError, match="context"):
+    with pytest.raises(ValueError, match="context") as too_long:
         submit(engine, [1] * 65)
+    assert isinstance(too_long.value, _core.PromptTooLong)  # an InvalidRequest, a ValueError
+    assert (too_long.value.n_prompt_tokens, too_long.value.n_ctx) == (65, 64)
     with pytest.raises(ValueError, match="top_p"):
         submit(engine, [1, 2], top_p=1.5)
     with pytest.raises(ValueError):
         submit(engine, [1, 2], max_tokens=0)
-    with pytest.raises(NotImplementedError, match="'q4_0' is not supported; use f16 .* or q8_0"):
+    with pytest.raises(ValueError, match="kv_type must be 'f16' or 'q8_0', got 'q4_0'"):
         _core.Engine(str(stories_path), kv_type="q4_0")
 
 

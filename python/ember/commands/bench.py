@@ -11,6 +11,7 @@ import numpy as np
 import typer
 
 from ember.commands.info import human_bytes, human_count
+from ember.options import DEFAULTS as ENGINE_DEFAULTS
 
 
 def matmul_weight_bytes(path: Path) -> int:
@@ -175,7 +176,8 @@ def bench(
         show_default=False)] = None,
     draft_model: Annotated[Optional[str], typer.Option(
         "--draft-model", help="the draft model of --spec draft", show_default=False)] = None,
-    draft_max: Annotated[int, typer.Option("--draft-max", help="drafts per step at most")] = 16,
+    draft_max: Annotated[int, typer.Option("--draft-max", help="drafts per step at most")
+                         ] = ENGINE_DEFAULTS.draft_max,
 ) -> None:
     """Measure prompt processing (pp) and token generation (tg) speed, like llama-bench;
     with --spec, generation on a copy-heavy request with and without speculation."""

@@ -14,45 +14,23 @@ from typing import Any
 import typer
 
 from ember.commands import generation_options as opt
-
-_D = opt.DEFAULTS
+from ember.options import EngineOptions
+from ember.sampling import SamplingParams
 
 HELP = "/clear: start over   /exit: quit   Ctrl-C: stop an answer   Ctrl-D: quit"
 
 
+@opt.with_generation_flags
 def chat(
     model: opt.ModelArg = None,
     system: opt.System = None,
-    max_tokens: opt.MaxTokens = None,
-    temp: opt.Temp = _D["temp"],
-    top_k: opt.TopK = _D["top_k"],
-    top_p: opt.TopP = _D["top_p"],
-    min_p: opt.MinP = _D["min_p"],
-    typical_p: opt.TypicalP = _D["typical_p"],
-    repeat_penalty: opt.RepeatPenalty = _D["repeat_penalty"],
-    repeat_last_n: opt.RepeatLastN = _D["repeat_last_n"],
-    presence_penalty: opt.PresencePenalty = _D["presence_penalty"],
-    frequency_penalty: opt.FrequencyPenalty = _D["frequency_penalty"],
-    seed: opt.Seed = None,
-    stop: opt.Stop = None,
-    threads: opt.Threads = None,
-    device: opt.Device = None,
-    ctx_size: opt.CtxSize = None,
-    spec: opt.Spec = "none",
-    draft_model: opt.DraftModel = None,
-    draft_max: opt.DraftMax = 16,
-    draft_min: opt.DraftMin = 1,
+    *,
+    params: SamplingParams,
+    options: EngineOptions,
     chat_template: opt.ChatTemplateOpt = None,
 ) -> None:
     """Chat with a model in the terminal (reads messages from stdin when it is a pipe)."""
-    params = opt.sampling_params(
-        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
-        max_tokens=max_tokens, stop=stop)
-    llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
-                       draft_max=draft_max, draft_min=draft_min, device=device,
-                       chat_template=chat_template)
+    llm = opt.load_llm(model, options, chat_template)
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())

@@ -1,14 +1,21 @@
 """Command-line options shared by `ember run` and `ember chat`: the model, threads, context and
-sampling flags, with llama.cpp's flag names where it has them."""
+sampling flags, with llama.cpp's flag names where it has them. Their defaults are the C++ ones
+(SamplingParams, EngineOptions); with_generation_flags gives a command all of them at once."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional, TextIO
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import typer
 import typer.core
 
+from ember.options import DEFAULTS as _E
+from ember.options import EngineOptions, engine_options
 from ember.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -45,7 +52,8 @@ Device = Annotated[Optional[str], typer.Option(
                       "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
     show_default=False)]
 CtxSize = Annotated[Optional[int], typer.Option(
-    "-c", "--ctx-size", help="context size in tokens \\[default: the model's, at most 4096]",
+    "-c", "--ctx-size", help=("context size in tokens \\[default: the model's, at most "
+                              f"{EngineOptions.default_max_ctx}]"),
     show_default=False)]
 MaxTokens = Annotated[Optional[int], typer.Option(
     "-n", "--max-tokens", help="most tokens to generate \\[default: until the model stops]",
@@ -83,14 +91,6 @@ CHAT_TEMPLATE_HELP = ("NAME of a built-in template (chatml, gemma, llama3) or a 
 ChatTemplateOpt = Annotated[Optional[str], typer.Option(
     "--chat-template", help=CHAT_TEMPLATE_HELP, show_default=False)]
 
-DEFAULTS = {
-    "temp": _D.temperature, "top_k": _D.top_k, "top_p": _D.top_p, "min_p": _D.min_p,
-    "typical_p": _D.typical_p, "repeat_penalty": _D.repeat_penalty,
-    "repeat_last_n": _D.repeat_last_n, "presence_penalty": _D.presence_penalty,
-    "frequency_penalty": _D.frequency_penalty,
-}
-
-
 def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typical_p: float,
                     repeat_penalty: float, repeat_last_n: int, presence_penalty: float,
                     frequency_penalty: float, seed: int | None, max_tokens: int | None,
@@ -107,24 +107,91 @@ def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typi
     return params
 
 
-def load_llm(model: str | None, threads: int | None, ctx_size: int | None, *,
-             spec: str = "none", draft_model: str | None = None, draft_max: int = 16,
-             draft_min: int = 1, device: str | None = None, chat_template: str | None = None) -> LLM:
+# The flags under the EngineOptions fields they set, for the engine's error messages.
+_FLAGS = {"n_threads": "--threads", "n_ctx": "--ctx-size", "spec": "--spec",
+          "draft_max": "--draft-max", "draft_min": "--draft-min"}
+
+
+def checked_options(options: EngineOptions) -> EngineOptions:
+    """options, after the engine's check (EngineOptions.check), its message naming the flag
+    ("--threads must be > 0, got 0")."""
+    try:
+        options.check()
+    except ValueError as err:
+        message = str(err)
+        for name, flag in _FLAGS.items():
+            if message.startswith(f"[engine] {name} "):
+                raise ValueError(flag + message.removeprefix(f"[engine] {name}")) from None
+        raise
+    return options
+
+
+def _generation_flags(
+    max_tokens: MaxTokens = None,
+    temp: Temp = _D.temperature,
+    top_k: TopK = _D.top_k,
+    top_p: TopP = _D.top_p,
+    min_p: MinP = _D.min_p,
+    typical_p: TypicalP = _D.typical_p,
+    repeat_penalty: RepeatPenalty = _D.repeat_penalty,
+    repeat_last_n: RepeatLastN = _D.repeat_last_n,
+    presence_penalty: PresencePenalty = _D.presence_penalty,
+    frequency_penalty: FrequencyPenalty = _D.frequency_penalty,
+    seed: Seed = None,
+    stop: Stop = None,
+    threads: Threads = None,
+    device: Device = None,
+    ctx_size: CtxSize = None,
+    spec: Spec = _E.spec,
+    draft_model: DraftModel = None,
+    draft_max: DraftMax = _E.draft_max,
+    draft_min: DraftMin = _E.draft_min,
+) -> tuple[SamplingParams, EngineOptions]:
+    """The flags `ember run` and `ember chat` share, as the request's SamplingParams and the
+    engine's EngineOptions (one request at a time), both checked before the model loads."""
+    params = sampling_params(
+        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
+        max_tokens=max_tokens, stop=stop)
+    options = engine_options(n_threads=threads, device=device, n_ctx=ctx_size, parallel=1,
+                             spec=spec, draft_model=draft_model, draft_max=draft_max,
+                             draft_min=draft_min)
+    return params, checked_options(options)
+
+
+def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
+    """function's parameters with their annotations evaluated (as typer reads them)."""
+    hints = typing.get_type_hints(function, include_extras=True)
+    return [p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in inspect.signature(function).parameters.values()]
+
+
+def with_generation_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` takes `params: SamplingParams` and `options: EngineOptions`; its command line
+    gets _generation_flags' flags in their place, read into those two."""
+    own = _parameters(command)
+    at = [p.name for p in own].index("params")
+    flags = _parameters(_generation_flags)
+    merged = own[:at] + flags + [p for p in own[at:] if p.name not in ("params", "options")]
+
+    @functools.wraps(command)
+    def wrapper(**values: Any) -> None:
+        params, options = _generation_flags(**{p.name: values.pop(p.name) for p in flags})
+        command(**values, params=params, options=options)
+
+    wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in merged}
+    return wrapper
+
+
+def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None) -> LLM:
     from ember.hub.models import resolve_model
     from ember.llm import LLM
 
-    if threads is not None and threads <= 0:
-        raise ValueError(f"--threads must be > 0, got {threads}")
-    if ctx_size is not None and ctx_size <= 0:
-        raise ValueError(f"--ctx-size must be > 0, got {ctx_size}")
-    if spec not in ("none", "ngram", "draft"):
-        raise ValueError(f"--spec must be 'none', 'ngram' or 'draft', got {spec!r}")
-    if draft_model is not None:
-        draft_model = str(resolve_model(draft_model))
-        spec = "draft" if spec == "none" else spec
-    return LLM(model, n_threads=threads, n_ctx=ctx_size, parallel=1, spec=spec,
-               draft_model=draft_model, draft_max=draft_max, draft_min=draft_min, device=device,
-               chat_template=chat_template)
+    if options.draft_model is not None:
+        options.draft_model = str(resolve_model(options.draft_model))
+    return LLM(model, options=options, chat_template=chat_template)
 
 
 def prediction_text(value: str | None) -> str | None:

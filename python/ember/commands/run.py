@@ -12,10 +12,11 @@ import typer
 
 from ember.commands import generation_options as opt
 from ember.grammar import Constraint
+from ember.options import EngineOptions
+from ember.sampling import SamplingParams
 
-_D = opt.DEFAULTS
 
-
+@opt.with_generation_flags
 def run(
     model: opt.ModelArg = None,
     prompt: opt.Prompt = None,
@@ -24,25 +25,9 @@ def run(
     system: opt.System = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="print one JSON object (text, finish_reason, usage, timings)")] = False,
-    max_tokens: opt.MaxTokens = None,
-    temp: opt.Temp = _D["temp"],
-    top_k: opt.TopK = _D["top_k"],
-    top_p: opt.TopP = _D["top_p"],
-    min_p: opt.MinP = _D["min_p"],
-    typical_p: opt.TypicalP = _D["typical_p"],
-    repeat_penalty: opt.RepeatPenalty = _D["repeat_penalty"],
-    repeat_last_n: opt.RepeatLastN = _D["repeat_last_n"],
-    presence_penalty: opt.PresencePenalty = _D["presence_penalty"],
-    frequency_penalty: opt.FrequencyPenalty = _D["frequency_penalty"],
-    seed: opt.Seed = None,
-    stop: opt.Stop = None,
-    threads: opt.Threads = None,
-    device: opt.Device = None,
-    ctx_size: opt.CtxSize = None,
-    spec: opt.Spec = "none",
-    draft_model: opt.DraftModel = None,
-    draft_max: opt.DraftMax = 16,
-    draft_min: opt.DraftMin = 1,
+    *,
+    params: SamplingParams,
+    options: EngineOptions,
     prediction: opt.Prediction = None,
     chat_template: opt.ChatTemplateOpt = None,
     json_schema: Annotated[Optional[Path], typer.Option(
@@ -57,18 +42,11 @@ def run(
         prompt = sys.stdin.read().removesuffix("\n")  # the newline `echo` adds is not prompt
     if system is not None and not chat:
         raise ValueError("--system needs --chat")
-    params = opt.sampling_params(
-        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
-        max_tokens=max_tokens, stop=stop)
     constraint = _constraint(json_schema, grammar)
     if constraint is not None:
         params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
-    llm = opt.load_llm(model, threads, ctx_size, spec=spec, draft_model=draft_model,
-                       draft_max=draft_max, draft_min=draft_min, device=device,
-                       chat_template=chat_template)
+    llm = opt.load_llm(model, options, chat_template)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)

@@ -20,6 +20,7 @@ import typer
 
 from ember.chat import builtin
 from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.options import EngineOptions
 from ember.server.config import ServerConfig
 
 _D = ServerConfig()
@@ -49,11 +50,11 @@ def serve(
     ctx_size: Annotated[Optional[int], typer.Option(
         "-c", "--ctx-size", envvar="EMBER_CTX_SIZE",
         help="context per request in tokens (prompt + completion) \\[default: the model's, at "
-             "most 4096]", show_default=False)] = None,
+             f"most {EngineOptions.default_max_ctx}]", show_default=False)] = None,
     kv_size: Annotated[Optional[int], typer.Option(
         "--kv-size", envvar="EMBER_KV_SIZE",
         help="KV cache tokens shared by all slots \\[default: parallel x ctx-size, at most "
-             "1 GiB]",
+             f"{EngineOptions.default_kv_bytes >> 30} GiB]",
         show_default=False)] = None,
     kv_type: Annotated[str, typer.Option(
         "--kv-type", envvar="EMBER_KV_TYPE",

@@ -1,11 +1,14 @@
-"""ServerConfig: everything `ember serve` can be told, with its defaults."""
+"""ServerConfig: everything `ember serve` can be told, with its defaults. The engine's fields
+take their defaults from ember.EngineOptions (defined once, in C++) and are checked by its
+check(); parallel and max_queue are the server's own defaults."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-KV_TYPES = ("f16", "q8_0")  # what the engine's paged KV cache can store
+from ember.options import DEFAULTS as _ENGINE
+from ember.options import EngineOptions, engine_options
 
 
 @dataclass
@@ -16,7 +19,7 @@ class ServerConfig:
     parallel: int = 1                 # slots: sequences generated at the same time, batched
     ctx_size: int | None = None       # tokens per sequence (prompt + completion)
     kv_size: int | None = None        # KV cache tokens shared by all slots
-    kv_type: str = "f16"              # KV cache rows: "f16" or "q8_0" (about half the memory)
+    kv_type: str = _ENGINE.kv_type    # KV cache rows: "f16" or "q8_0" (about half the memory)
     threads: int | None = None        # CPU threads of the engine
     device: str | None = None         # "cpu", "vulkan[:N]"; None: $EMBER_DEVICE, else "auto"
     chat_template: str | None = None  # a built-in template's name or a Jinja file; None: the model's
@@ -41,33 +44,22 @@ class ServerConfig:
     webui: bool = True                # GET / serves the bundled chat page
     embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
     rerank: bool = False              # ... a reranking one (a cross-encoder): /rerank too
-    spec: str = "none"                # speculative decoding: "none", "ngram" (prompt lookup)
+    spec: str = _ENGINE.spec          # speculative decoding: "none", "ngram" (prompt lookup)
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
-    draft_max: int = 16               # drafts per request and step at most
-    draft_min: int = 1                # fewer would not pay: none
+    draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
+    draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
 
     def __post_init__(self) -> None:
         if self.rerank:
             self.embedding = True  # a reranker is served as an embedding model (llama-server's)
-        # Checked here so `ember serve` fails before it listens; the engine checks them again
-        # (its own edge) when it loads.
-        checks = [("parallel", self.parallel, 1), ("max_queue", self.max_queue, 0),
-                  ("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
+        # The engine's own check (EngineOptions.check), here so `ember serve` fails before it
+        # listens.
+        self.engine_options().check()
+        checks = [("max_body_bytes", self.max_body_bytes, 1), ("max_n", self.max_n, 1),
                   ("port", self.port, 0), ("max_connections", self.max_connections, 1)]
         for name, value, low in checks:
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
-        for name, value in (("ctx_size", self.ctx_size), ("kv_size", self.kv_size),
-                            ("threads", self.threads)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        if self.spec not in ("none", "ngram", "draft"):
-            raise ValueError(f"spec must be 'none', 'ngram' or 'draft', got {self.spec!r}")
-        if not 0 <= self.draft_min <= self.draft_max or self.draft_max < 1:
-            raise ValueError(f"need 1 <= draft_max and 0 <= draft_min <= draft_max, got "
-                             f"draft_max {self.draft_max}, draft_min {self.draft_min}")
-        if self.kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be 'f16' or 'q8_0', got {self.kv_type!r}")
         for name, seconds in (("shutdown_timeout", self.shutdown_timeout),
                               ("header_timeout", self.header_timeout),
                               ("body_timeout", self.body_timeout),
@@ -81,3 +73,11 @@ class ServerConfig:
         SamplingParams(**self.sampling).check(1)  # ValueError naming a bad default
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key
+
+    def engine_options(self) -> EngineOptions:
+        """The engine's options: the fields above under their EngineOptions names."""
+        return engine_options(n_ctx=self.ctx_size, parallel=self.parallel, kv_size=self.kv_size,
+                              kv_type=self.kv_type, n_threads=self.threads, device=self.device,
+                              max_queue=self.max_queue, spec=self.spec,
+                              draft_model=self.draft_model, draft_max=self.draft_max,
+                              draft_min=self.draft_min)

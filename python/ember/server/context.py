@@ -151,11 +151,7 @@ class AppContext:
         from ember.hub.models import resolve_model
 
         c = self.config
-        return Engine(resolve_model(c.model), n_threads=c.threads, n_ctx=c.ctx_size,
-                      parallel=c.parallel, kv_size=c.kv_size, max_queue=c.max_queue,
-                      kv_type=c.kv_type, spec=c.spec, draft_model=c.draft_model,
-                      draft_max=c.draft_max, draft_min=c.draft_min, device=c.device,
-                      chat_template=c.chat_template)
+        return Engine(resolve_model(c.model), c.engine_options(), chat_template=c.chat_template)
 
     def load(self) -> None:
         """Runs in a background thread: loads the model; on failure logs it and tells the
