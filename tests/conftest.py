@@ -29,42 +29,6 @@ def smollm2_path() -> Path:
     return demo_model_path(quiet=True)
 
 
-ROOT = Path(__file__).resolve().parent.parent
-CPP_BUILD = Path(__file__).resolve().parent / ".cache" / "build-cpp"
-
-
-CPP_BUILD_VULKAN = Path(__file__).resolve().parent / ".cache" / "build-cpp-vulkan"
-
-
-def build_cpp_test(target: str, vulkan: bool = False) -> Path:
-    """Builds tests/cpp/<target>.cpp (with the core library) into one shared CMake build folder,
-    configured once and rebuilt incrementally, and returns the program's path. vulkan: in a
-    second folder, with the Vulkan backend built in (EMBER_VULKAN=ON: needs glslc and the
-    Vulkan headers)."""
-    import os
-    import shutil
-    import subprocess
-
-    if shutil.which("cmake") is None:
-        pytest.fail("cmake is needed to build the C++ tests (pip install cmake)")
-    build_dir = CPP_BUILD_VULKAN if vulkan else CPP_BUILD
-    if not (build_dir / "CMakeCache.txt").exists():
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        configure = subprocess.run(
-            ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
-             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON",
-             "-DEMBER_BUILD_PYTHON=OFF", f"-DEMBER_VULKAN={'ON' if vulkan else 'OFF'}"],
-            capture_output=True, text=True, timeout=600)
-        assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
-    jobs = os.environ.get("EMBER_BUILD_JOBS", "2")
-    build = subprocess.run(["cmake", "--build", str(build_dir), "--target", target, "-j", jobs],
-                           capture_output=True, text=True, timeout=3600)
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    program = build_dir / target
-    assert program.exists(), f"{program} was not built"
-    return program
-
-
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 

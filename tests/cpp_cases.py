@@ -1,12 +1,17 @@
-"""Runs a C++ test program built on tests/cpp/harness.h and checks its report: every case it is
-expected to run printed "ok NAME", no case printed "FAIL", the summary line agrees and the exit
-status is 0. A case that disappears from the program, or a new one missing from the list, fails."""
+"""The C++ test programs of tests/cpp: build_cpp_test builds one, run_cases runs one built on
+tests/cpp/harness.h and checks its report: every case it is expected to run printed "ok NAME",
+no case printed "FAIL", the summary line agrees and the exit status is 0. A case that disappears
+from the program, or a new one missing from the list, fails."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 
 def run_cases(program: Path, expected: list[str], *args: str, timeout: float = 600) -> str:
@@ -29,3 +34,34 @@ def run_cases(program: Path, expected: list[str], *args: str, timeout: float = 6
     assert len(ok) == len(set(ok)) == int(summary.group(1)) and int(summary.group(2)) == 0, report
     assert proc.returncode == 0, report
     return out
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CPP_BUILD = Path(__file__).resolve().parent / ".cache" / "build-cpp"
+
+CPP_BUILD_VULKAN = Path(__file__).resolve().parent / ".cache" / "build-cpp-vulkan"
+
+
+def build_cpp_test(target: str, vulkan: bool = False) -> Path:
+    """Builds tests/cpp/<target>.cpp (with the core library) into one shared CMake build folder,
+    configured once and rebuilt incrementally, and returns the program's path. vulkan: in a
+    second folder, with the Vulkan backend built in (EMBER_VULKAN=ON: needs glslc and the
+    Vulkan headers)."""
+    if shutil.which("cmake") is None:
+        pytest.fail("cmake is needed to build the C++ tests (pip install cmake)")
+    build_dir = CPP_BUILD_VULKAN if vulkan else CPP_BUILD
+    if not (build_dir / "CMakeCache.txt").exists():
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        configure = subprocess.run(
+            ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
+             "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON",
+             "-DEMBER_BUILD_PYTHON=OFF", f"-DEMBER_VULKAN={'ON' if vulkan else 'OFF'}"],
+            capture_output=True, text=True, timeout=600)
+        assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
+    jobs = os.environ.get("EMBER_BUILD_JOBS", "2")
+    build = subprocess.run(["cmake", "--build", str(build_dir), "--target", target, "-j", jobs],
+                           capture_output=True, text=True, timeout=3600)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    program = build_dir / target
+    assert program.exists(), f"{program} was not built"
+    return program

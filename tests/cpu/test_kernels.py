@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import build_cpp_test
+from cpp_cases import build_cpp_test
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,7 @@ only links what changed), runs it, and checks that every case listed here report
 from __future__ import annotations
 
 import pytest
-from conftest import build_cpp_test
-from cpp_cases import run_cases
+from cpp_cases import build_cpp_test, run_cases
 
 # Every case each program must run; a case that silently disappears fails its program's test.
 PROGRAMS = {

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import build_cpp_test
-from cpp_cases import run_cases
+from cpp_cases import build_cpp_test, run_cases
 
 TARGET = "test_model_batch"
 EXPECTED_CASES = ["batched_sequences_match_each_sequence_alone", "invalid_batches_are_refused",

@@ -22,8 +22,7 @@ from typing import Callable
 import httpx
 import numpy as np
 import pytest
-from conftest import build_cpp_test
-from cpp_cases import run_cases
+from cpp_cases import build_cpp_test, run_cases
 from engine_support import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 from server_support import serve_process
 
