@@ -39,7 +39,7 @@ def test_missing_model_fails_before_listening(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "model file not found" in out.stderr
     assert "Traceback" not in out.stderr
-    assert "Uvicorn running" not in out.stderr
+    assert "listening on" not in out.stderr
 
 
 def test_bad_flag_value_is_one_line() -> None:
@@ -63,6 +63,22 @@ def test_kv_type_help_and_bad_values_are_one_line() -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_a_port_in_use_is_one_line_before_anything_loads(stories_path: Path) -> None:
+    taken = free_socket()  # bound and listening: the port is in use
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        out = ember("serve", str(stories_path), "--port", str(port), "--device", "cpu", timeout=60)
+    finally:
+        taken.close()
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server "
+        "there? --port picks another port)"), out.stderr
+    assert "loaded" not in out.stderr and "Traceback" not in out.stderr
+    assert "leaked" not in out.stderr and "terminate called" not in out.stderr
+
+
 def test_unloadable_model_stops_the_server(tmp_path: Path) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\x00" * 64)
@@ -72,7 +88,7 @@ def test_unloadable_model_stops_the_server(tmp_path: Path) -> None:
     out = ember("serve", str(junk), "--port", str(port), timeout=60)
     assert out.returncode == 1, out.stderr
     assert "could not load the model" in out.stderr
-    assert "Uvicorn running" in out.stderr  # it was listening while the model loaded
+    assert "listening on http://127.0.0.1:" in out.stderr  # it listened while the model loaded
     assert "Traceback" not in out.stderr
 
 

@@ -8,6 +8,7 @@ cancels them, then the process exits 0. A model that fails to load stops the ser
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from ember.server.connections import protocol_class
 from ember.server.context import AppContext
 
 log = logging.getLogger("ember.server")
+
+LISTEN_BACKLOG = 2048  # connections the kernel queues before accept (uvicorn's default)
 
 
 class EmberServer(uvicorn.Server):
@@ -60,15 +63,39 @@ def _ignore_signal(sig: int, frame: FrameType | None) -> None:
     pass
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts: a port in use is one error (OSError
+    naming the address), not a failure of uvicorn's start-up while the model loads."""
+    # IPPROTO_TCP, as uvicorn's own bind has it: asyncio sets TCP_NODELAY on the accepted
+    # connections only then (with proto 0 every response would wait for a delayed ACK).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(LISTEN_BACKLOG)
+        return sock
+    except OSError as err:
+        sock.close()
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        raise OSError(f"cannot listen on {host}:{port}: {reason} (another server there? --port "
+                      "picks another port)") from None
+
+
 def serve(config: ServerConfig, sock: socket.socket | None = None) -> int:
-    """Serves until SIGTERM/SIGINT; returns the exit status (0, or 1 when the model failed
-    to load)."""
+    """Serves until SIGTERM/SIGINT on `sock` (default: config's host and port); returns the exit
+    status (0, or 1 when the model failed to load)."""
+    sock = sock if sock is not None else listen(config.host, config.port)
     server = make_server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down; with the default
     # SIGTERM action that would kill the process (status -15) after a clean shutdown.
     previous = signal.signal(signal.SIGTERM, _ignore_signal)
+    host, port = sock.getsockname()[:2]
+    # uvicorn announces only the sockets it binds itself.
+    log.info("listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port)
     try:
-        server.run(sockets=[sock] if sock is not None else None)
+        server.run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sock.close()
     return 1 if server.ctx.load_error else 0
