@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from ember.engine import EngineBusy
+from ember.engine import EngineBusy, PromptTooLong
 from ember.grammar import ConstraintError
 
 log = logging.getLogger("ember.server")
@@ -108,8 +108,8 @@ def from_engine(err: Exception, *, max_queue: int) -> APIError | None:
                         "(--max-queue); retry later", code="queue_full")
     if isinstance(err, ConstraintError):
         return bad_request(str(err), param=err.param, code="invalid_value")
-    if isinstance(err, ValueError):  # a prompt over the context carries n_ctx (engine.py)
-        code = "context_length_exceeded" if hasattr(err, "n_ctx") else "invalid_value"
+    if isinstance(err, ValueError):
+        code = "context_length_exceeded" if isinstance(err, PromptTooLong) else "invalid_value"
         return bad_request(str(err), param=getattr(err, "param", None), code=code)
     return None
 
