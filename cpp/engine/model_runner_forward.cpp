@@ -89,8 +89,8 @@ void ForwardRunner::add(RequestId id, const RequestOptions& options) {
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   samplers_.erase(id);
   std::unique_ptr<TokenConstraint> constraint = options.grammar ? options.grammar->start() : nullptr;
-  samplers_.emplace(
-      id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint)), options.n_logprobs, 0});
+  samplers_.emplace(id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint)),
+                                        options.n_logprobs, options.post_sampling_probs, 0});
 }
 
 void ForwardRunner::release(std::span<const SequenceId> ids) {
@@ -157,13 +157,15 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
       const int32_t token = is_draft_row ? seq.sampler.verify(row, s.draft_tokens[j])
                                          : seq.sampler.sample(row);
       out.tokens.push_back(token);
+      if (seq.n_logprobs >= 0) {  // before advance: post-sampling values mask with this step's state
+        out.logprobs.push_back(
+            seq.post_sampling ? seq.sampler.post_sampling_logprobs(row, token, seq.n_logprobs)
+                              : token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs));
+      }
       // Every token kept becomes the request's next output (a preempted request recomputes its
       // tokens without sampling them again), so the constraint advances here, once per token,
       // before the next row is verified under its new state.
       seq.sampler.advance(token);
-      if (seq.n_logprobs >= 0) {
-        out.logprobs.push_back(token_logprobs(row, static_cast<int32_t>(n_vocab), token, seq.n_logprobs));
-      }
       if (!is_draft_row || token != s.draft_tokens[j]) break;
       // Accepted: it is the request's next token, and part of the history the next row sees.
       seq.sampler.accept(token);

@@ -62,6 +62,7 @@ class ForwardRunner : public ModelRunner {
   struct SequenceSampler {
     Sampler sampler;
     int32_t n_logprobs = -1;
+    bool post_sampling = false;  // logprobs after the sampler chain (RequestOptions::post_sampling_probs)
     int64_t n_accepted = 0;
   };
 

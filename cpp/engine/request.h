@@ -57,6 +57,13 @@ struct RequestOptions {
   // Log-probabilities of each sampled token under the raw logits: -1 off, 0 the chosen token's
   // only, k > 0 also the k most likely tokens (see TokenEvent).
   int32_t n_logprobs = -1;
+  // With n_logprobs: the values are log-probabilities after the sampler chain (logit bias,
+  // penalties, top_k ... temperature; llama-server's post_sampling_probs), the alternatives
+  // those the chain kept (at most n_logprobs, fewer when it kept fewer).
+  bool post_sampling_probs = false;
+  // false: the prompt is computed in full, no prefix-cache block reused (llama-server's
+  // cache_prompt); its blocks are still cached for later requests.
+  bool reuse_prefix = true;
   // Predicted Outputs: the output the caller expects (an edited file, a form to refill). The
   // engine drafts from it; the output is exactly what it would be without it.
   std::vector<int32_t> prediction;

@@ -169,7 +169,7 @@ StepPlan Scheduler::schedule() {
   while (plan.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < config_.parallel) {
     Request& r = *waiting_.front();
-    const PrefixHit hit = kv_.get_computed_blocks(r.kv_state());
+    const PrefixHit hit = r.options.reuse_prefix ? kv_.get_computed_blocks(r.kv_state()) : PrefixHit{};
     const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
     if (!config_.enable_chunked_prefill && n_remaining > budget) break;
     const int64_t n_new = std::min(n_remaining, budget);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -128,6 +129,23 @@ const Candidates& Sampler::distribution(const float* logits) {
   fill_mask();
   narrow(logits);
   return candidates_;
+}
+
+TokenLogprobs Sampler::post_sampling_logprobs(const float* logits, int32_t token, int32_t n_top) {
+  const std::vector<TokenCandidate>& items = distribution(logits).items;
+  TokenLogprobs out{std::numeric_limits<float>::lowest(), {}};
+  std::vector<const TokenCandidate*> kept;  // the candidates with p > 0
+  kept.reserve(items.size());
+  for (const TokenCandidate& t : items) {
+    if (t.id == token && t.p > 0.0f) out.logprob = std::log(t.p);
+    if (t.p > 0.0f) kept.push_back(&t);
+  }
+  const size_t n = std::min(kept.size(), static_cast<size_t>(std::max(n_top, 0)));
+  std::partial_sort(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(n), kept.end(),
+                    [](const TokenCandidate* a, const TokenCandidate* b) { return a->p > b->p; });
+  out.top.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.top.emplace_back(kept[i]->id, std::log(kept[i]->p));
+  return out;
 }
 
 int32_t Sampler::greedy(const float* logits) {

@@ -11,6 +11,7 @@
 
 #include "sampling/candidates.h"
 #include "sampling/constraint.h"
+#include "sampling/logprobs.h"
 #include "sampling/params.h"
 #include "sampling/rng.h"
 
@@ -40,6 +41,12 @@ class Sampler {
   // The distribution sample() would draw from: the surviving candidates with their final
   // probabilities (one candidate with p = 1 when greedy). For tests and for explaining choices.
   const Candidates& distribution(const float* logits);
+
+  // The log-probability of `token` under distribution(logits), and the (at most) n_top most
+  // likely tokens of it with theirs, most likely first (llama-server's post_sampling_probs).
+  // A token the chain removed has the lowest float, not -inf (JSON cannot carry it). Call it
+  // before advance(token): it masks with the constraint's current state.
+  TokenLogprobs post_sampling_logprobs(const float* logits, int32_t token, int32_t n_top);
 
   // Adds a token (prompt or generated) to the penalty window.
   void accept(int32_t token);

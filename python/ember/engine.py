@@ -215,7 +215,9 @@ class Request:
             self._unsent += tail
             yield self._finish(reason, None)
         elif self._unsent:
-            delta = Delta(self._unsent, self._pending_tokens, self._pending_logprobs)
+            usage, timings = self._so_far(perf_counter())
+            delta = Delta(self._unsent, self._pending_tokens, self._pending_logprobs,
+                          usage=usage, timings=timings)
             self._unsent, self._pending_tokens, self._pending_logprobs = "", [], []
             yield delta
 
@@ -235,29 +237,33 @@ class Request:
             usage.rejected_prediction_tokens = self.n_drafted - self.n_accepted
         return usage
 
-    def _finish(self, finish_reason: str, stop_string: str | None) -> Delta:
-        """The final Delta, with the text not streamed yet and the whole result."""
-        self.done = True
-        now = perf_counter()
+    def _so_far(self, now: float) -> tuple[Usage, Timings]:
+        """The usage and timings of the request up to `now`."""
         first = self._first_token_at or now
         prompt_s, generation_s = first - self._start, now - first
         n_prompt, n_out = len(self.prompt_tokens), len(self.tokens)
+        return self._usage(n_prompt, n_out), Timings(
+            prompt_ms=prompt_s * 1e3,
+            prompt_tokens_per_s=(n_prompt - self.n_cached) / prompt_s if prompt_s > 0 else 0.0,
+            generation_ms=generation_s * 1e3,
+            tokens_per_s=(n_out - 1) / generation_s if generation_s > 0 and n_out > 1 else 0.0,
+        )
+
+    def _finish(self, finish_reason: str, stop_string: str | None) -> Delta:
+        """The final Delta, with the text not streamed yet and the whole result."""
+        self.done = True
+        usage, timings = self._so_far(perf_counter())
         result = GenerationResult(
             text="".join(self._texts),
             tokens=self.tokens,
             finish_reason=finish_reason,
-            usage=self._usage(n_prompt, n_out),
-            timings=Timings(
-                prompt_ms=prompt_s * 1e3,
-                prompt_tokens_per_s=(n_prompt - self.n_cached) / prompt_s if prompt_s > 0 else 0.0,
-                generation_ms=generation_s * 1e3,
-                tokens_per_s=(n_out - 1) / generation_s if generation_s > 0 and n_out > 1 else 0.0,
-            ),
+            usage=usage,
+            timings=timings,
             logprobs=self._logprobs if self.params.logprobs else None,
             stop_string=stop_string,
         )
         delta = Delta(self._unsent, self._pending_tokens, self._pending_logprobs, finish_reason,
-                      result)
+                      result, usage, timings)
         self._unsent, self._pending_tokens, self._pending_logprobs = "", [], []
         return delta
 
@@ -357,7 +363,8 @@ class Engine:
             tokens, core_params, max_tokens=max_tokens,
             stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
-            grammar=grammar, prediction=self._prediction_tokens(params.prediction))
+            grammar=grammar, prediction=self._prediction_tokens(params.prediction),
+            post_sampling_probs=params.post_sampling_probs, reuse_prefix=params.cache_prompt)
         request._id = handle.id
         return request
 

@@ -61,3 +61,7 @@ class Delta:
     logprobs: list[TokenLogprob]
     finish_reason: str | None = None
     result: GenerationResult | None = None
+    # The request's counts and timings so far (llama-server's timings_per_token and prompt
+    # progress read them); on the last Delta those of the result.
+    usage: Usage | None = None
+    timings: Timings | None = None

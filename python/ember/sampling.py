@@ -62,6 +62,12 @@ class SamplingParams:
     # Predicted Outputs: the text (or token ids) the output is expected to be, e.g. the file being
     # edited. The engine drafts from it; the output is the same as without it, only sooner.
     prediction: str | Sequence[int] | None = None
+    # The logprobs are of the distribution the token is drawn from, after logit bias,
+    # penalties, the filters and temperature (llama-server's post_sampling_probs); the
+    # alternatives are at most top_logprobs of the tokens the chain kept.
+    post_sampling_probs: bool = False
+    # False: the prompt is computed in full, no prefix-cache hit (llama-server's cache_prompt).
+    cache_prompt: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

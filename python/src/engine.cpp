@@ -201,7 +201,7 @@ std::vector<int32_t> to_tokens(const std::vector<int64_t>& ids, const char* what
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
                  int priority, std::shared_ptr<ember::Grammar> grammar,
-                 const std::vector<int64_t>& prediction) {
+                 const std::vector<int64_t>& prediction, bool post_sampling_probs, bool reuse_prefix) {
   std::vector<int32_t> tokens = to_tokens(prompt, "prompt token");
   ember::RequestOptions o;
   o.max_tokens = max_tokens;
@@ -209,6 +209,8 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   o.stop_token_ids = to_tokens(stop_token_ids, "stop token");
   o.sampling = sampling;
   o.n_logprobs = logprobs;
+  o.post_sampling_probs = post_sampling_probs;
+  o.reuse_prefix = reuse_prefix;
   o.grammar = std::move(grammar);
   o.prediction = to_tokens(prediction, "prediction token");
 
@@ -364,14 +366,17 @@ void init_engine(nb::module_& m) {
            nb::kw_only(), nb::arg("max_tokens") = ember::RequestOptions().max_tokens,
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
            nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
-           nb::arg("prediction") = std::vector<int64_t>{},
+           nb::arg("prediction") = std::vector<int64_t>{}, nb::arg("post_sampling_probs") = false,
+           nb::arg("reuse_prefix") = true,
            "Queues a request and returns its EngineRequest. Raises InvalidRequest (a ValueError; "
            "PromptTooLong for a prompt over the context) for a request that can never run (empty or "
            "too long prompt, bad ids), ValueError for bad sampling values, and EngineBusy when the "
            "queue is full. `sampling` is a SamplingParams; logprobs >= 0 adds the chosen token's "
            "log-probability and that many alternatives to each event; `grammar` (a Grammar) constrains "
            "every output token to it; prediction: token ids of the output the caller expects "
-           "(OpenAI's Predicted Outputs), drafted from (the output stays the same).")
+           "(OpenAI's Predicted Outputs), drafted from (the output stays the same); post_sampling_probs: "
+           "the logprobs are of the distribution after the sampler chain; reuse_prefix=False computes "
+           "the whole prompt, no prefix-cache hit.")
       .def(
           "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "
