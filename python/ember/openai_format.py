@@ -15,14 +15,16 @@ hold back text that may still become a call.
 
 from __future__ import annotations
 
+import math
 import secrets
 import string
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.build_info import build_info
 from ember.results import Delta, TokenLogprob, Usage
 from ember.tools.calls import CallDelta, ToolCallStream, ToolFormat, parse
 
@@ -63,7 +65,15 @@ def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
     return usage
 
 
-def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
+def chat_logprobs(entries: Sequence[TokenLogprob], post_sampling: bool = False) -> dict[str, Any]:
+    """OpenAI's logprobs; with post_sampling (llama-server's post_sampling_probs) its shape:
+    probabilities after the sampler chain as `prob` and `top_probs`, with token ids."""
+    if post_sampling:
+        def one(e: TokenLogprob) -> dict[str, Any]:
+            return {"id": e.token, "token": e.text, "bytes": list(e.bytes),
+                    "prob": math.exp(e.logprob)}
+
+        return {"content": [{**one(e), "top_probs": [one(t) for t in e.top]} for e in entries]}
     return {"content": [{
         "token": e.text, "logprob": e.logprob, "bytes": list(e.bytes),
         "top_logprobs": [{"token": t.text, "logprob": t.logprob, "bytes": list(t.bytes)}
@@ -115,8 +125,10 @@ class Formatter:
 
     def __init__(self, chat: bool, model: str, n_choices: int, logprobs: bool,
                  usage_groups: list[list[int]] | None = None,
-                 tool_format: ToolFormat | None = None, answer_prefix: str = "") -> None:
+                 tool_format: ToolFormat | None = None, answer_prefix: str = "",
+                 post_sampling: bool = False) -> None:
         self.chat = chat
+        self.post_sampling = post_sampling  # chat logprobs as llama-server's post-sampling probs
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
@@ -130,7 +142,7 @@ class Formatter:
         kind = ("chat.completion.chunk" if stream else "chat.completion") if self.chat \
             else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "system_fingerprint": None}
+                "system_fingerprint": build_info()}
 
     def usage(self) -> dict[str, Any]:
         groups = [[u for i in g if (u := self.choices[i].usage) is not None]
@@ -148,9 +160,16 @@ class Formatter:
         """Chat streams open every choice with the assistant role."""
         if not self.chat:
             return []
-        return [{**self._head(True), "choices": [{
-            "index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-            "finish_reason": None}]} for i in range(len(self.choices))]
+        return [self.opening_chunk(i) for i in range(len(self.choices))]
+
+    def opening_chunk(self, index: int) -> dict[str, Any]:
+        """A chunk with nothing generated yet: chat's assistant role, completions' empty text."""
+        body: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": None}
+        if self.chat:
+            body["delta"] = {"role": "assistant", "content": ""}
+        else:
+            body["text"] = ""
+        return {**self._head(True), "choices": [body]}
 
     def chunks(self, index: int, event: Delta) -> list[dict[str, Any]]:
         """The chunks for one event of choice `index`: its text (when there is any), then the
@@ -159,8 +178,8 @@ class Formatter:
         if choice.echo is not None:  # the prompt goes first, in front of the first event
             text, prompt_logprobs = choice.echo
             choice.echo = None
-            event = Delta(text + event.text, event.tokens, [*prompt_logprobs, *event.logprobs],
-                          event.finish_reason, event.result)
+            event = replace(event, text=text + event.text,
+                            logprobs=[*prompt_logprobs, *event.logprobs])
         if self.tool_format is not None:
             return self._tool_chunks(index, choice, event)
         out = []
@@ -169,7 +188,7 @@ class Formatter:
             if self.chat:
                 out.append({**self._head(True), "choices": [{
                     "index": index, "delta": {"content": event.text},
-                    "logprobs": chat_logprobs(logprobs) if self.logprobs else None,
+                    "logprobs": chat_logprobs(logprobs, self.post_sampling) if self.logprobs else None,
                     "finish_reason": None}]})
             else:
                 out.append({**self._head(True), "choices": [{
@@ -203,7 +222,7 @@ class Formatter:
         if content or logprobs:
             out.append({**self._head(True), "choices": [{
                 "index": index, "delta": {"content": content},
-                "logprobs": chat_logprobs(logprobs) if self.logprobs else None,
+                "logprobs": chat_logprobs(logprobs, self.post_sampling) if self.logprobs else None,
                 "finish_reason": None}]})
         if calls:
             out.append({**self._head(True), "choices": [{
@@ -259,7 +278,8 @@ class Formatter:
                         } for call in parsed.calls]
                         finish_reason = _finish_reason(finish_reason, len(parsed.calls))
                 choices.append({"index": i, "message": message,
-                                "logprobs": chat_logprobs(c.logprobs) if self.logprobs else None,
+                                "logprobs": chat_logprobs(c.logprobs, self.post_sampling)
+                                if self.logprobs else None,
                                 "finish_reason": finish_reason})
             else:
                 choices.append({"index": i, "text": text,

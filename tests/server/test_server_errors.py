@@ -40,7 +40,9 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
     body = response.json()
     assert set(body) == {"error"}
     error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}
+    # A prompt over the context also carries llama-server's counts (errors.context_exceeded).
+    counts = {"n_prompt_tokens", "n_ctx"} if error.get("code") == "context_length_exceeded" else set()
+    assert set(error) == {"message", "type", "param", "code"} | counts
     assert isinstance(error["message"], str) and error["message"]
     assert isinstance(error["type"], str) and error["type"]
     assert "Traceback" not in response.text
@@ -118,6 +120,9 @@ def test_prompt_longer_than_context(server: RunningServer) -> None:
                          param="prompt", code="context_length_exceeded",
                          contains=(str(n_tokens), "512"))
     assert "context" in error["message"]
+    # llama-server's shape beside OpenAI's code: its clients read the type and the counts.
+    assert error["type"] == "exceed_context_size_error"
+    assert (error["n_prompt_tokens"], error["n_ctx"]) == (n_tokens, 512)
     chat = {"messages": [{"role": "user", "content": prompt}]}
     assert_error(post(server, "/v1/chat/completions", chat), 400, param="messages",
                  code="context_length_exceeded", contains=("512",))
@@ -401,5 +406,8 @@ def test_a_huge_prompt_is_refused_before_tokenizing(server: RunningServer) -> No
     error = assert_error(response, 400, param="prompt", code="context_length_exceeded",
                          contains=("512 tokens", "bytes"))
     assert "certainly" in error["message"]
+    # Never tokenized: n_prompt_tokens is the least count its bytes can make, over the context.
+    assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 512
+    assert error["n_prompt_tokens"] > 512
     assert elapsed < 1.0, elapsed
     _assert_nothing_running(server)

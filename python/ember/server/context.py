@@ -283,9 +283,11 @@ class AppContext:
     @property
     def defaults(self) -> Defaults:
         """What requests get for the fields they omit (--n-predict, --temp, ...)."""
-        c = self.config
+        c, engine = self.config, self.engine
+        tokenize = None if engine is None else (
+            lambda text: list(engine.tokenizer.encode(text, False, False)))
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
-                        max_n=c.max_n)
+                        max_n=c.max_n, tokenize=tokenize)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
                       **kwargs: Any) -> T:

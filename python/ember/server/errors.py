@@ -1,7 +1,8 @@
 """Errors as OpenAI clients expect them: {"error": {"message", "type", "param", "code"}}.
 
 Status codes: 400 for every client mistake (malformed JSON, wrong types, a prompt longer than
-the context, unsupported options), 401 for a missing or wrong API key,
+the context (context_exceeded: llama-server's exceed_context_size_error type with n_prompt_tokens
+and n_ctx, beside OpenAI's code), unsupported options), 401 for a missing or wrong API key,
 403 for a Host header the server does not answer to (DNS rebinding), 404 for unknown routes,
 405 for a wrong method, 408 for a body that does not arrive in time, 413 for a body over the
 limit, 415 for a body not sent as application/json, 503 (with Retry-After) while the model
@@ -46,17 +47,19 @@ class APIError(Exception):
     and, where it helps, what was expected."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, error_type: str | None = None) -> None:
+                 code: str | None = None, error_type: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
         self.error_type = error_type or _TYPES.get(status, "invalid_request_error")
+        self.extra = extra or {}  # more fields of the error object (context_exceeded's)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.error_type,
-                          "param": self.param, "code": self.code}}
+                          "param": self.param, "code": self.code, **self.extra}}
 
     def response(self, body: ErrorBody | None = None) -> Response:
         """The error as a JSON response: OpenAI's shape, or `body`'s (Anthropic's)."""
@@ -78,6 +81,16 @@ ErrorBody = Callable[[APIError], Any]  # an API's error shape (OpenAI's is APIEr
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+def context_exceeded(message: str, param: str | None, n_prompt_tokens: int,
+                     n_ctx: int) -> APIError:
+    """A prompt over the context, answered in both shapes clients look for: llama-server's type
+    exceed_context_size_error with n_prompt_tokens and n_ctx (its web UI and clients read them),
+    and OpenAI's code context_length_exceeded."""
+    return APIError(400, message, param=param, code="context_length_exceeded",
+                    error_type="exceed_context_size_error",
+                    extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
 
 
 def internal_error() -> APIError:
@@ -108,9 +121,11 @@ def from_engine(err: Exception, *, max_queue: int) -> APIError | None:
                         "(--max-queue); retry later", code="queue_full")
     if isinstance(err, ConstraintError):
         return bad_request(str(err), param=err.param, code="invalid_value")
+    if isinstance(err, PromptTooLong):
+        return context_exceeded(str(err), getattr(err, "param", None), err.n_prompt_tokens,
+                                err.n_ctx)
     if isinstance(err, ValueError):
-        code = "context_length_exceeded" if isinstance(err, PromptTooLong) else "invalid_value"
-        return bad_request(str(err), param=getattr(err, "param", None), code=code)
+        return bad_request(str(err), param=getattr(err, "param", None), code="invalid_value")
     return None
 
 

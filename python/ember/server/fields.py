@@ -10,7 +10,8 @@ generation endpoints (as OpenAI's server ignores them); an endpoint with a close
 (embeddings) refuses every other one (Fields.only). docs/server-fields.md lists every field.
 
 llama-server's own fields: the ones that work are parsed in protocol.py (n_predict, ignore_eos,
-cache_prompt, n_probs, id_slot, repeat_last_n, typical_p, n_cmpl, return_tokens) and here
+cache_prompt, n_probs, post_sampling_probs, timings_per_token, return_progress, id_slot,
+repeat_last_n, typical_p, n_cmpl, return_tokens) and here
 (`samplers`). The ones ember cannot honour are accepted only at the value that turns them off
 (OFF_VALUES); fields that only tune a feature that is off (mirostat_tau without mirostat,
 dry_base without dry_multiplier, ...) are accepted as they change nothing.
@@ -224,10 +225,6 @@ OFF_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "t_max_predict_ms": ((0,), "a time limit on generation"),
     "n_cache_reuse": ((0,), "KV shifting of reused chunks (ember's prefix cache reuses whole "
                       "blocks of a shared prefix without it)"),
-    "post_sampling_probs": ((False,), "probabilities after the sampler chain (logprobs are of "
-                            "the raw logits)"),
-    "timings_per_token": ((False,), "timings in every streamed chunk (the last one has them)"),
-    "return_progress": ((False,), "prompt-progress events"),
     "lora": (([],), "LoRA adapters"),
     "response_fields": (([],), "response_fields (the whole response is sent)"),
 }

@@ -13,6 +13,7 @@ both mixed: fields.Fields.token_prompts) and n_predict defaulting to no limit.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -22,8 +23,8 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ember import __version__ as _version
-from ember.results import Delta, GenerationResult, TokenLogprob
+from ember.build_info import build_info
+from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
@@ -39,7 +40,7 @@ _LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
 # --- responses ---------------------------------------------------------------------------------
 
 def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: bool,
-                        n_probs: int) -> dict[str, Any]:
+                        n_probs: int, timings_per_token: bool = False) -> dict[str, Any]:
     """llama-server's generation_settings (and /props' params) for ember's parameters; the
     features ember lacks show their "off" values."""
     n_predict = params.max_tokens if params.max_tokens is not None else -1
@@ -59,32 +60,49 @@ def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: 
         "dry_sequence_breakers": ["\n", ":", "\"", "*"], "mirostat": 0, "mirostat_tau": 5.0,
         "mirostat_eta": 0.1, "top_n_sigma": -1.0, "stop": list(params.stop),
         "max_tokens": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": params.ignore_eos,
-        "stream": stream, "n_probs": n_probs, "min_keep": 0, "post_sampling_probs": False,
-        "timings_per_token": False, "lora": [], "grammar": "", "grammar_lazy": False,
+        "stream": stream, "n_probs": n_probs, "min_keep": 0,
+        "post_sampling_probs": params.post_sampling_probs, "timings_per_token": timings_per_token,
+        "lora": [], "grammar": "", "grammar_lazy": False,
         "samplers": stages,
-        "logit_bias": [[t, b] for t, b in sorted(params.logit_bias.items())],
+        # As llama-server lists them; a banned token's -inf is null there (JSON has no -inf).
+        "logit_bias": [{"bias": b if math.isfinite(b) else None, "token": t}
+                       for t, b in sorted(params.logit_bias.items())],
     }
 
 
-def _timings(result: GenerationResult) -> dict[str, Any]:
-    usage, t = result.usage, result.timings
+def timings_json(usage: Usage, t: Timings) -> dict[str, Any]:
+    """llama-server's `timings` of a request so far (server-common.cpp's slot stats): the
+    per-token figures of generation count the tokens after the first, which comes with the
+    prompt's last step."""
     prompt_n = usage.prompt_tokens - usage.cached_tokens
+    n_steps = max(0, usage.completion_tokens - 1)
     return {
         "cache_n": usage.cached_tokens, "prompt_n": prompt_n, "prompt_ms": t.prompt_ms,
         "prompt_per_token_ms": t.prompt_ms / prompt_n if prompt_n else 0.0,
         "prompt_per_second": t.prompt_tokens_per_s,
         "predicted_n": usage.completion_tokens, "predicted_ms": t.generation_ms,
-        "predicted_per_token_ms": (t.generation_ms / usage.completion_tokens
-                                   if usage.completion_tokens else 0.0),
+        "predicted_per_token_ms": t.generation_ms / n_steps if n_steps else 0.0,
         "predicted_per_second": t.tokens_per_s,
     }
 
 
-def _probs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    def one(e: TokenLogprob) -> dict[str, Any]:
-        return {"id": e.token, "token": e.text, "bytes": list(e.bytes), "logprob": e.logprob}
+def prompt_progress(usage: Usage, t: Timings) -> dict[str, Any]:
+    """llama-server's `prompt_progress` once the prompt is done (ember's engine reports a
+    request's first event when its whole prompt has run, so this is the only one)."""
+    return {"total": usage.prompt_tokens, "cache": usage.cached_tokens,
+            "processed": usage.prompt_tokens, "time_ms": int(t.prompt_ms)}
 
-    return [{**one(e), "top_logprobs": [one(t) for t in e.top]} for e in entries]
+
+def probs_json(entries: list[TokenLogprob], post_sampling: bool) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities: logprobs of the raw logits, or with
+    post_sampling_probs the probabilities after the sampler chain (`prob`, `top_probs`)."""
+    value, top = ("prob", "top_probs") if post_sampling else ("logprob", "top_logprobs")
+
+    def one(e: TokenLogprob) -> dict[str, Any]:
+        return {"id": e.token, "token": e.text, "bytes": list(e.bytes),
+                value: math.exp(e.logprob) if post_sampling else e.logprob}
+
+    return [{**one(e), top: [one(t) for t in e.top]} for e in entries]
 
 
 @dataclass
@@ -93,6 +111,7 @@ class _Choice:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     result: GenerationResult | None = None
+    started: bool = False  # its first Delta was streamed
 
 
 class NativeShape:
@@ -123,14 +142,15 @@ class NativeShape:
             "tokens_predicted": usage.completion_tokens,
             "tokens_evaluated": usage.prompt_tokens,
             "generation_settings": generation_settings(
-                o.params, self._n_ctx, self._model, stream, o.top_logprobs),
+                o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token),
             "prompt": self._prompts[index], "has_new_line": "\n" in result.text,
             "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx,
             "stop_type": stop_type, "stopping_word": result.stop_string or "",
-            "tokens_cached": usage.cached_tokens, "timings": _timings(result),
+            "tokens_cached": usage.cached_tokens,
+            "timings": timings_json(result.usage, result.timings),
         }
         if o.logprobs and not stream:
-            out["completion_probabilities"] = _probs(choice.logprobs)
+            out["completion_probabilities"] = probs_json(choice.logprobs, o.post_sampling_probs)
         return out
 
     def add(self, index: int, delta: Delta) -> None:
@@ -149,17 +169,27 @@ class NativeShape:
     def stream_start(self) -> list[bytes]:
         return []
 
-    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        choice = self._choices[index]
-        choice.tokens += delta.tokens
-        out = []
-        if delta.text or delta.tokens:
-            chunk: dict[str, Any] = {
-                "index": index, "content": delta.text, "tokens": delta.tokens, "stop": False,
-                "id_slot": -1, "tokens_predicted": len(choice.tokens),
+    def _chunk(self, index: int, content: str, tokens: list[int]) -> dict[str, Any]:
+        return {"index": index, "content": content, "tokens": tokens, "stop": False,
+                "id_slot": -1, "tokens_predicted": len(self._choices[index].tokens),
                 "tokens_evaluated": self._n_prompt_tokens[index]}
-            if self._options.logprobs:
-                chunk["completion_probabilities"] = _probs(delta.logprobs)
+
+    def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
+        choice, o = self._choices[index], self._options
+        out = []
+        if o.return_progress and not choice.started and delta.usage and delta.timings:
+            progress = self._chunk(index, "", [])
+            progress["prompt_progress"] = prompt_progress(delta.usage, delta.timings)
+            out.append(sse(progress))
+        choice.started = True
+        choice.tokens += delta.tokens
+        if delta.text or delta.tokens:
+            chunk = self._chunk(index, delta.text, delta.tokens)
+            if o.timings_per_token and delta.usage and delta.timings:
+                chunk["timings"] = timings_json(delta.usage, delta.timings)
+            if o.logprobs:
+                chunk["completion_probabilities"] = probs_json(delta.logprobs,
+                                                               o.post_sampling_probs)
             out.append(sse(chunk))
         if delta.result is not None:
             choice.result = delta.result
@@ -264,6 +294,6 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
         "modalities": {"vision": False, "audio": False},
-        "build_info": f"ember {_version}",
+        "build_info": build_info(),
         "is_sleeping": False,
     })

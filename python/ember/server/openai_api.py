@@ -13,11 +13,12 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from ember.openai_format import Formatter
-from ember.results import Delta
+from ember.results import Delta, GenerationResult
 from ember.server.context import AppContext
 from ember.server.errors import APIError
+from ember.server.llama_api import prompt_progress, timings_json
 from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
-from ember.server.protocol import parse_completion_request
+from ember.server.protocol import Options, parse_completion_request
 from ember.server.respond import Generation, Shape, respond, sse
 
 _DONE = b"data: [DONE]\n\n"
@@ -25,25 +26,63 @@ _DONE = b"data: [DONE]\n\n"
 
 class OpenAIShape:
     """Chat completions and completions (ember.openai_format's Formatter), streams ending with
-    `data: [DONE]`."""
+    `data: [DONE]`. As llama-server answers them, the response and the last chunk carry
+    `timings`; llama-server's timings_per_token puts them in every chunk, return_progress sends
+    a `prompt_progress` with each choice's opening chunk."""
 
-    def __init__(self, fmt: Formatter, include_usage: bool) -> None:
-        self.fmt, self.id, self._include_usage = fmt, fmt.id, include_usage
+    def __init__(self, fmt: Formatter, options: Options) -> None:
+        self.fmt, self.id, self._options = fmt, fmt.id, options
+        self._results: dict[int, GenerationResult] = {}
+        self._started: set[int] = set()  # choices whose first Delta was streamed
+
+    def _timings(self) -> dict[str, Any] | None:
+        result = self._results.get(min(self._results)) if self._results else None
+        return timings_json(result.usage, result.timings) if result is not None else None
 
     def add(self, index: int, delta: Delta) -> None:
         self.fmt.add(index, delta)
+        if delta.result is not None:
+            self._results[index] = delta.result
 
     def response(self) -> Any:
-        return self.fmt.response()
+        out = self.fmt.response()
+        timings = self._timings()
+        return {**out, "timings": timings} if timings is not None else out
 
     def stream_start(self) -> list[bytes]:
+        if self._options.return_progress:  # each choice's opening comes with its progress
+            return []
         return [sse(chunk) for chunk in self.fmt.first_chunks()]
 
     def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        return [sse(chunk) for chunk in self.fmt.chunks(index, delta)]
+        o = self._options
+        chunks = []
+        if o.return_progress and index not in self._started:
+            opening = self.fmt.opening_chunk(index)
+            if delta.usage is not None and delta.timings is not None:
+                opening["prompt_progress"] = prompt_progress(delta.usage, delta.timings)
+            chunks.append(opening)
+        self._started.add(index)
+        chunks += self.fmt.chunks(index, delta)
+        if delta.result is not None:
+            self._results[index] = delta.result
+        if delta.usage is not None and delta.timings is not None:
+            timings = timings_json(delta.usage, delta.timings)
+            if o.timings_per_token:
+                for chunk in chunks:
+                    chunk["timings"] = timings
+            elif chunks and delta.result is not None and not o.include_usage:
+                chunks[-1]["timings"] = timings  # else the usage chunk, the last, has them
+        return [sse(chunk) for chunk in chunks]
 
     def stream_end(self) -> list[bytes]:
-        return [*([sse(self.fmt.usage_chunk())] if self._include_usage else []), _DONE]
+        if not self._options.include_usage:
+            return [_DONE]
+        chunk = self.fmt.usage_chunk()
+        timings = self._timings()
+        if timings is not None:
+            chunk["timings"] = timings
+        return [sse(chunk), _DONE]
 
     def stream_error(self, error: APIError) -> list[bytes]:
         return [sse(error.body()), _DONE]
@@ -56,14 +95,14 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     options = parsed.options
     fmt = Formatter(chat=True, model=ctx.model_name, n_choices=options.n,
                     logprobs=options.logprobs, tool_format=prompt.tool_format,
-                    answer_prefix=prompt.answer_prefix)
+                    answer_prefix=prompt.answer_prefix, post_sampling=options.post_sampling_probs)
     if parsed.prefill_in_reply and parsed.prefill:
         for i in range(options.n):
             fmt.echo(i, parsed.prefill, [])
     generation = Generation([prompt.tokens] * options.n,
                             [options.choice_params(i) for i in range(options.n)],
                             options.stream, prompt.keep_tokens)
-    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), generation,
+    return await respond(request, ctx, OpenAIShape(fmt, options), generation,
                          arrival)
 
 
@@ -93,7 +132,7 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
                       if options.logprobs else [])
             for i in range(p * n, (p + 1) * n):
                 fmt.echo(i, text, scored)
-    shape: Shape = OpenAIShape(fmt, options.include_usage)
+    shape: Shape = OpenAIShape(fmt, options)
     k = parsed.best_of  # candidates per prompt
     params = [options.choice_params(i) for _ in prompts for i in range(k)]
     if k > n:  # ranked by their tokens' mean logprob, which needs the logprobs

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ember.server.errors import bad_request
+from ember.server.errors import context_exceeded
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,13 @@ class PromptBound:
             return
         n_bytes = len(text) if len(text) > self.max_bytes else len(text.encode("utf-8"))
         if n_bytes > self.max_bytes:
-            raise self.too_long(param, f"{n_bytes}+ bytes of text")
+            raise self.too_long(param, f"{n_bytes}+ bytes of text", n_bytes)
 
-    def too_long(self, param: str, what: str) -> Exception:
-        return bad_request(
+    def too_long(self, param: str, what: str, n_bytes: int) -> Exception:
+        """The error for a text of at least `n_bytes` bytes; its n_prompt_tokens is the least
+        number of tokens those bytes can be (the text was never tokenized)."""
+        return context_exceeded(
             f"the prompt has {what}, certainly more than the model's context of {self.n_ctx} "
             f"tokens (no token of this model stands for more than {self.max_token_bytes} bytes, "
-            f"so at most {self.max_bytes} bytes fit); shorten the prompt", param=param,
-            code="context_length_exceeded")
+            f"so at most {self.max_bytes} bytes fit); shorten the prompt", param,
+            -(-n_bytes // self.max_token_bytes), self.n_ctx)

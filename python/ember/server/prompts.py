@@ -20,7 +20,7 @@ from ember.chat.limits import RenderLimits
 from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
 from ember.grammar import Constraint
 from ember.server.context import AppContext
-from ember.server.errors import bad_request
+from ember.server.errors import bad_request, context_exceeded
 from ember.server.fields import check_text
 from ember.server.fim import infill_prompt
 from ember.server.fim import require as require_fim
@@ -39,10 +39,10 @@ def _check_tokens(ctx: AppContext, tokens: list[int], param: str) -> list[int]:
         raise bad_request("the prompt is empty (it has no tokens to start from)", param=param,
                           code="empty_prompt")
     if len(tokens) > n_ctx:
-        raise bad_request(
+        raise context_exceeded(
             f"the prompt has {len(tokens)} tokens, more than the model's context of {n_ctx} "
-            "tokens (which prompt and completion share); shorten the prompt", param=param,
-            code="context_length_exceeded")
+            "tokens (which prompt and completion share); shorten the prompt", param,
+            len(tokens), n_ctx)
     return tokens
 
 
@@ -91,7 +91,8 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
             + chat.answer_prefix
     except ChatTemplateLimitError as err:
         if err.kind == "size":
-            raise bound.too_long("messages", f"more text than that ({err})") from None
+            raise bound.too_long("messages", f"more text than that ({err})",
+                                 bound.max_bytes + 1) from None
         raise bad_request(f"the chat template took too long on these messages ({err})",
                           param="messages", code="chat_template_timeout") from None
     except ChatTemplateError as err:

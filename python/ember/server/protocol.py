@@ -12,7 +12,8 @@ every field through fields.py's reader.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.fields import (
+    FLOAT32_MAX,
     INT32_MAX,
     INT32_MIN,
     Fields,
@@ -32,6 +34,7 @@ from ember.server.fields import (
 from ember.tools.request import ToolRequest, ToolsError, parse_tools
 
 MAX_STOP_STRINGS = 16
+_TOKEN_ID = re.compile(r"-?[0-9]+")  # an object key that names a token id (else: a text)
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -47,6 +50,10 @@ class Options:
     logprobs: bool
     top_logprobs: int
     return_tokens: bool = False      # llama-server's: generated token ids in the response
+    # llama-server's: probabilities (not logprobs) after the sampler chain, as prob/top_probs
+    post_sampling_probs: bool = False
+    timings_per_token: bool = False  # llama-server's: `timings` in every streamed chunk
+    return_progress: bool = False    # llama-server's: a `prompt_progress` chunk in streams
 
     def choice_params(self, index: int) -> SamplingParams:
         if self.params.seed is None or index == 0:
@@ -107,31 +114,74 @@ def _stop(body: Fields) -> list[str]:
     return stop
 
 
-def _logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
+def _bias_value(value: Any, where: str, array_form: bool) -> float:
+    """A bias: a number (OpenAI's object form: within [-100, 100], as OpenAI checks it;
+    llama-server's array form: any finite number, added as given), or false: the token is
+    never sampled (-inf)."""
+    if value is False:
+        return float("-inf")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_request(f"'logit_bias' values must be numbers or false, got {show(value)} for "
+                          f"{where}", param="logit_bias", code="invalid_type")
+    low, high = (-FLOAT32_MAX, FLOAT32_MAX) if array_form else (-100, 100)
+    if not low <= value <= high:
+        raise bad_request(f"'logit_bias' values must be between {low:g} and {high:g}, got "
+                          f"{show(value)} for {where}", param="logit_bias", code="invalid_value")
+    return float(value)
+
+
+def _bias_tokens(key: Any, n_vocab: int, defaults: Defaults) -> list[int]:
+    """The tokens a logit_bias entry names: a token id (an integer, or an object key that
+    spells one), or a text, whose every token gets the bias (llama-server's reading: tokenized
+    without BOS, control-token texts as plain text)."""
+    token: Any = key
+    if isinstance(key, str) and _TOKEN_ID.fullmatch(key):
+        if len(key) > 12:  # past any vocabulary (and int()'s digit limit)
+            raise bad_request(f"'logit_bias' key {show(key)} is too long for a token id "
+                              f"(token ids are in [0, {n_vocab}))", param="logit_bias",
+                              code="invalid_value")
+        token = int(key)
+    elif isinstance(key, str):
+        check_text(key, "logit_bias")
+        if defaults.tokenize is None:
+            raise bad_request("'logit_bias' texts need the model's tokenizer; give token ids",
+                              param="logit_bias", code="invalid_value")
+        return defaults.tokenize(key)
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise bad_request(f"'logit_bias' entries name a token id or a text, got {show(key)}",
+                          param="logit_bias", code="invalid_type")
+    if not 0 <= token < n_vocab:
+        raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
+                          param="logit_bias", code="invalid_value")
+    return [token]
+
+
+def _logit_bias(body: Fields, n_vocab: int, defaults: Defaults) -> dict[int, float]:
+    """logit_bias in every form OpenAI and llama-server accept: {"id" or "text": bias} and
+    [[id or "text", bias], ...], a bias being a number or false (never that token). As in
+    llama-server, entries naming the same token add up."""
     bias = body.get("logit_bias")
     if bias is None:
         return {}
-    if not isinstance(bias, Mapping):
-        raise bad_request(f"'logit_bias' must be an object mapping token ids to numbers, got "
-                          f"{type_name(bias)}", param="logit_bias", code="invalid_type")
+    if isinstance(bias, Mapping):
+        entries, array_form = list(bias.items()), False
+    elif isinstance(bias, list):
+        for pair in bias:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise bad_request(f"'logit_bias' pairs must be [token id or text, number or "
+                                  f"false], got {show(pair)}", param="logit_bias",
+                                  code="invalid_value")
+        entries, array_form = [tuple(pair) for pair in bias], True
+    else:
+        raise bad_request(f"'logit_bias' must be an object mapping token ids (or texts) to "
+                          "numbers, or an array of [token id or text, number or false] pairs, "
+                          f"got {type_name(bias)}", param="logit_bias", code="invalid_type")
     out: dict[int, float] = {}
-    for key, value in bias.items():
-        try:
-            token = int(key)
-        except (TypeError, ValueError):
-            raise bad_request(f"'logit_bias' keys must be token ids, got {show(key)}",
-                              param="logit_bias", code="invalid_value") from None
-        if not 0 <= token < n_vocab:
-            raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
-                              param="logit_bias", code="invalid_value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad_request(f"'logit_bias' values must be numbers, got {show(value)} for token "
-                              f"{token}", param="logit_bias", code="invalid_type")
-        if not -100 <= value <= 100:
-            raise bad_request(f"'logit_bias' values must be between -100 and 100, got "
-                              f"{show(value)} for token {token}", param="logit_bias",
-                              code="invalid_value")
-        out[token] = float(value)
+    for key, value in entries:
+        tokens = _bias_tokens(key, n_vocab, defaults)
+        delta = _bias_value(value, f"{show(key)}", array_form)
+        for token in tokens:
+            out[token] = out.get(token, 0.0) + delta
     return out
 
 
@@ -176,25 +226,8 @@ class Defaults:
     sampling: Mapping[str, Any] = field(default_factory=dict)
     n_slots: int = 1
     max_n: int = 16
-
-
-def _llama_logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
-    """llama-server's array form [[token id, bias | false], ...] (false: never that token)."""
-    out: dict[int, float] = {}
-    for pair in body.get("logit_bias"):
-        ok = (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)
-              and not isinstance(pair[0], bool)
-              and (pair[1] is False or (isinstance(pair[1], (int, float))
-                                        and not isinstance(pair[1], bool))))
-        if not ok:
-            raise bad_request(f"'logit_bias' pairs must be [token id, number or false], got "
-                              f"{show(pair)}", param="logit_bias", code="invalid_value")
-        token, value = pair
-        if not 0 <= token < n_vocab:
-            raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
-                              param="logit_bias", code="invalid_value")
-        out[token] = -100.0 if value is False else max(-100.0, min(100.0, float(value)))
-    return out
+    # How a logit_bias text becomes tokens (the model's tokenizer); None: texts are refused.
+    tokenize: Callable[[str], list[int]] | None = None
 
 
 def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
@@ -224,7 +257,7 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     if n is not None and n > max_n:
         raise bad_request(f"'{name}' is {n}; this server generates at most {max_n} choices per "
                           "request", param=name, code="invalid_value")
-    body.boolean("cache_prompt")  # the prefix cache always serves; outputs are the same either way
+    cache_prompt = body.boolean("cache_prompt", default=True)  # false: no prefix-cache hit
     # Checked, not used: the engine places requests itself (any slot's prefix cache serves).
     body.integer("id_slot", low=-1, high=defaults.n_slots - 1)
 
@@ -263,20 +296,23 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     values = {**defaults.sampling, **given}
     if body.get("samplers") is not None:
         values.update(sampler_overrides(body.get("samplers")))
-    bias = (_llama_logit_bias(body, n_vocab) if isinstance(body.get("logit_bias"), list)
-            else _logit_bias(body, n_vocab))
+    bias = _logit_bias(body, n_vocab, defaults)
     try:
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
             ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
-            prediction=_prediction(body) if chat else None)
+            prediction=_prediction(body) if chat else None,
+            post_sampling_probs=body.boolean("post_sampling_probs"), cache_prompt=cache_prompt)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
     return Options(model=model, stream=stream, include_usage=include_usage, n=n or 1,
                    params=params, logprobs=logprobs, top_logprobs=top_logprobs,
-                   return_tokens=body.boolean("return_tokens"))
+                   return_tokens=body.boolean("return_tokens"),
+                   post_sampling_probs=params.post_sampling_probs,
+                   timings_per_token=body.boolean("timings_per_token"),
+                   return_progress=body.boolean("return_progress"))
 
 
 def _prediction(body: Fields) -> str | None:
