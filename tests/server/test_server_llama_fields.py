@@ -291,3 +291,23 @@ def test_prompt_over_the_context_is_exceed_context_size_error(server: RunningSer
         else:  # the rendered chat, a little longer than the text
             assert error["n_prompt_tokens"] > n_tokens
         assert str(error["n_prompt_tokens"]) in error["message"]
+
+
+# --- /lora-adapters, /v1/chat/completions/input_tokens ------------------------------------------
+
+def test_lora_adapters_lists_none_and_refuses_any_id(server: RunningServer) -> None:
+    assert httpx.get(server.url + "/lora-adapters").json() == []
+    assert ok(server, "/lora-adapters", []) == []
+    response = post(server, "/lora-adapters", [{"id": 0, "scale": 0.5}])
+    assert response.status_code == 400 and response.json()["error"]["param"] == "[0].id"
+    assert post(server, "/lora-adapters", {"id": 0}).status_code == 400  # not an array
+
+
+def test_chat_input_tokens_counts_the_rendered_prompt(server: RunningServer) -> None:
+    n_prompt = ok(server, "/v1/chat/completions", {**CHAT, "max_tokens": 1})["usage"][
+        "prompt_tokens"]
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):
+        assert ok(server, path, CHAT) == {"object": "response.input_tokens",
+                                          "input_tokens": n_prompt}
+    response = post(server, "/v1/chat/completions/input_tokens", {"messages": "Hi"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "messages"

@@ -62,6 +62,8 @@ ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/infill", POST, llama_api.infill),
     ("/apply-template", POST, llama_api.apply_template),
     ("/props", GET, llama_api.props),
+    ("/lora-adapters", GET, llama_api.lora_adapters),
+    ("/lora-adapters", POST, llama_api.set_lora_adapters),
     ("/v1/responses", POST, responses_api.create),
     ("/v1/responses/{response_id}", GET, responses_api.retrieve),
     ("/v1/embeddings", POST, embeddings.embeddings),
@@ -71,6 +73,7 @@ ROUTES: list[tuple[str, list[str], Handler]] = [
       for path in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")),
     *((prefix + path, methods, handler) for prefix in ("/v1", "") for path, methods, handler in (
         ("/chat/completions", POST, openai_api.chat_completions),
+        ("/chat/completions/input_tokens", POST, openai_api.chat_input_tokens),
         ("/models", GET, info.list_models),
         ("/models/{model:path}", GET, info.get_model))),
 ]

@@ -316,9 +316,9 @@ class AppContext:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._workers, functools.partial(work, *args))
 
-    async def read_json(self, request: HTTPRequest) -> dict[str, Any]:
-        """The body as a JSON object: 413 past max_body_bytes, 400 when it is not JSON (or
-        nested deeper than the parser's recursion limit)."""
+    async def read_json(self, request: HTTPRequest, *, top: type = dict) -> Any:
+        """The body as a JSON object (`top=list`: an array): 413 past max_body_bytes, 400 when
+        it is not JSON (or nested deeper than the parser's recursion limit)."""
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if media_type != "application/json":
             shown = f"'{media_type[:100]}'" if media_type else "none"
@@ -339,8 +339,9 @@ class AppContext:
                            "(--body-timeout)", code="request_timeout") from None
         request.state.body_bytes = size
         body = await self.offload(request, _parse_json, chunks, size)
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object", code="invalid_json")
+        if not isinstance(body, top):
+            raise bad_request(f"the request body must be a JSON {'object' if top is dict else 'array'}",
+                              code="invalid_json")
         return body
 
 

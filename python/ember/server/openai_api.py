@@ -15,7 +15,7 @@ from starlette.responses import Response
 from ember.openai_format import Formatter
 from ember.results import Delta, GenerationResult
 from ember.server.context import AppContext
-from ember.server.errors import APIError
+from ember.server.errors import APIError, json_response
 from ember.server.llama_api import prompt_progress, timings_json
 from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
 from ember.server.protocol import Options, parse_completion_request
@@ -185,3 +185,11 @@ class BestOfShape:
 
     def stream_error(self, error: APIError) -> list[bytes]:
         raise AssertionError("best_of > n is never streamed")
+
+
+async def chat_input_tokens(request: HTTPRequest, ctx: AppContext) -> Response:
+    """llama-server's POST /v1/chat/completions/input_tokens: a chat body's prompt tokens, as
+    the chat template (and tools) render them."""
+    body = await ctx.read_json(request)
+    _, prompt = await chat_request(request, ctx, body)
+    return json_response({"object": "response.input_tokens", "input_tokens": len(prompt.tokens)})
