@@ -314,6 +314,24 @@ TEST(scheduler_without_prefix_caching_recomputes_everything) {
   CHECK_EQ(h.kv.pool().n_cached(), 0);
 }
 
+TEST(scheduler_request_without_prefix_reuse_computes_its_whole_prompt) {
+  SchedulerRig h(kv_config(64, 16), sched_config(512));
+  h.add(1, iota_tokens(64, 1), opts(2));
+  h.run_until_idle();
+  RequestOptions no_reuse = opts(2);
+  no_reuse.reuse_prefix = false;  // llama-server's cache_prompt: false
+  h.add(2, iota_tokens(64, 1), no_reuse);
+  CHECK_EQ(h.step().seqs.at(0).n_tokens, 64);
+  h.run_until_idle();
+  CHECK_EQ(h.cached_tokens[2], 0);
+  CHECK(h.results[2].tokens == h.results[1].tokens);
+  // The cache still serves the next request that allows it.
+  h.add(3, iota_tokens(64, 1), opts(2));
+  CHECK_EQ(h.step().seqs.at(0).n_tokens, 16);
+  h.run_until_idle();
+  CHECK_EQ(h.cached_tokens[3], 48);
+}
+
 // Random traffic with shared prefixes, cancellations and a tight pool: invariants after every
 // step, and every completed request's outputs equal its reference.
 // The tokens a request will produce next (the fake model's choice after its tokens so far).

@@ -41,6 +41,7 @@ PROGRAMS = {
         "scheduler_cancel_frees_blocks",
         "scheduler_priority_policy",
         "scheduler_without_prefix_caching_recomputes_everything",
+        "scheduler_request_without_prefix_reuse_computes_its_whole_prompt",
         "scheduler_random_stress_against_reference",
         "scheduler_random_stress_with_drafts_against_reference",
         "scheduler_accepts_a_draft_prefix_and_rolls_back_the_rest",
