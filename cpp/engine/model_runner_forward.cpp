@@ -90,7 +90,8 @@ void ForwardRunner::add(RequestId id, const RequestOptions& options) {
   samplers_.erase(id);
   std::unique_ptr<TokenConstraint> constraint = options.grammar ? options.grammar->start() : nullptr;
   samplers_.emplace(
-      id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint)), options.n_logprobs, 0});
+      id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint), options.stop_token_ids),
+                          options.n_logprobs, 0});
 }
 
 void ForwardRunner::release(std::span<const SequenceId> ids) {

@@ -353,9 +353,10 @@ class Engine:
             return request
         core_params = params.to_core()
         max_tokens = params.max_tokens if params.max_tokens is not None else self.n_ctx
+        stop_ids = [] if params.ignore_eos else self.stop_token_ids
+        stop_ids = stop_ids + [t for t in params.stop_token_ids if t not in stop_ids]
         request._handle = handle = self._core.submit(
-            tokens, core_params, max_tokens=max_tokens,
-            stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
+            tokens, core_params, max_tokens=max_tokens, stop_token_ids=stop_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
             grammar=grammar, prediction=self._prediction_tokens(params.prediction))
         request._id = handle.id

@@ -18,6 +18,7 @@ from ember.server.context import AppContext
 from ember.server.errors import APIError
 from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
 from ember.server.protocol import parse_completion_request
+from ember.server.reasoning import Thinking
 from ember.server.respond import Generation, Shape, respond, sse
 
 _DONE = b"data: [DONE]\n\n"
@@ -25,22 +26,57 @@ _DONE = b"data: [DONE]\n\n"
 
 class OpenAIShape:
     """Chat completions and completions (ember.openai_format's Formatter), streams ending with
-    `data: [DONE]`."""
+    `data: [DONE]`. A reasoning model's thinking (`thinking`) is read out of each choice's
+    text into message.reasoning_content, streamed as deltas of their own."""
 
-    def __init__(self, fmt: Formatter, include_usage: bool) -> None:
+    def __init__(self, fmt: Formatter, include_usage: bool,
+                 thinking: Thinking | None = None, lead: str = "") -> None:
         self.fmt, self.id, self._include_usage = fmt, fmt.id, include_usage
+        self._thinking = thinking
+        self._splitters = [thinking.splitter() for _ in fmt.choices] if thinking else []
+        # The answer's opening, which every choice repeats (a continued assistant message)
+        self._texts: list[list[str]] = [[lead] for _ in self._splitters]
+        self._leads = [lead for _ in self._splitters]
 
     def add(self, index: int, delta: Delta) -> None:
-        self.fmt.add(index, delta)
+        if self._thinking is None:
+            self.fmt.add(index, delta)
+            return
+        self._texts[index].append(delta.text)
+        if delta.result is not None:
+            self.fmt.add(index, replace(delta, text=self._thinking.split(
+                "".join(self._texts[index]))[1]))
+        else:
+            self.fmt.add(index, replace(delta, text=""))
 
     def response(self) -> Any:
-        return self.fmt.response()
+        out = self.fmt.response()
+        if self._thinking is not None:
+            for choice in out["choices"]:
+                thought = self._thinking.split("".join(self._texts[choice["index"]]))[0]
+                choice["message"]["reasoning_content"] = thought or None
+        return out
+
+    def _split(self, index: int, delta: Delta) -> tuple[list[bytes], Delta]:
+        """The reasoning_content chunk of a streamed delta, and the delta of its content."""
+        assert self._thinking is not None
+        text, self._leads[index] = self._leads[index] + delta.text, ""
+        thought, content = self._splitters[index].push(text, delta.result is not None)
+        if self._thinking.keep_in_content:
+            content = text
+        chunks = [sse({**self.fmt._head(True), "choices": [{
+            "index": index, "delta": {"reasoning_content": thought}, "logprobs": None,
+            "finish_reason": None}]})] if thought else []
+        return chunks, replace(delta, text=content)
 
     def stream_start(self) -> list[bytes]:
         return [sse(chunk) for chunk in self.fmt.first_chunks()]
 
     def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
-        return [sse(chunk) for chunk in self.fmt.chunks(index, delta)]
+        out: list[bytes] = []
+        if self._thinking is not None:
+            out, delta = self._split(index, delta)
+        return out + [sse(chunk) for chunk in self.fmt.chunks(index, delta)]
 
     def stream_end(self) -> list[bytes]:
         return [*([sse(self.fmt.usage_chunk())] if self._include_usage else []), _DONE]
@@ -57,14 +93,17 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     fmt = Formatter(chat=True, model=ctx.model_name, n_choices=options.n,
                     logprobs=options.logprobs, tool_format=prompt.tool_format,
                     answer_prefix=prompt.answer_prefix)
-    if parsed.prefill_in_reply and parsed.prefill:
+    lead = parsed.prefill or "" if parsed.prefill_in_reply else ""
+    if lead and prompt.thinking is None:
         for i in range(options.n):
-            fmt.echo(i, parsed.prefill, [])
+            fmt.echo(i, lead, [])
     generation = Generation([prompt.tokens] * options.n,
                             [options.choice_params(i) for i in range(options.n)],
                             options.stream, prompt.keep_tokens)
-    return await respond(request, ctx, OpenAIShape(fmt, options.include_usage), generation,
-                         arrival)
+    return await respond(request, ctx,
+                         OpenAIShape(fmt, options.include_usage, prompt.thinking,
+                                     lead if prompt.thinking is not None else ""),
+                         generation, arrival)
 
 
 async def completions(request: HTTPRequest, ctx: AppContext) -> Response:

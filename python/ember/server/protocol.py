@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import FIELDS as CONSTRAINT_FIELDS
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.fields import (
@@ -105,6 +106,28 @@ def _stop(body: Fields) -> list[str]:
     for s in stop:
         check_text(s, "stop")
     return stop
+
+
+def _min_tokens(body: Fields, max_tokens: int | None) -> int:
+    """vLLM's min_tokens: no end-of-generation or stop token before that many tokens."""
+    value = body.integer("min_tokens", low=0, high=INT32_MAX) or 0
+    if max_tokens is not None and value > max_tokens:
+        raise bad_request(f"'min_tokens' ({value}) must be at most the token limit "
+                          f"({max_tokens})", param="min_tokens", code="invalid_value")
+    return value
+
+
+def _stop_token_ids(body: Fields, n_vocab: int) -> list[int]:
+    """vLLM's stop_token_ids: token ids that end the output, as EOS does."""
+    ids = body.array("stop_token_ids", "an array of token ids") or []
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise bad_request(f"'stop_token_ids' must be an array of token ids, got {show(token)}",
+                              param="stop_token_ids", code="invalid_type")
+        if not 0 <= token < n_vocab:
+            raise bad_request(f"'stop_token_ids' token id {token} is out of range [0, {n_vocab})",
+                              param="stop_token_ids", code="invalid_value")
+    return ids
 
 
 def _logit_bias(body: Fields, n_vocab: int) -> dict[int, float]:
@@ -270,6 +293,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
             ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
+            min_tokens=_min_tokens(body, max_tokens),
+            stop_token_ids=_stop_token_ids(body, n_vocab),
             prediction=_prediction(body) if chat else None)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
@@ -421,8 +446,7 @@ def parse_chat_request(body: Mapping[str, Any], n_vocab: int, n_ctx: int,
         raise bad_request(str(err), param=err.param, code=err.code) from None
     if tools is not None and tools.forced:
         if options.params.constraint is not None:
-            other = next(n for n in ("response_format", "json_schema", "grammar")
-                         if body.get(n) is not None)
+            other = next(n for n in CONSTRAINT_FIELDS if body.get(n) is not None)
             raise bad_request(f"'tool_choice' forces a tool call, which constrains the whole "
                               f"output, as '{other}' does too; give one of them",
                               param="tool_choice", code="invalid_value")
