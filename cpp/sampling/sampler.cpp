@@ -111,7 +111,9 @@ void Sampler::narrow(const float* logits) {
   }
   // min_tokens: no stop token yet, unless the constraint leaves nothing else.
   if (holding_back()) {
-    const auto is_stop = [this](const TokenCandidate& t) { return std::ranges::find(stop_ids_, t.id) != stop_ids_.end(); };
+    const auto is_stop = [this](const TokenCandidate& t) {
+      return std::ranges::find(stop_ids_, t.id) != stop_ids_.end();
+    };
     if (!std::ranges::all_of(c.items, is_stop)) std::erase_if(c.items, is_stop);
   }
   if (params_.temperature <= 0.0f) {

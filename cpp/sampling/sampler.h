@@ -77,9 +77,9 @@ class Sampler {
   std::vector<uint32_t> mask_;                   // [mask_words(n_vocab)] this step's allowed tokens
   std::vector<int32_t> window_;                  // ring of the last repeat_last_n tokens (all of them for -1)
   size_t window_head_ = 0;                       // next slot to overwrite once the ring is full
-  std::vector<int32_t> counts_;  // [n_vocab]: occurrences in the window; empty when no penalties
-  std::vector<uint8_t> listed_;  // [n_vocab]: 1 when the id is in seen_
-  std::vector<int32_t> seen_;    // distinct ids, a superset of those with counts_ > 0
+  std::vector<int32_t> counts_;    // [n_vocab]: occurrences in the window; empty when no penalties
+  std::vector<uint8_t> listed_;    // [n_vocab]: 1 when the id is in seen_
+  std::vector<int32_t> seen_;      // distinct ids, a superset of those with counts_ > 0
   std::vector<int32_t> stop_ids_;  // what min_tokens holds back
   int64_t n_output_ = 0;           // tokens advance() has seen
 };

@@ -176,6 +176,43 @@ def test_thinking_off_applies_the_constraint_to_the_whole_answer(server: Running
         assert answer["content"] in ("alpha", "beta") and not answer.get("reasoning_content")
 
 
+def test_anthropic_thinking_blocks(server: RunningServer) -> None:
+    body = {"model": "m", "max_tokens": 30, "temperature": 0, "messages": THINKING,
+            "thinking": {"type": "enabled", "budget_tokens": 4}}
+    chat_answer = message(server, messages=THINKING, reasoning_budget_tokens=4, max_tokens=30)
+    # Messages answers only the continuation of a trailing assistant message, as Anthropic does.
+    thought = chat_answer["reasoning_content"].removeprefix("Let me see")
+    blocks = ok(server, "/v1/messages", body)["content"]
+    assert blocks[0] == {"type": "thinking", "thinking": thought, "signature": ""}
+    assert blocks[1] == {"type": "text", "text": chat_answer["content"]}
+    events = []
+    with httpx.stream("POST", server.url + "/v1/messages", json={**body, "stream": True},
+                      timeout=120) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    thinking = "".join(e["delta"].get("thinking", "") for e in events
+                       if e["type"] == "content_block_delta")
+    assert starts == ["thinking", "text"] and thinking == thought
+    for thinking, text in (({"type": "enabled"}, "'thinking.budget_tokens' is required"),
+                           ({"type": "enabled", "budget_tokens": 30}, "less than 'max_tokens'")):
+        response = post(server, "/v1/messages", {**body, "thinking": thinking})
+        assert response.status_code == 400 and text in response.json()["error"]["message"]
+
+
+def test_responses_reasoning_items(server: RunningServer) -> None:
+    chat_answer = message(server, messages=THINKING, reasoning_budget_tokens=4, max_tokens=30)
+    body = {"model": "m", "input": THINKING, "max_output_tokens": 30, "temperature": 0,
+            "reasoning_budget_tokens": 4}
+    out = ok(server, "/v1/responses", body)["output"]
+    assert [item["type"] for item in out] == ["reasoning", "message"]
+    assert out[0]["content"] == [{"type": "reasoning_text", "text": chat_answer[
+        "reasoning_content"].removeprefix("Let me see")}]
+    assert out[1]["content"][0]["text"] == chat_answer["content"]
+    off = ok(server, "/v1/responses", {**body, "input": USER, "reasoning": {"effort": "none"},
+                                        "max_output_tokens": 5})
+    assert [item["type"] for item in off["output"]] == ["message"]
+
+
 # --- vLLM's fields --------------------------------------------------------------------------------
 
 

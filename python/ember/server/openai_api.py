@@ -33,7 +33,9 @@ class OpenAIShape:
                  thinking: Thinking | None = None, lead: str = "") -> None:
         self.fmt, self.id, self._include_usage = fmt, fmt.id, include_usage
         self._thinking = thinking
-        self._splitters = [thinking.splitter() for _ in fmt.choices] if thinking else []
+        self._lead = lead
+        self._splitters = [thinking.splitter(bool(lead)) for _ in fmt.choices] \
+            if thinking else []
         # The answer's opening, which every choice repeats (a continued assistant message)
         self._texts: list[list[str]] = [[lead] for _ in self._splitters]
         self._leads = [lead for _ in self._splitters]
@@ -45,7 +47,7 @@ class OpenAIShape:
         self._texts[index].append(delta.text)
         if delta.result is not None:
             self.fmt.add(index, replace(delta, text=self._thinking.split(
-                "".join(self._texts[index]))[1]))
+                "".join(self._texts[index]), bool(self._lead))[1]))
         else:
             self.fmt.add(index, replace(delta, text=""))
 
@@ -53,7 +55,8 @@ class OpenAIShape:
         out = self.fmt.response()
         if self._thinking is not None:
             for choice in out["choices"]:
-                thought = self._thinking.split("".join(self._texts[choice["index"]]))[0]
+                thought = self._thinking.split("".join(self._texts[choice["index"]]),
+                                               bool(self._lead))[0]
                 choice["message"]["reasoning_content"] = thought or None
         return out
 

@@ -135,10 +135,8 @@ async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, An
     assert ctx.template is not None
     if reasoning.is_reasoning_template(ctx.template.source):
         opened = reasoning.starts_open(prompt.text)
-        # A prefill the reply repeats is read as the answer's start (its thinking, maybe).
-        echoed = parsed.prefill if parsed.prefill_in_reply and parsed.prefill else ""
-        read_opened = reasoning.starts_open(prompt.text[:len(prompt.text) - len(echoed)])
-        prompt.thinking = reasoning.Thinking(read_opened, asks.format) if asks.parse else None
+        before = reasoning.starts_open(prompt.text[:len(prompt.text) - len(parsed.prefill or "")])
+        prompt.thinking = reasoning.Thinking(asks.format, opened, before) if asks.parse else None
         if asks.enabled and (params.constraint is not None or asks.budget is not None):
             params = replace(params, constraint=reasoning.thinking_constraint(
                 params.constraint, asks.budget, opened))

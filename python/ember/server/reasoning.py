@@ -104,23 +104,25 @@ def parse_request(body: Mapping[str, Any], default_format: str = "auto",
 
 @dataclass(frozen=True)
 class Thinking:
-    """How one answer's thinking is read: whether the prompt opened the think block, and the
-    reasoning format (not "none")."""
+    """How one answer's thinking is read: the reasoning format (not "none"), whether the
+    prompt opened the think block, and whether it was open before the prompt's prefill (the
+    continued assistant message, for a reply that repeats it: with_prefill)."""
 
-    opened: bool
     format: str
+    opened: bool
+    opened_before_prefill: bool
 
     @property
     def keep_in_content(self) -> bool:
         return self.format == "deepseek-legacy"
 
-    def splitter(self) -> ReasoningSplitter:
-        return ReasoningSplitter(self.opened)
+    def splitter(self, with_prefill: bool = False) -> ReasoningSplitter:
+        return ReasoningSplitter(self.opened_before_prefill if with_prefill else self.opened)
 
-    def split(self, text: str) -> tuple[str, str]:
+    def split(self, text: str, with_prefill: bool = False) -> tuple[str, str]:
         """(reasoning, content) of a whole answer; the content keeps the think block with
         deepseek-legacy."""
-        thought, content = self.splitter().push(text, final=True)
+        thought, content = self.splitter(with_prefill).push(text, final=True)
         return thought, text if self.keep_in_content else content
 
 
