@@ -169,6 +169,21 @@ def test_reasoning_format_none_leaves_the_thinking_in_the_content(server: Runnin
     assert legacy["reasoning_content"] == parsed["reasoning_content"]
 
 
+def test_the_model_may_open_its_thinking_itself(server: RunningServer) -> None:
+    # Qwen3's prompt leaves the think block to the model: the grammar lets it think (within
+    # the budget) or answer at once, and the answer is one of the choices either way.
+    body = {"guided_choice": ["yes", "no"], "reasoning_budget_tokens": 3, "max_tokens": 30}
+    opened = []
+    for seed in range(6):
+        raw = message(server, **body, temperature=1.0, seed=seed, reasoning_format="none")
+        opened.append(raw["content"].startswith("<think>"))
+        assert re.fullmatch(r"(<think>(?:(?!</think>).)*</think>\n{0,2})?(yes|no)", raw["content"],
+                            re.DOTALL), raw["content"]
+        parsed = message(server, **body, temperature=1.0, seed=seed)
+        assert parsed["content"] in ("yes", "no") and raw["content"].endswith(parsed["content"])
+    assert any(opened) and not all(opened)  # both ways happen among these seeds
+
+
 def test_thinking_off_applies_the_constraint_to_the_whole_answer(server: RunningServer) -> None:
     for off in ({"chat_template_kwargs": {"enable_thinking": False}},
                 {"reasoning_effort": "none"}):
@@ -211,6 +226,23 @@ def test_responses_reasoning_items(server: RunningServer) -> None:
     off = ok(server, "/v1/responses", {**body, "input": USER, "reasoning": {"effort": "none"},
                                         "max_output_tokens": 5})
     assert [item["type"] for item in off["output"]] == ["message"]
+
+
+def test_server_flags_set_the_reasoning_defaults(qwen3_path: Path) -> None:
+    config = ServerConfig(model=str(qwen3_path), threads=1, ctx_size=512, reasoning_budget=2,
+                          reasoning_format="deepseek-legacy")
+    with serving(config) as flagged:
+        body = {"messages": THINKING, "guided_choice": ["yes"], "max_tokens": 30}
+        by_flags = message(flagged, **body)
+        asked = {**body, "reasoning_budget_tokens": 2, "reasoning_format": "deepseek-legacy"}
+        assert message(flagged, **{**body, "reasoning_budget_tokens": -1}) == by_flags
+    with serving(ServerConfig(model=str(qwen3_path), threads=1, ctx_size=512)) as plain:
+        assert message(plain, **asked) == by_flags
+    assert by_flags["content"].startswith("<think>") and by_flags["content"].endswith("yes")
+    for field, value, text in (("reasoning_format", "xml", "reasoning_format must be one of"),
+                               ("reasoning_budget", -2, "reasoning_budget must be >= -1")):
+        with pytest.raises(ValueError, match=text):
+            ServerConfig(model=str(qwen3_path), **{field: value})
 
 
 # --- vLLM's fields --------------------------------------------------------------------------------

@@ -67,9 +67,7 @@ class OpenAIShape:
         thought, content = self._splitters[index].push(text, delta.result is not None)
         if self._thinking.keep_in_content:
             content = text
-        chunks = [sse({**self.fmt._head(True), "choices": [{
-            "index": index, "delta": {"reasoning_content": thought}, "logprobs": None,
-            "finish_reason": None}]})] if thought else []
+        chunks = [sse(self.fmt.reasoning_chunk(index, thought))] if thought else []
         return chunks, replace(delta, text=content)
 
     def stream_start(self) -> list[bytes]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.grammar import Constraint, _with_options
+from ember.grammar import Constraint, lark_json
 from ember.server.errors import bad_request
 from ember.server.fields import Fields
 
@@ -137,7 +137,7 @@ def _answer_rule(constraint: Constraint | None) -> str:
     if constraint is None:
         return "/(.|\\n)*/"
     if constraint.kind == "json_schema":
-        return "%json " + _with_options(json.loads(constraint.text), constraint.param)
+        return lark_json(json.loads(constraint.text))
     if constraint.kind == "regex":
         return "/" + constraint.text.replace("/", "\\/") + "/"
     kind, grammar = constraint.llguidance_input()  # gbnf becomes lark here
