@@ -202,7 +202,9 @@ class Request:
             piece = self._decoder.push(token)
             if token in self._kept:
                 piece += self._kept[token]
-            text, stopped, matched = self._stops.push(piece)
+            # Stop strings, like stop tokens, wait for min_tokens (as vLLM's stop checker does).
+            text, stopped, matched = self._stops.push(piece) \
+                if len(self.tokens) > self.params.min_tokens else (piece, False, None)
             self._texts.append(text)
             self._unsent += text
             if stopped:

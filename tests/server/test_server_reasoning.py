@@ -274,6 +274,16 @@ def test_min_tokens_holds_back_eos(server: RunningServer) -> None:
     assert held["usage"]["completion_tokens"] == 7
 
 
+def test_min_tokens_holds_back_stop_strings(server: RunningServer) -> None:
+    free = message(server, max_tokens=10, ignore_eos=True)["content"]
+    stop = free[2:4]  # within the first tokens' text
+    early = chat(server, max_tokens=10, ignore_eos=True, stop=[stop])
+    assert early["choices"][0]["message"]["content"] == free[:free.index(stop)]
+    held = chat(server, max_tokens=10, ignore_eos=True, stop=[stop], min_tokens=10)
+    assert held["choices"][0]["message"]["content"] == free
+    assert held["choices"][0]["finish_reason"] == "length"
+
+
 def test_stop_token_ids_end_the_answer(server: RunningServer) -> None:
     free = chat(server, max_tokens=10, ignore_eos=True)
     tokens = tokenize(server, free["choices"][0]["message"]["content"])
