@@ -248,6 +248,14 @@ def test_server_flags_set_the_reasoning_defaults(qwen3_path: Path) -> None:
 # --- vLLM's fields --------------------------------------------------------------------------------
 
 
+def test_vllm_fields_at_their_neutral_values_are_accepted(server: RunningServer) -> None:
+    neutral = {"use_beam_search": False, "include_stop_str_in_output": False,
+               "skip_special_tokens": True, "allowed_token_ids": [], "bad_words": [],
+               "priority": 0, "return_tokens_as_token_ids": False,
+               "guided_decoding_backend": "xgrammar"}
+    assert message(server, **neutral) == message(server)
+
+
 def test_guided_fields_constrain_the_answer(server: RunningServer) -> None:
     off = {"chat_template_kwargs": {"enable_thinking": False}}
     assert message(server, guided_choice=["red", "green"], **off)["content"] in ("red", "green")
@@ -314,6 +322,15 @@ def test_stop_token_ids_end_the_answer(server: RunningServer) -> None:
     ({"reasoning_effort": "huge"}, "reasoning_effort", "one of"),
     ({"reasoning_format": "xml"}, "reasoning_format", "one of"),
     ({"reasoning_budget_tokens": -2}, "reasoning_budget_tokens", ">= -1"),
+    ({"use_beam_search": True}, "use_beam_search", "beam search"),
+    ({"include_stop_str_in_output": True}, "include_stop_str_in_output", "send false"),
+    ({"skip_special_tokens": False}, "skip_special_tokens", "send true"),
+    ({"allowed_token_ids": [1, 2]}, "allowed_token_ids", "omit the field"),
+    ({"bad_words": ["x"]}, "bad_words", "not supported"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs", "not supported"),
+    ({"truncate_prompt_tokens": 5}, "truncate_prompt_tokens", "not supported"),
+    ({"chat_template": "{{ 1 }}"}, "chat_template", "--chat-template"),
+    ({"priority": 3}, "priority", "not supported"),
 ])
 def test_bad_vllm_and_reasoning_fields_are_400s(server: RunningServer, body, param,
                                                   text) -> None:

@@ -12,6 +12,7 @@ every field through fields.py's reader.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -84,7 +85,37 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
+# vLLM's fields that change the output and that ember lacks: field -> (the value that changes
+# nothing, or None when only omitting it does; what ember lacks).
+_VLLM_OFF: dict[str, tuple[Any, str]] = {
+    "use_beam_search": (False, "beam search"),
+    "include_stop_str_in_output": (False, "stop strings in the output"),
+    "skip_special_tokens": (True, "special tokens in the text (control tokens are dropped)"),
+    "return_tokens_as_token_ids": (False, "tokens as 'token_id:N' strings"),
+    "allowed_token_ids": (None, "allowed_token_ids (a constraint or logit_bias does it)"),
+    "bad_words": (None, "bad_words (logit_bias or a constraint does it)"),
+    "prompt_logprobs": (None, "prompt logprobs on this endpoint (/v1/completions' echo with "
+                        "logprobs scores the prompt)"),
+    "truncate_prompt_tokens": (None, "prompt truncation"),
+    "chat_template": (None, "a chat template per request (the server's --chat-template)"),
+    "documents": (None, "documents for the chat template"),
+    "priority": (0, "priority scheduling"),
+}
+
+
+def _check_vllm(body: Fields) -> None:
+    for name, (off, what) in _VLLM_OFF.items():
+        value = body.get(name)
+        if value is None or (off is not None and value == off and type(value) is type(off)) \
+                or value == []:
+            continue
+        hint = "omit the field" if off is None else f"omit it or send {json.dumps(off)}"
+        raise bad_request(f"'{name}': {what} is not supported by ember; {hint}", param=name,
+                          code="unsupported_parameter")
+
+
 def _check_unsupported(body: Fields, chat: bool) -> None:
+    _check_vllm(body)
     if body.get("tools") and not chat:
         raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
