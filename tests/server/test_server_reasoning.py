@@ -336,3 +336,18 @@ def test_bad_vllm_and_reasoning_fields_are_400s(server: RunningServer, body, par
                                                   text) -> None:
     response = post(server, "/v1/chat/completions", {"messages": USER, **body})
     assert_400_naming(response, param, text)
+
+
+def test_a_model_that_does_not_think(stories_path: Path) -> None:
+    """stories260K's template (ChatML) has no </think>: its answers are not read for thinking,
+    and asking it for a thinking budget is a 400."""
+    with serving(ServerConfig(model=str(stories_path), threads=1, ctx_size=256)) as plain:
+        answer = message(plain, max_tokens=8)
+        assert "reasoning_content" not in answer and answer["content"]
+        assert_400_naming(post(plain, "/v1/chat/completions", {
+            "messages": USER, "reasoning_budget_tokens": 5}), "reasoning_budget_tokens",
+            "does not think")
+        response = post(plain, "/v1/messages", {
+            "model": "m", "max_tokens": 30, "messages": USER,
+            "thinking": {"type": "enabled", "budget_tokens": 4}})
+        assert response.status_code == 400 and "does not think" in response.text

@@ -133,7 +133,12 @@ async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, An
     if prompt.constraint is not None:
         params = replace(params, constraint=prompt.constraint)
     assert ctx.template is not None
-    if reasoning.is_reasoning_template(ctx.template.source):
+    thinks = reasoning.is_reasoning_template(ctx.template.source)
+    if not thinks and body.get("reasoning_budget_tokens") not in (None, -1):
+        raise bad_request("'reasoning_budget_tokens': this model does not think (its chat "
+                          "template has no </think>)", param="reasoning_budget_tokens",
+                          code="unsupported_parameter")
+    if thinks:
         opened = reasoning.starts_open(prompt.text)
         before = reasoning.starts_open(prompt.text[:len(prompt.text) - len(parsed.prefill or "")])
         prompt.thinking = reasoning.Thinking(asks.format, opened, before) if asks.parse else None
