@@ -89,8 +89,9 @@ void ForwardRunner::add(RequestId id, const RequestOptions& options) {
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   samplers_.erase(id);
   std::unique_ptr<TokenConstraint> constraint = options.grammar ? options.grammar->start() : nullptr;
-  samplers_.emplace(id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint)),
-                                        options.n_logprobs, options.post_sampling_probs, 0});
+  samplers_.emplace(
+      id, SequenceSampler{Sampler(options.sampling, n_vocab, std::move(constraint), options.stop_token_ids),
+                          options.n_logprobs, options.post_sampling_probs, 0});
 }
 
 void ForwardRunner::release(std::span<const SequenceId> ids) {

@@ -20,6 +20,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   uint64_t seed = 0;
+  // The first min_tokens outputs are never one of the sampler's stop ids (the request's stop
+  // tokens, EOS among them), unless the constraint allows nothing else (vLLM's min_tokens).
+  int32_t min_tokens = 0;
 };
 
 // Throws InvalidArgument naming the first bad field, e.g. "[sampling] top_p must be in (0, 1], got 1.5".

@@ -23,6 +23,7 @@ void validate(const SamplingParams& p, int32_t n_vocab) {
     fail("repeat_penalty must be > 0", p.repeat_penalty);
   }
   if (p.repeat_last_n < -1) fail("repeat_last_n must be >= -1", p.repeat_last_n);
+  if (p.min_tokens < 0) fail("min_tokens must be >= 0", p.min_tokens);
   if (!std::isfinite(p.presence_penalty)) fail("presence_penalty must be finite", p.presence_penalty);
   if (!std::isfinite(p.frequency_penalty)) fail("frequency_penalty must be finite", p.frequency_penalty);
   for (const auto& [id, bias] : p.logit_bias) {
@@ -33,8 +34,13 @@ void validate(const SamplingParams& p, int32_t n_vocab) {
   }
 }
 
-Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, std::unique_ptr<TokenConstraint> constraint)
-    : params_(params), n_vocab_(n_vocab), rng_(params.seed), constraint_(std::move(constraint)) {
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, std::unique_ptr<TokenConstraint> constraint,
+                 std::vector<int32_t> stop_ids)
+    : params_(params),
+      n_vocab_(n_vocab),
+      rng_(params.seed),
+      constraint_(std::move(constraint)),
+      stop_ids_(std::move(stop_ids)) {
   if (n_vocab <= 0) throw InvalidArgument(cat("[sampling] n_vocab must be > 0, got ", n_vocab));
   if (constraint_) mask_.assign(mask_words(n_vocab_), 0);
   candidates_.items.reserve(static_cast<size_t>(n_vocab));
@@ -103,6 +109,13 @@ void Sampler::narrow(const float* logits) {
   if (constraint_) {
     const uint32_t* mask = mask_.data();
     std::erase_if(c.items, [mask](const TokenCandidate& t) { return !mask_allows(mask, t.id); });
+  }
+  // min_tokens: no stop token yet, unless the constraint leaves nothing else.
+  if (holding_back()) {
+    const auto is_stop = [this](const TokenCandidate& t) {
+      return std::ranges::find(stop_ids_, t.id) != stop_ids_.end();
+    };
+    if (!std::ranges::all_of(c.items, is_stop)) std::erase_if(c.items, is_stop);
   }
   if (params_.temperature <= 0.0f) {
     // The mask may have removed candidates, so ids no longer equal positions: find the logit.
@@ -177,7 +190,7 @@ int32_t Sampler::greedy(const float* logits) {
 
 int32_t Sampler::sample(const float* logits) {
   fill_mask();
-  if (params_.temperature <= 0.0f && counts_.empty()) return greedy(logits);
+  if (params_.temperature <= 0.0f && counts_.empty() && !holding_back()) return greedy(logits);
   narrow(logits);
   const std::vector<TokenCandidate>& items = candidates_.items;
   if (items.size() == 1) return items.front().id;

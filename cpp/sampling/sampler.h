@@ -20,9 +20,10 @@ namespace ember {
 class Sampler {
  public:
   // `params` come validated (validate() runs once, where the request arrives: Engine::submit);
-  // throws InvalidArgument for n_vocab <= 0.
+  // throws InvalidArgument for n_vocab <= 0. stop_ids: the request's stop tokens, held back
+  // until params.min_tokens outputs have been advanced past.
   Sampler(const SamplingParams& params, int32_t n_vocab,
-          std::unique_ptr<TokenConstraint> constraint = nullptr);
+          std::unique_ptr<TokenConstraint> constraint = nullptr, std::vector<int32_t> stop_ids = {});
 
   // Picks the next token from logits[n_vocab] (not modified). The chain: logit bias, penalties,
   // then greedy when temperature <= 0, else top_k, typical_p, top_p, min_p, temperature and a
@@ -53,7 +54,10 @@ class Sampler {
 
   // The token sample() returned became the request's next output: advances the constraint.
   // Returns false when the constraint rejects it (never for a token sample() picked).
-  bool advance(int32_t token) { return !constraint_ || constraint_->advance(token); }
+  bool advance(int32_t token) {
+    ++n_output_;
+    return !constraint_ || constraint_->advance(token);
+  }
   TokenConstraint* constraint() { return constraint_.get(); }
 
   // Empties the penalty window and reseeds the generator.
@@ -66,6 +70,7 @@ class Sampler {
   void narrow(const float* logits);  // fills candidates_ with the final distribution
   void fill_mask();                  // mask_ for this step, when constrained
   bool penalties_on() const;
+  bool holding_back() const { return n_output_ < params_.min_tokens && !stop_ids_.empty(); }
   // Greedy sampling without penalties: argmax of the biased (and masked) logits, as narrow()
   // would pick it, without building n_vocab candidates.
   int32_t greedy(const float* logits);
@@ -79,9 +84,11 @@ class Sampler {
   std::vector<uint32_t> mask_;                   // [mask_words(n_vocab)] this step's allowed tokens
   std::vector<int32_t> window_;                  // ring of the last repeat_last_n tokens (all of them for -1)
   size_t window_head_ = 0;                       // next slot to overwrite once the ring is full
-  std::vector<int32_t> counts_;  // [n_vocab]: occurrences in the window; empty when no penalties
-  std::vector<uint8_t> listed_;  // [n_vocab]: 1 when the id is in seen_
-  std::vector<int32_t> seen_;    // distinct ids, a superset of those with counts_ > 0
+  std::vector<int32_t> counts_;    // [n_vocab]: occurrences in the window; empty when no penalties
+  std::vector<uint8_t> listed_;    // [n_vocab]: 1 when the id is in seen_
+  std::vector<int32_t> seen_;      // distinct ids, a superset of those with counts_ > 0
+  std::vector<int32_t> stop_ids_;  // what min_tokens holds back
+  int64_t n_output_ = 0;           // tokens advance() has seen
 };
 
 }  // namespace ember

@@ -202,7 +202,9 @@ class Request:
             piece = self._decoder.push(token)
             if token in self._kept:
                 piece += self._kept[token]
-            text, stopped, matched = self._stops.push(piece)
+            # Stop strings, like stop tokens, wait for min_tokens (as vLLM's stop checker does).
+            text, stopped, matched = self._stops.push(piece) \
+                if len(self.tokens) > self.params.min_tokens else (piece, False, None)
             self._texts.append(text)
             self._unsent += text
             if stopped:
@@ -359,9 +361,10 @@ class Engine:
             return request
         core_params = params.to_core()
         max_tokens = params.max_tokens if params.max_tokens is not None else self.n_ctx
+        stop_ids = [] if params.ignore_eos else self.stop_token_ids
+        stop_ids = stop_ids + [t for t in params.stop_token_ids if t not in stop_ids]
         request._handle = handle = self._core.submit(
-            tokens, core_params, max_tokens=max_tokens,
-            stop_token_ids=[] if params.ignore_eos else self.stop_token_ids,
+            tokens, core_params, max_tokens=max_tokens, stop_token_ids=stop_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
             grammar=grammar, prediction=self._prediction_tokens(params.prediction),
             post_sampling_probs=params.post_sampling_probs, reuse_prefix=params.cache_prompt)

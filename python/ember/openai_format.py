@@ -209,6 +209,12 @@ class Formatter:
             out.append({**self._head(True), "choices": [body]})
         return out
 
+    def reasoning_chunk(self, index: int, text: str) -> dict[str, Any]:
+        """A chat chunk of a reasoning model's thinking (server/reasoning.py reads it out)."""
+        return {**self._head(True), "choices": [{
+            "index": index, "delta": {"reasoning_content": text}, "logprobs": None,
+            "finish_reason": None}]}
+
     def _tool_chunks(self, index: int, choice: _Choice, event: Delta) -> list[dict[str, Any]]:
         assert self.tool_format is not None
         if choice.tools is None:

@@ -39,7 +39,8 @@ class SamplingParams:
     each generated token (log-softmax of the model's raw logits) and its top_logprobs most
     likely alternatives. constraint (a JSON schema, GBNF/Lark grammar or regex, see
     ember.grammar) limits every generated token to what it allows; end-of-generation tokens
-    only come where the text is complete.
+    only come where the text is complete. stop_token_ids end the output as end-of-generation
+    tokens do; min_tokens holds all of them back for that many tokens.
     """
 
     temperature: float = _default("temperature")
@@ -58,6 +59,10 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False  # generate past end-of-generation tokens (benchmarks, llama-server's field)
+    # More tokens that end the output when sampled (vLLM's stop_token_ids; like EOS, not part of
+    # the text), and how many tokens come before any stop token may (vLLM's min_tokens).
+    stop_token_ids: Sequence[int] = field(default_factory=list)
+    min_tokens: int = _default("min_tokens")
     constraint: Constraint | None = None
     # Predicted Outputs: the text (or token ids) the output is expected to be, e.g. the file being
     # edited. The engine drafts from it; the output is the same as without it, only sooner.
@@ -87,6 +92,13 @@ class SamplingParams:
             except (TypeError, ValueError):
                 raise ValueError("prediction must be text or a list of token ids, got "
                                  f"{self.prediction!r}"[:200]) from None
+        try:
+            self.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        except (TypeError, ValueError):
+            raise ValueError("stop_token_ids must be a list of token ids, got "
+                             f"{self.stop_token_ids!r}"[:200]) from None
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:

@@ -68,6 +68,8 @@ void init_sampling(nb::module_& m) {
   field("frequency_penalty", &SamplingParams::frequency_penalty, "subtracted per occurrence in the window");
   field("logit_bias", &SamplingParams::logit_bias, "[(token id, added to its logit)]");
   field("seed", &SamplingParams::seed, "the random generator's seed");
+  field("min_tokens", &SamplingParams::min_tokens,
+        "outputs before a stop token may be sampled (the Sampler's stop_ids)");
   params.attr("field_names") = nb::tuple(nb::cast(names));
   params.def(
       "validate", [](const SamplingParams& p, int32_t n_vocab) { ember::validate(p, n_vocab); },
@@ -79,11 +81,12 @@ void init_sampling(nb::module_& m) {
       .def(
           "__init__",
           [](Sampler* self, const SamplingParams& params, int32_t n_vocab,
-             std::shared_ptr<ember::Grammar> grammar) {
+             std::shared_ptr<ember::Grammar> grammar, std::vector<int32_t> stop_ids) {
             if (n_vocab > 0) ember::validate(params, n_vocab);  // this binding is a request's edge
-            new (self) Sampler(params, n_vocab, grammar ? grammar->start() : nullptr);
+            new (self) Sampler(params, n_vocab, grammar ? grammar->start() : nullptr, std::move(stop_ids));
           },
           nb::arg("params"), nb::arg("n_vocab"), nb::arg("grammar") = nb::none(),
+          nb::arg("stop_ids") = std::vector<int32_t>{},
           "Raises ValueError for parameters out of range. With a Grammar, every sample is a token it "
           "allows (advance() moves it on).")
       .def("advance", &Sampler::advance, nb::arg("token"),

@@ -171,3 +171,21 @@ def test_bad_grammars_are_clear_errors(compiler: GrammarCompiler) -> None:
         Constraint.json_schema("{not json")
     with pytest.raises(ConstraintError, match="reserved"):
         compiler.compile(Constraint.json_schema({"x-guidance": {}}))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_min_tokens_gives_way_to_a_grammar_that_allows_only_stop_tokens(
+        temperature: float, tokenizer: _core.Tokenizer, compiler: GrammarCompiler) -> None:
+    """Once the output is complete only end-of-generation tokens are allowed: min_tokens holds
+    them back only while something else is allowed, so the sampler still ends the output."""
+    n = tokenizer.n_vocab
+    eog = [t for t in range(n) if tokenizer.is_eog(t)]
+    sampler = _core.Sampler(_core.SamplingParams(temperature=temperature, min_tokens=50, seed=3),
+                            n, compiler.compile(Constraint.regex("cat")), stop_ids=eog)
+    rng = np.random.default_rng(0)
+    out: list[int] = []
+    while len(out) < 10 and (not out or out[-1] not in eog):
+        out.append(sampler.sample(rng.normal(size=n).astype(np.float32)))
+        if out[-1] not in eog:
+            assert sampler.advance(out[-1])
+    assert out[-1] in eog and tokenizer.decode(out[:-1], True) == "cat"

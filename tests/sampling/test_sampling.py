@@ -305,3 +305,28 @@ def test_wrong_logits_length_raises() -> None:
     sampler = make_sampler(5)
     with pytest.raises(ValueError, match="expected 5 values"):
         sampler.sample(HALVES)
+
+
+# --- min_tokens ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_min_tokens_holds_the_stop_ids_back_until_that_many_outputs(temperature: float) -> None:
+    # Token 0 is by far the most likely: a stop id, it may come only as the fourth output.
+    logits = np.array([10.0, 0.0, -1.0, -2.0], dtype=np.float32)
+    sampler = _core.Sampler(_core.SamplingParams(**{**PLAIN, "temperature": temperature},
+                                                 min_tokens=3, seed=1), 4, stop_ids=[0, 3])
+    outputs = []
+    for _ in range(4):
+        token = sampler.sample(logits)
+        sampler.advance(token)
+        outputs.append(token)
+    assert all(t in (1, 2) for t in outputs[:3]) and outputs[3] == 0
+    # Without stop ids min_tokens holds nothing back.
+    free = _core.Sampler(_core.SamplingParams(**{**PLAIN, "temperature": 0.0}, min_tokens=3), 4)
+    assert free.sample(logits) == 0
+
+
+def test_min_tokens_is_checked() -> None:
+    with pytest.raises(ValueError, match="min_tokens must be >= 0"):
+        _core.SamplingParams(min_tokens=-1).validate(4)

@@ -162,7 +162,7 @@ def test_responses_tool_choice(client: openai.OpenAI,
      "must be a string"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
      "input[0].output", "string or an array"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "not supported"),
+    ({"input": [{"type": "web_search_call", "id": "ws"}]}, "input[0]", "not supported"),
 ])
 def test_responses_bad_tool_requests_are_400s(qwen: tuple[RunningServer, ScriptedEngine],
                                               body: dict[str, Any], param: str,

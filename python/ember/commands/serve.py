@@ -164,6 +164,14 @@ def serve(
     chat_template: Annotated[Optional[str], typer.Option(
         "--chat-template", envvar="EMBER_CHAT_TEMPLATE",
         help=CHAT_TEMPLATE_HELP, show_default=False)] = None,
+    reasoning_format: Annotated[str, typer.Option(
+        "--reasoning-format", envvar="EMBER_REASONING_FORMAT",
+        help="a reasoning model's thinking: none (left in the content), auto or deepseek "
+        "(in reasoning_content), deepseek-legacy (both)")] = "auto",
+    reasoning_budget: Annotated[int, typer.Option(
+        "--reasoning-budget", envvar="EMBER_REASONING_BUDGET",
+        help="tokens of thinking a request gets at most, then </think> is forced (-1: no "
+        "limit)")] = -1,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub.models import resolve_model
@@ -189,7 +197,8 @@ def serve(
         spec="draft" if draft_model is not None and spec == "none" else spec,
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
-        chat_template=chat_template)
+        chat_template=chat_template, reasoning_format=reasoning_format,
+        reasoning_budget=reasoning_budget)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -21,7 +21,7 @@ from ember.tools.calls import ToolCallStream
 
 @dataclass
 class Part:
-    kind: str          # "text" or "call"
+    kind: str          # "text", "call" or "reasoning" (a reasoning model's thinking)
     id: str
     text: str = ""     # the text; a call's arguments (JSON text, as the model wrote it)
     name: str = ""     # a call's function
@@ -36,6 +36,7 @@ class PartsShape:
         self._format = prompt.tool_format
         self._tools = ToolCallStream(prompt.tool_format, prompt.answer_prefix) \
             if prompt.tool_format is not None else None
+        self._thinking = prompt.thinking.splitter() if prompt.thinking is not None else None
         self.parts: list[Part] = []
         self.calls: list[Part] = []  # the call parts, by call index
         self.result: GenerationResult | None = None
@@ -46,6 +47,9 @@ class PartsShape:
         raise NotImplementedError
 
     def new_call(self, name: str) -> Part:
+        raise NotImplementedError
+
+    def new_reasoning(self) -> Part:
         raise NotImplementedError
 
     def opened(self, part: Part) -> list[bytes]:
@@ -89,9 +93,15 @@ class PartsShape:
     def feed(self, delta: Delta) -> list[bytes]:
         """The events of one Delta of the answer."""
         final = delta.result is not None
-        content, calls = self._tools.push(delta.text, final) if self._tools is not None \
-            else (delta.text, [])
-        out = []
+        text, out = delta.text, []
+        if self._thinking is not None:
+            thought, text = self._thinking.push(text, final)
+            if thought:
+                if not self.parts or self.parts[-1].kind != "reasoning":
+                    out += self._open(self.new_reasoning())
+                out += self._grow(self.parts[-1], thought)
+        content, calls = self._tools.push(text, final) if self._tools is not None \
+            else (text, [])
         if content:
             if not self.parts or self.parts[-1].kind != "text":
                 out += self._open(self.new_text())

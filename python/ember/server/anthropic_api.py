@@ -33,6 +33,7 @@ from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.fields import Fields, show, wrong_type
 from ember.server.prompts import ChatPrompt, chat_request
+from ember.server.reasoning import is_reasoning_template
 from ember.server.respond import Generation, respond, sse
 
 _ROLES = {"user", "assistant"}
@@ -158,12 +159,28 @@ def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     return choice, None if disable is None else not disable
 
 
+def _thinking(value: Any) -> int | bool | None:
+    """`thinking`: {"type": "enabled", "budget_tokens": N} (N), {"type": "disabled"} (False),
+    or None when absent."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if kind == "disabled":
+        return False
+    if kind != "enabled":
+        raise bad_request("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                          f"{{\"type\": \"disabled\"}}, got {show(value)}", param="thinking",
+                          code="invalid_value")
+    budget = Fields(value, "thinking").integer("budget_tokens", low=0)
+    if budget is None:
+        raise bad_request("'thinking.budget_tokens' is required", param="thinking.budget_tokens",
+                          code="missing_required")
+    return budget
+
+
 def chat_body(body: Fields) -> dict[str, Any]:
     """The Messages request as a chat-completions body."""
-    thinking = body.get("thinking")
-    if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
-        raise bad_request("'thinking': extended thinking is not supported by this server",
-                          param="thinking", code="unsupported_parameter")
+    thinking = _thinking(body.get("thinking"))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array", param="messages",
@@ -184,6 +201,8 @@ def chat_body(body: Fields) -> dict[str, Any]:
     chat: dict[str, Any] = {"messages": chat_messages, "stream": body.boolean("stream"),
                             "tools": _tools(body), "tool_choice": tool_choice,
                             "parallel_tool_calls": parallel}
+    if thinking is False:
+        chat["chat_template_kwargs"] = {"enable_thinking": False}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"),
                          ("top_k", "top_k"), ("stop", "stop_sequences")):
         if body.get(theirs) is not None:
@@ -192,9 +211,12 @@ def chat_body(body: Fields) -> dict[str, Any]:
 
 
 def _block(part: Part) -> dict[str, Any]:
-    """A content block: text (a text part) or tool_use (a call part, its input parsed)."""
+    """A content block: text (a text part), thinking (a reasoning part; ember signs nothing,
+    so its signature is empty) or tool_use (a call part, its input parsed)."""
     if part.kind == "text":
         return {"type": "text", "text": part.text}
+    if part.kind == "reasoning":
+        return {"type": "thinking", "thinking": part.text, "signature": ""}
     try:
         arguments = json.loads(part.text)
     except ValueError:  # cut short (max_tokens)
@@ -242,13 +264,17 @@ class MessagesShape(PartsShape):
     def new_text(self) -> Part:
         return Part("text", "")
 
+    def new_reasoning(self) -> Part:
+        return Part("reasoning", "")
+
     def new_call(self, name: str) -> Part:
         # Mistral's templates need their 9-character ids given back; others get toolu_ ids.
         return Part("call", self.fresh_call_id().replace("call_", "toolu_", 1), name=name)
 
     def opened(self, part: Part) -> list[bytes]:
         start = {"type": "text", "text": ""} if part.kind == "text" else {
-            "type": "tool_use", "id": part.id, "name": part.name, "input": {}}
+            "type": "thinking", "thinking": "", "signature": ""} if part.kind == "reasoning" \
+            else {"type": "tool_use", "id": part.id, "name": part.name, "input": {}}
         out = [sse({"type": "content_block_start", "index": self.index(part),
                                "content_block": start}, "content_block_start")]
         if not self._pinged:  # where Anthropic's streams send it
@@ -258,6 +284,7 @@ class MessagesShape(PartsShape):
 
     def grew(self, part: Part, text: str) -> list[bytes]:
         delta = {"type": "text_delta", "text": text} if part.kind == "text" else {
+            "type": "thinking_delta", "thinking": text} if part.kind == "reasoning" else {
             "type": "input_json_delta", "partial_json": text}
         return [sse({"type": "content_block_delta", "index": self.index(part),
                                 "delta": delta}, "content_block_delta")]
@@ -298,7 +325,19 @@ async def messages(request: HTTPRequest, ctx: AppContext) -> Response:
                           code="missing_required")
     chat = {**chat_body(body), "max_tokens": max_tokens}
     body.string("model")  # any name is answered by the served model
-    parsed, prompt = await chat_request(request, ctx, chat)
+    thinking = _thinking(body.get("thinking"))
+    budget = None if thinking is None or thinking is False else thinking
+    if budget is not None:
+        assert ctx.template is not None
+        if not is_reasoning_template(ctx.template.source):
+            raise bad_request("'thinking': this model does not think (its chat template has "
+                              "no </think>)", param="thinking", code="unsupported_parameter")
+        if budget >= max_tokens:
+            raise bad_request(f"'thinking.budget_tokens' ({budget}) must be less than "
+                              f"'max_tokens' ({max_tokens})", param="thinking.budget_tokens",
+                              code="invalid_value")
+    parsed, prompt = await chat_request(
+        request, ctx, chat, thinking_budget=budget)
     options = parsed.options
     generation = Generation([prompt.tokens], [options.choice_params(0)], options.stream,
                             prompt.keep_tokens)

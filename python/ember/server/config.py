@@ -41,6 +41,11 @@ class ServerConfig:
     # repeat_penalty), those not set keep SamplingParams' defaults.
     n_predict: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    # Reasoning models (server/reasoning.py): where their thinking goes ("none": left in the
+    # content; "auto"/"deepseek": reasoning_content; "deepseek-legacy": both), and the tokens
+    # of thinking a request gets at most (-1: no limit), as llama-server's flags.
+    reasoning_format: str = "auto"
+    reasoning_budget: int = -1
     webui: bool = True                # GET / serves the bundled chat page
     embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
     rerank: bool = False              # ... a reranking one (a cross-encoder): /rerank too
@@ -66,6 +71,14 @@ class ServerConfig:
                               ("idle_timeout", self.idle_timeout)):
             if not seconds >= 0:
                 raise ValueError(f"{name} must be >= 0, got {seconds}")
+        from ember.server.reasoning import FORMATS
+
+        if self.reasoning_format not in FORMATS:
+            raise ValueError(f"reasoning_format must be one of {', '.join(FORMATS)}, got "
+                             f"{self.reasoning_format!r}")
+        if self.reasoning_budget < -1:
+            raise ValueError(f"reasoning_budget must be >= -1 (-1: no limit), got "
+                             f"{self.reasoning_budget}")
         if self.n_predict is not None and self.n_predict < -1:
             raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
         from ember.sampling import SamplingParams

@@ -31,6 +31,7 @@ from ember.server.errors import APIError, bad_request, json_response
 from ember.server.fields import SAMPLER_ORDER, Fields, show
 from ember.server.prompts import infill_tokens, prompt_tokens, render_chat
 from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
+from ember.server.reasoning import parse_request as parse_reasoning
 from ember.server.respond import Generation, respond, sse
 
 _LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
@@ -261,9 +262,10 @@ async def apply_template(request: HTTPRequest, ctx: AppContext) -> Response:
     ctx.require_ready()
     messages = await ctx.offload(request, parse_messages, body)
     rendered, prefill, add_prompt = split_prefill(Fields(body), messages)
+    kwargs = parse_reasoning(body).template_kwargs
     prompt = await ctx.in_worker(render_chat, ctx, rendered, prefill=prefill,
                                  add_generation_prompt=add_prompt, tokenize=False,
-                                 within_context=False)
+                                 within_context=False, template_kwargs=kwargs)
     return json_response({"prompt": prompt.text})
 
 

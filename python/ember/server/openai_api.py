@@ -19,6 +19,7 @@ from ember.server.errors import APIError, json_response
 from ember.server.llama_api import prompt_progress, timings_json
 from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
 from ember.server.protocol import Options, parse_completion_request
+from ember.server.reasoning import Thinking
 from ember.server.respond import Generation, Shape, respond, sse
 
 _DONE = b"data: [DONE]\n\n"
@@ -28,26 +29,59 @@ class OpenAIShape:
     """Chat completions and completions (ember.openai_format's Formatter), streams ending with
     `data: [DONE]`. As llama-server answers them, the response and the last chunk carry
     `timings`; llama-server's timings_per_token puts them in every chunk, return_progress sends
-    a `prompt_progress` with each choice's opening chunk."""
+    a `prompt_progress` with each choice's opening chunk. A reasoning model's thinking
+    (`thinking`) is read out of each choice's text into message.reasoning_content, streamed as
+    deltas of their own."""
 
-    def __init__(self, fmt: Formatter, options: Options) -> None:
+    def __init__(self, fmt: Formatter, options: Options,
+                 thinking: Thinking | None = None, lead: str = "") -> None:
         self.fmt, self.id, self._options = fmt, fmt.id, options
         self._results: dict[int, GenerationResult] = {}
         self._started: set[int] = set()  # choices whose first Delta was streamed
+        self._thinking = thinking
+        self._lead = lead
+        self._splitters = [thinking.splitter(bool(lead)) for _ in fmt.choices] \
+            if thinking else []
+        # The answer's opening, which every choice repeats (a continued assistant message)
+        self._texts: list[list[str]] = [[lead] for _ in self._splitters]
+        self._leads = [lead for _ in self._splitters]
 
     def _timings(self) -> dict[str, Any] | None:
         result = self._results.get(min(self._results)) if self._results else None
         return timings_json(result.usage, result.timings) if result is not None else None
 
     def add(self, index: int, delta: Delta) -> None:
-        self.fmt.add(index, delta)
         if delta.result is not None:
             self._results[index] = delta.result
+        if self._thinking is None:
+            self.fmt.add(index, delta)
+            return
+        self._texts[index].append(delta.text)
+        if delta.result is not None:
+            self.fmt.add(index, replace(delta, text=self._thinking.split(
+                "".join(self._texts[index]), bool(self._lead))[1]))
+        else:
+            self.fmt.add(index, replace(delta, text=""))
 
     def response(self) -> Any:
         out = self.fmt.response()
+        if self._thinking is not None:
+            for choice in out["choices"]:
+                thought = self._thinking.split("".join(self._texts[choice["index"]]),
+                                               bool(self._lead))[0]
+                choice["message"]["reasoning_content"] = thought or None
         timings = self._timings()
         return {**out, "timings": timings} if timings is not None else out
+
+    def _split(self, index: int, delta: Delta) -> tuple[list[bytes], Delta]:
+        """The reasoning_content chunk of a streamed delta, and the delta of its content."""
+        assert self._thinking is not None
+        text, self._leads[index] = self._leads[index] + delta.text, ""
+        thought, content = self._splitters[index].push(text, delta.result is not None)
+        if self._thinking.keep_in_content:
+            content = text
+        chunks = [sse(self.fmt.reasoning_chunk(index, thought))] if thought else []
+        return chunks, replace(delta, text=content)
 
     def stream_start(self) -> list[bytes]:
         if self._options.return_progress:  # each choice's opening comes with its progress
@@ -56,6 +90,7 @@ class OpenAIShape:
 
     def stream_delta(self, index: int, delta: Delta) -> list[bytes]:
         o = self._options
+        out: list[bytes] = []
         chunks = []
         if o.return_progress and index not in self._started:
             opening = self.fmt.opening_chunk(index)
@@ -63,6 +98,8 @@ class OpenAIShape:
                 opening["prompt_progress"] = prompt_progress(delta.usage, delta.timings)
             chunks.append(opening)
         self._started.add(index)
+        if self._thinking is not None:
+            out, delta = self._split(index, delta)
         chunks += self.fmt.chunks(index, delta)
         if delta.result is not None:
             self._results[index] = delta.result
@@ -73,7 +110,7 @@ class OpenAIShape:
                     chunk["timings"] = timings
             elif chunks and delta.result is not None and not o.include_usage:
                 chunks[-1]["timings"] = timings  # else the usage chunk, the last, has them
-        return [sse(chunk) for chunk in chunks]
+        return out + [sse(chunk) for chunk in chunks]
 
     def stream_end(self) -> list[bytes]:
         if not self._options.include_usage:
@@ -96,14 +133,17 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
     fmt = Formatter(chat=True, model=ctx.model_name, n_choices=options.n,
                     logprobs=options.logprobs, tool_format=prompt.tool_format,
                     answer_prefix=prompt.answer_prefix, post_sampling=options.post_sampling_probs)
-    if parsed.prefill_in_reply and parsed.prefill:
+    lead = parsed.prefill or "" if parsed.prefill_in_reply else ""
+    if lead and prompt.thinking is None:
         for i in range(options.n):
-            fmt.echo(i, parsed.prefill, [])
+            fmt.echo(i, lead, [])
     generation = Generation([prompt.tokens] * options.n,
                             [options.choice_params(i) for i in range(options.n)],
                             options.stream, prompt.keep_tokens)
-    return await respond(request, ctx, OpenAIShape(fmt, options), generation,
-                         arrival)
+    return await respond(request, ctx,
+                         OpenAIShape(fmt, options, prompt.thinking,
+                                     lead if prompt.thinking is not None else ""),
+                         generation, arrival)
 
 
 async def completions(request: HTTPRequest, ctx: AppContext) -> Response:

@@ -19,6 +19,7 @@ from starlette.requests import Request as HTTPRequest
 from ember.chat.limits import RenderLimits
 from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
 from ember.grammar import Constraint
+from ember.server import reasoning
 from ember.server.context import AppContext
 from ember.server.errors import bad_request, context_exceeded
 from ember.server.fields import check_text
@@ -68,17 +69,20 @@ class ChatPrompt:
     keep_tokens: list[int] = field(default_factory=list)  # control tokens kept as text
     answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
     constraint: Constraint | None = None  # a forced call: what the answer must be
+    thinking: reasoning.Thinking | None = None  # read the answer's thinking out (chat_request)
 
 
 def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str | None = None,
                 add_generation_prompt: bool = True, tools: ToolRequest | None = None,
-                tokenize: bool = True, within_context: bool = True) -> ChatPrompt:
+                tokenize: bool = True, within_context: bool = True,
+                template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
     """Checked messages (and tools) in the model's chat template; runs in a worker thread
     (ctx.in_worker). Tools go into the messages (ember.tools.prompt), the template renders
     under its limits, `prefill` (the reply's opening) follows the rendered text, then the
     tokens (`tokenize`). within_context: a generation's prompt, bounded by the context (the
     render's size and the token count); a 400 naming `messages` when the template refuses
-    them or runs past its limits."""
+    them or runs past its limits. template_kwargs: more variables of the template (vLLM's
+    chat_template_kwargs); the tools' own win."""
     engine = ctx.require_ready()
     template = ctx.template
     assert template is not None
@@ -87,7 +91,8 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
     try:
         chat = tool_prompt.prepare_chat(template, engine.tokenizer, messages, tools)
         text = template.render(chat.messages, add_generation_prompt=add_generation_prompt,
-                               limits=limits, **chat.variables) + (prefill or "") \
+                               limits=limits, **{**(template_kwargs or {}), **chat.variables}) \
+            + (prefill or "") \
             + chat.answer_prefix
     except ChatTemplateLimitError as err:
         if err.kind == "size":
@@ -107,19 +112,41 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
                       chat.constraint.grammar() if chat.constraint is not None else None)
 
 
-async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]
+async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
+                       thinking_budget: int | None = None
                        ) -> tuple[ChatCompletionRequest, ChatPrompt]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) parsed and rendered:
-    the request and its checked prompt (tokens, and how to read tool calls). A forced tool
-    call's constraint goes into the sampling parameters."""
+    the request and its checked prompt (tokens, and how to read tool calls and thinking). A
+    forced tool call's constraint goes into the sampling parameters; a reasoning model's
+    constraint and thinking budget apply after its thinking (reasoning.py). thinking_budget:
+    the API's own field (Anthropic's thinking.budget_tokens), read already."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, parse_chat_request, body, engine.n_vocab, engine.n_ctx,
                                ctx.defaults)
+    config = ctx.config
+    asks = reasoning.parse_request(body, config.reasoning_format,
+                                   None if config.reasoning_budget < 0 else config.reasoning_budget,
+                                   thinking_budget)
     prompt = await ctx.in_worker(render_chat, ctx, parsed.messages, prefill=parsed.prefill,
                                  add_generation_prompt=parsed.add_generation_prompt,
-                                 tools=parsed.tools)
+                                 tools=parsed.tools, template_kwargs=asks.template_kwargs)
+    params = parsed.options.params
     if prompt.constraint is not None:
-        parsed.options.params = replace(parsed.options.params, constraint=prompt.constraint)
+        params = replace(params, constraint=prompt.constraint)
+    assert ctx.template is not None
+    thinks = reasoning.is_reasoning_template(ctx.template.source)
+    if not thinks and body.get("reasoning_budget_tokens") not in (None, -1):
+        raise bad_request("'reasoning_budget_tokens': this model does not think (its chat "
+                          "template has no </think>)", param="reasoning_budget_tokens",
+                          code="unsupported_parameter")
+    if thinks:
+        opened = reasoning.starts_open(prompt.text)
+        before = reasoning.starts_open(prompt.text[:len(prompt.text) - len(parsed.prefill or "")])
+        prompt.thinking = reasoning.Thinking(asks.format, opened, before) if asks.parse else None
+        if asks.enabled and (params.constraint is not None or asks.budget is not None):
+            params = replace(params, constraint=reasoning.thinking_constraint(
+                params.constraint, asks.budget, opened))
+    parsed.options.params = params
     return parsed, prompt
 
 

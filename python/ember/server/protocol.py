@@ -12,12 +12,14 @@ every field through fields.py's reader.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from ember.server.constraints import FIELDS as CONSTRAINT_FIELDS
 from ember.server.constraints import parse_constraint
 from ember.server.errors import APIError, bad_request
 from ember.server.fields import (
@@ -90,7 +92,37 @@ def _unsupported(name: str, what: str) -> APIError:
                        code="unsupported_parameter")
 
 
+# vLLM's fields that change the output and that ember lacks: field -> (the value that changes
+# nothing, or None when only omitting it does; what ember lacks).
+_VLLM_OFF: dict[str, tuple[Any, str]] = {
+    "use_beam_search": (False, "beam search"),
+    "include_stop_str_in_output": (False, "stop strings in the output"),
+    "skip_special_tokens": (True, "special tokens in the text (control tokens are dropped)"),
+    "return_tokens_as_token_ids": (False, "tokens as 'token_id:N' strings"),
+    "allowed_token_ids": (None, "allowed_token_ids (a constraint or logit_bias does it)"),
+    "bad_words": (None, "bad_words (logit_bias or a constraint does it)"),
+    "prompt_logprobs": (None, "prompt logprobs on this endpoint (/v1/completions' echo with "
+                        "logprobs scores the prompt)"),
+    "truncate_prompt_tokens": (None, "prompt truncation"),
+    "chat_template": (None, "a chat template per request (the server's --chat-template)"),
+    "documents": (None, "documents for the chat template"),
+    "priority": (0, "priority scheduling"),
+}
+
+
+def _check_vllm(body: Fields) -> None:
+    for name, (off, what) in _VLLM_OFF.items():
+        value = body.get(name)
+        if value is None or (off is not None and value == off and type(value) is type(off)) \
+                or value == []:
+            continue
+        hint = "omit the field" if off is None else f"omit it or send {json.dumps(off)}"
+        raise bad_request(f"'{name}': {what} is not supported by ember; {hint}", param=name,
+                          code="unsupported_parameter")
+
+
 def _check_unsupported(body: Fields, chat: bool) -> None:
+    _check_vllm(body)
     if body.get("tools") and not chat:
         raise _unsupported("tools", "tool calling on /v1/completions (use chat completions)")
     if body.get("functions"):
@@ -112,6 +144,28 @@ def _stop(body: Fields) -> list[str]:
     for s in stop:
         check_text(s, "stop")
     return stop
+
+
+def _min_tokens(body: Fields, max_tokens: int | None) -> int:
+    """vLLM's min_tokens: no end-of-generation or stop token before that many tokens."""
+    value = body.integer("min_tokens", low=0, high=INT32_MAX) or 0
+    if max_tokens is not None and value > max_tokens:
+        raise bad_request(f"'min_tokens' ({value}) must be at most the token limit "
+                          f"({max_tokens})", param="min_tokens", code="invalid_value")
+    return value
+
+
+def _stop_token_ids(body: Fields, n_vocab: int) -> list[int]:
+    """vLLM's stop_token_ids: token ids that end the output, as EOS does."""
+    ids = body.array("stop_token_ids", "an array of token ids") or []
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise bad_request(f"'stop_token_ids' must be an array of token ids, got {show(token)}",
+                              param="stop_token_ids", code="invalid_type")
+        if not 0 <= token < n_vocab:
+            raise bad_request(f"'stop_token_ids' token id {token} is out of range [0, {n_vocab})",
+                              param="stop_token_ids", code="invalid_value")
+    return ids
 
 
 def _bias_value(value: Any, where: str, array_form: bool) -> float:
@@ -303,6 +357,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
             logprobs=logprobs, top_logprobs=top_logprobs,
             ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
             prediction=_prediction(body) if chat else None,
+            min_tokens=_min_tokens(body, max_tokens),
+            stop_token_ids=_stop_token_ids(body, n_vocab),
             post_sampling_probs=body.boolean("post_sampling_probs"), cache_prompt=cache_prompt)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
@@ -457,8 +513,7 @@ def parse_chat_request(body: Mapping[str, Any], n_vocab: int, n_ctx: int,
         raise bad_request(str(err), param=err.param, code=err.code) from None
     if tools is not None and tools.forced:
         if options.params.constraint is not None:
-            other = next(n for n in ("response_format", "json_schema", "grammar")
-                         if body.get(n) is not None)
+            other = next(n for n in CONSTRAINT_FIELDS if body.get(n) is not None)
             raise bad_request(f"'tool_choice' forces a tool call, which constrains the whole "
                               f"output, as '{other}' does too; give one of them",
                               param="tool_choice", code="invalid_value")

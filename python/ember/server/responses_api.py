@@ -78,6 +78,8 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "reasoning":
+            continue  # earlier thinking: reasoning templates leave it out of the history
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": fields.required_string("call_id"),
                         "content": _parts_text(item.get("output"), f"{where}.output")})
@@ -95,11 +97,19 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _check_unsupported(body: Fields) -> None:
+def _reasoning_effort(body: Fields) -> str | None:
+    """`reasoning`: {"effort": ...} as chat's reasoning_effort ("none" turns thinking off);
+    its `summary` ("auto" and the like) asks for a summary ember does not write: the
+    reasoning item carries the thinking itself, its summary empty."""
     reasoning = body.get("reasoning")
-    if isinstance(reasoning, Mapping) and reasoning.get("effort") not in (None, "none"):
-        raise bad_request("'reasoning': reasoning effort is not supported by this server",
-                          param="reasoning", code="unsupported_parameter")
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, Mapping):
+        raise bad_request("'reasoning' must be an object like {\"effort\": \"low\"}",
+                          param="reasoning", code="invalid_type")
+    effort = Fields(reasoning, "reasoning").string("effort")
+    Fields(reasoning, "reasoning").string("summary")
+    return effort
 
 
 def _tools(body: Fields) -> list[dict[str, Any]] | None:
@@ -134,7 +144,12 @@ def _tool_choice(value: Any) -> Any:
 
 
 def _item(part: Part, status: str) -> dict[str, Any]:
-    """An output item: a message (a text part) or a function_call (a call part)."""
+    """An output item: a message (a text part), a reasoning item (a reasoning part: the
+    thinking as its content, no summary) or a function_call (a call part)."""
+    if part.kind == "reasoning":
+        return {"type": "reasoning", "id": part.id, "status": status, "summary": [],
+                "content": [] if status == "in_progress" else [
+                    {"type": "reasoning_text", "text": part.text}]}
     if part.kind == "call":
         return {"type": "function_call", "id": part.id, "call_id": part.call_id,
                 "name": part.name, "arguments": part.text, "status": status}
@@ -195,6 +210,9 @@ class ResponsesShape(PartsShape):
     def new_text(self) -> Part:
         return Part("text", f"msg_{uuid.uuid4().hex}")
 
+    def new_reasoning(self) -> Part:
+        return Part("reasoning", f"rs_{uuid.uuid4().hex}")
+
     def new_call(self, name: str) -> Part:
         return Part("call", f"fc_{uuid.uuid4().hex}", name=name, call_id=self.fresh_call_id())
 
@@ -212,6 +230,9 @@ class ResponsesShape(PartsShape):
         where = {"item_id": part.id, "output_index": self.index(part)}
         if part.kind == "call":
             return [self._event("response.function_call_arguments.delta", **where, delta=text)]
+        if part.kind == "reasoning":
+            return [self._event("response.reasoning_text.delta", **where, content_index=0,
+                                delta=text)]
         return [self._event("response.output_text.delta", **where, content_index=0,
                             delta=text, logprobs=[])]
 
@@ -224,6 +245,9 @@ class ResponsesShape(PartsShape):
                    self._event("response.content_part.done", **where, content_index=0,
                                part={"type": "output_text", "text": part.text,
                                      "annotations": []})]
+        elif part.kind == "reasoning":
+            out = [self._event("response.reasoning_text.done", **where, content_index=0,
+                               text=part.text)]
         else:
             out = [self._event("response.function_call_arguments.done", **where,
                                name=part.name, arguments=part.text)]
@@ -274,11 +298,14 @@ def _chat_body(body: Fields, messages: list[dict[str, Any]]) -> dict[str, Any]:
     if response_format is not None:
         chat["response_format"] = response_format
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop",
-                 "presence_penalty", "frequency_penalty"):
+                 "presence_penalty", "frequency_penalty", "reasoning_budget_tokens"):
         if body.get(name) is not None:
             chat[name] = body.get(name)
     if max_output is not None:
         chat["max_tokens"] = max_output
+    effort = _reasoning_effort(body)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     return chat
 
 
@@ -287,7 +314,6 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     raw = await ctx.read_json(request)
     ctx.require_ready()
     body = Fields(raw)
-    _check_unsupported(body)
     messages = input_messages(body.get("input"))
     instructions = body.string("instructions")
     previous = body.string("previous_response_id")
