@@ -21,8 +21,8 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 // logits [n_outputs, n_vocab] of the output rows go to `logits` (may be null when n_outputs
 // is 0; it is host memory, the only memory of the pass the host reads). With a states scratch
 // (Scratch::states: an embedder's, an encoder's) the final token states [n_outputs, n_embd] go
-// there instead of logits. The caches must already hold positions 0 .. first position - 1 of each sequence. On a
-// device backend the pass is one submission of recorded ops and one wait.
+// there instead of logits. The caches must already hold positions 0 .. first position - 1 of
+// each sequence. On a device backend the pass is one submission of recorded ops and one wait.
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits);
 
 // What every caller of a batched pass does: lays its rows out as a ForwardBatch — tokens and

@@ -25,9 +25,11 @@ namespace {
 
 using Embeddings = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
 
-constexpr std::pair<ember::Pooling, const char*> kPoolingNames[] = {
-    {ember::Pooling::none, "none"}, {ember::Pooling::mean, "mean"}, {ember::Pooling::cls, "cls"},
-    {ember::Pooling::last, "last"}, {ember::Pooling::rank, "rank"}};
+constexpr std::pair<ember::Pooling, const char*> kPoolingNames[] = {{ember::Pooling::none, "none"},
+                                                                    {ember::Pooling::mean, "mean"},
+                                                                    {ember::Pooling::cls, "cls"},
+                                                                    {ember::Pooling::last, "last"},
+                                                                    {ember::Pooling::rank, "rank"}};
 
 const char* pooling_name(ember::Pooling p) {
   for (const auto& [pooling, name] : kPoolingNames) {
