@@ -167,3 +167,37 @@ def test_decoder_reranker_matches_transformers(tmp_path: Path):
     spread = max(want) - min(want)
     np.testing.assert_allclose(scores, want, atol=1e-3 * max(spread, 1.0))
     assert np.argsort(scores).tolist() == np.argsort(want).tolist()
+
+
+def test_yes_no_reranker_with_a_rerank_template(tmp_path: Path):
+    """A Qwen3-Reranker file as llama.cpp's converter writes it: a two-label head (yes, no) and
+    a tokenizer.chat_template.rerank framing each pair. The pair is that template filled in and
+    tokenized with special tokens parsed, and the score is P(yes), the softmax's first, as
+    llama.cpp computes it."""
+    from gguf_template import with_metadata
+
+    config = transformers.Qwen3Config(
+        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+        rms_norm_eps=1e-5, num_labels=2, pad_token_id=0)
+    torch.manual_seed(4)
+    model = transformers.Qwen3ForSequenceClassification(config).eval()
+    spread_weights(model)
+    folder = save_checkpoint(model, tmp_path / "hf")
+    plain = convert(folder, tmp_path / "r.gguf", "f32", progress=False).path
+    template = "<s>Query: {query}\nDocument: {document}\nRelevant:"
+    path = with_metadata(plain, tmp_path / "t.gguf",
+                         strings={"tokenizer.chat_template.rerank": template})
+    embedder = Embedder(path)
+    query, documents = "the cat", ["a dog ran far away", "the cat sat", "once"]
+    tokens, _ = embedder.pair_tokens(query, documents)
+    for t, d in zip(tokens, documents):
+        text = template.replace("{query}", query).replace("{document}", d)
+        assert t == list(embedder.tokenizer.encode(text, False, True))
+        assert t[0] == 1  # <s> parsed as the special token
+    ref = model.double()
+    with torch.no_grad():
+        want = [float(torch.softmax(ref(torch.tensor([t])).logits[0], 0)[0]) for t in tokens]
+    # The head's logits move by a few 1e-4 with the f16 K/V cache (measured: P(yes) by up to
+    # 1.1e-4); a wrong row, template or missing softmax moves P(yes) by more than 0.05.
+    np.testing.assert_allclose(embedder.rerank(query, documents), want, atol=1e-3)
