@@ -140,3 +140,21 @@ def test_ember_serve_embedding_cli_with_a_decoder(qwen3, tmp_path: Path) -> None
         assert r.status_code == 200, r.text
         v = np.array(r.json()["data"][0]["embedding"])
         assert cosine(v, hidden(model, SEQS[2]).mean(0)) >= 0.9999
+
+
+def test_rerank_refuses_a_decoder_without_a_head(qwen3) -> None:
+    """`--rerank` on a chat model fails the load with a message naming what it needs."""
+    import asyncio
+
+    from ember.server.context import AppContext
+
+    ctx = AppContext(ServerConfig(model=str(qwen3[1]), rerank=True, threads=1, parallel=1,
+                                  ctx_size=64))
+    ctx.loop = asyncio.new_event_loop()
+    try:
+        ctx.load()
+        assert ctx.load_error is not None and "is not a reranking model" in ctx.load_error
+        assert "Qwen3ForSequenceClassification" in ctx.load_error
+    finally:
+        ctx.close()
+        ctx.loop.close()

@@ -160,6 +160,7 @@ class AppContext:
         assert self.loop is not None
         if self.config.embedding and self._serves_encoder():
             return self._load_embedder()
+        engine: Engine | None = None
         try:
             engine = self.make_engine()
             template = engine.chat_template  # read (and compiled) now: a bad one fails the load
@@ -173,6 +174,8 @@ class AppContext:
             # Embedder of the same file (its own scratch, cache and copy of repacked weights).
             embedder = self._make_embedder(engine.path) if self.config.embedding else None
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            if engine is not None:
+                engine.close()
             self._load_failed(err)
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
