@@ -4,9 +4,9 @@ states (last_hidden_state, after the final norm) run in torch float64 and pooled
 first token, last token, or every token), and a decoder reranker (Qwen3ForSequenceClassification)
 against its logits.
 
-Tolerance: cosine >= 0.9999 per vector. With f32 weights ember differs from float64 torch only by
-f32 arithmetic and the f16 rounding (2^-11 relative) of each cached K and V: the lowest cosine measured is 0.99999984
-(f32 files) on these two-layer models; the f16 file is compared with the same model with its
+Tolerance: cosine >= 0.9999 per vector. With f32 weights ember differs from float64 torch only
+by f32 arithmetic and the f16 rounding (2^-11 relative) of each cached K and V: the lowest
+cosine measured is 0.99999984 (f32 files) on these two-layer models; the f16 file is compared with the same model with its
 weights rounded to f16 (what the file holds), so only the same two differences remain (and f16
 matmul rounding): lowest 0.9999975. A wrong
 mask (bidirectional instead of causal), a missing final norm, a wrong pooled row or rows leaking
