@@ -22,8 +22,10 @@ ARCHS = ("llama", "qwen2", "qwen3")
 
 
 def make_model(arch: str, *, tied: bool = False, rope: dict | None = None, seed: int = 0,
-               head_dim: int | None = None, hidden_size: int = 64, intermediate_size: int = 96):
-    """A random 2-layer model of `arch` with GQA (4 query heads, 2 kv heads), vocab 256.
+               head_dim: int | None = None, hidden_size: int = 64, intermediate_size: int = 96,
+               vocab_size: int = 256):
+    """A random 2-layer model of `arch` with GQA (4 query heads, 2 kv heads), vocab 256 unless
+    vocab_size says (512: stories260K's tokenizer's, for checkpoints ember.convert reads).
 
     rope: transformers rope_parameters (rope_theta is added); head_dim: overrides
     hidden_size / heads (qwen3 sets it explicitly in its config anyway); hidden_size and
@@ -41,7 +43,7 @@ def make_model(arch: str, *, tied: bool = False, rope: dict | None = None, seed:
     torch.manual_seed(seed)
     rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, **(rope or {})}
     common = {
-        "vocab_size": 256, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
+        "vocab_size": vocab_size, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
         "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
         "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "rope_parameters": rope_parameters,

@@ -116,6 +116,10 @@ void output_head(ForwardPass& p, float* logits) {
   const int64_t n_vocab = batch.vocab_rows(c.n_vocab), n_logits = batch.n_outputs * n_vocab;
   float* out = p.s.logits.as<float>();
   p.be.rms_norm(p.x, p.w.output_norm.f32(), batch.n_outputs, c.n_embd, c.rms_eps, p.xn);
+  if (p.s.states) {  // an embedding pass: the normed states are its output, no logits
+    p.be.download(p.s.xn, 0, logits, sizeof(float) * static_cast<size_t>(batch.n_outputs * c.n_embd));
+    return;
+  }
   p.be.matmul(p.w.output.type, p.w.output.data, c.n_embd, n_vocab, p.xn, batch.n_outputs, out);
   if (c.final_softcap > 0.0f) p.be.softcap(out, n_logits, c.final_softcap);
   p.be.download(p.s.logits, 0, logits, sizeof(float) * static_cast<size_t>(n_logits));

@@ -66,7 +66,8 @@ void gated_feed_forward(ForwardPass& p, const LayerWeights& l, int64_t n_rows, G
 
 // The output head of x's rows, exactly the batch's output rows in order: the final norm (into xn),
 // logits of the first batch.vocab_rows() tokens into host `logits` (soft-capped where the model
-// caps them), and the normed states into batch.hidden when it is set.
+// caps them), and the normed states into batch.hidden when it is set. A states scratch
+// (Scratch::states) gets the normed states into `logits` instead, and no logits.
 void output_head(ForwardPass& p, float* logits);
 
 }  // namespace ember

@@ -140,14 +140,16 @@ ModelConfig read_config(const GGUFFile& file) {
       throw Unsupported(cat(where, "attention.causal is true; ember runs ", arch_name,
                             " with bidirectional attention only"));
     }
-    const int64_t pooling = file.get_int(p + "pooling_type", static_cast<int64_t>(Pooling::mean));
-    if (pooling < static_cast<int64_t>(Pooling::mean) || pooling > static_cast<int64_t>(Pooling::last)) {
-      throw Unsupported(
-          cat(where, "pooling_type ", pooling, " is not supported; supported: 1 (mean), 2 (cls), 3 (last)"));
-    }
-    c.pooling = static_cast<Pooling>(pooling);
     c.n_token_types = file.get_int("tokenizer.ggml.token_type_count", 0);
   }
+  // As llama.cpp: a file that does not say pools an encoder's states by mean, a decoder's not at all.
+  const Pooling unsaid = c.is_encoder() ? Pooling::mean : Pooling::none;
+  const int64_t pooling = file.get_int(p + "pooling_type", static_cast<int64_t>(unsaid));
+  if (pooling < static_cast<int64_t>(Pooling::none) || pooling > static_cast<int64_t>(Pooling::rank)) {
+    throw Unsupported(cat(where, "pooling_type ", pooling,
+                          " is not supported; supported: 0 (none), 1 (mean), 2 (cls), 3 (last), 4 (rank)"));
+  }
+  c.pooling = static_cast<Pooling>(pooling);
   return c;
 }
 

@@ -15,8 +15,10 @@ namespace ember {
 // soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never logits.
 enum class ArchFamily { llama, gemma3, bert };
 
-// How an encoder's token states become one embedding ({arch}.pooling_type, llama.cpp's values).
-enum class Pooling { none = 0, mean = 1, cls = 2, last = 3 };
+// How a sequence's final token states become one embedding ({arch}.pooling_type, llama.cpp's
+// values): none keeps every token's state; rank is the state a classification head reads (a
+// reranker's): the first token's in an encoder, the last one's in a decoder.
+enum class Pooling { none = 0, mean = 1, cls = 2, last = 3, rank = 4 };
 
 // What distinguishes the supported architectures.
 struct ArchInfo {
@@ -64,10 +66,12 @@ struct ModelConfig {
   float attn_softcap = 0.0f;   // {arch}.attn_logit_softcapping
   float final_softcap = 0.0f;  // {arch}.final_logit_softcapping
 
-  // Encoders (bert): LayerNorm epsilon, the pooling of token states, token type count.
-  float layer_norm_eps = 1e-12f;    // {arch}.attention.layer_norm_epsilon
-  Pooling pooling = Pooling::none;  // {arch}.pooling_type; mean when an encoder's file does not say
-  int64_t n_token_types = 0;        // tokenizer.ggml.token_type_count, else token_types.weight's rows
+  // The pooling of token states into embeddings (model/embedder.h), any architecture.
+  Pooling pooling = Pooling::none;  // {arch}.pooling_type; unsaid: an encoder mean, a decoder none
+
+  // Encoders (bert): LayerNorm epsilon, token type count.
+  float layer_norm_eps = 1e-12f;  // {arch}.attention.layer_norm_epsilon
+  int64_t n_token_types = 0;      // tokenizer.ggml.token_type_count, else token_types.weight's rows
 
   // Mixture of experts (qwen2moe, qwen3moe; model/moe.h): with n_expert > 0 every layer's
   // feed-forward routes each token to n_expert_used of n_expert SwiGLU experts.

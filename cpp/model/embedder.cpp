@@ -10,15 +10,11 @@
 namespace ember {
 
 Embedder::Embedder(std::shared_ptr<const Model> model, const EmbedderOptions& options)
-    : model_(std::move(model)) {
+    : model_(std::move(model)), pooling_(options.pooling.value_or(model_->config().pooling)) {
   const ModelConfig& c = model_->config();
-  if (!c.is_encoder()) {
-    throw InvalidArgument(cat("[embed] ", model_->file().path(), ": architecture '", c.arch->name,
-                              "' is a generation model, not an embedding model"));
-  }
   if (options.n_batch <= 0) throw InvalidArgument(cat("[embed] n_batch must be > 0, got ", options.n_batch));
-  const int64_t n_batch = std::max(options.n_batch, c.n_ctx_train);
-  scratch_ = Scratch(model_->backend(), c, n_batch);
+  const int64_t n_batch = c.is_encoder() ? std::max(options.n_batch, c.n_ctx_train) : options.n_batch;
+  scratch_ = Scratch(model_->backend(), c, n_batch, /*states=*/true);
   kv_row_bytes_ = c.n_kv_dim() * int64_t{sizeof(uint16_t)};
   const size_t cache_bytes = static_cast<size_t>(c.n_layer * n_batch * kv_row_bytes_);
   k_cache_ = model_->backend().alloc(cache_bytes);
@@ -27,6 +23,18 @@ Embedder::Embedder(std::shared_ptr<const Model> model, const EmbedderOptions& op
   positions_.resize(n_batch);
   output_rows_.resize(n_batch);
   states_.resize(static_cast<size_t>(n_batch * c.n_embd));
+}
+
+int64_t Embedder::max_tokens() const {
+  const int64_t n_ctx = model_->config().n_ctx_train;
+  return n_ctx > 0 ? std::min(n_ctx, n_batch()) : n_batch();
+}
+
+int64_t Embedder::n_out_rows(const std::vector<std::span<const int32_t>>& seqs) const {
+  if (pooling_ != Pooling::none) return static_cast<int64_t>(seqs.size());
+  int64_t n = 0;
+  for (const auto& seq : seqs) n += static_cast<int64_t>(seq.size());
+  return n;
 }
 
 void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool normalize, float* out,
@@ -41,7 +49,7 @@ void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool nor
     const int64_t n = static_cast<int64_t>(seqs[i].size());
     if (n == 0 || n > max_tokens()) {
       throw InvalidArgument(cat("[embed] input ", i, " has ", n, " tokens; expected 1 to ", max_tokens(),
-                                " (the model's context length)"));
+                                " (the most one forward pass of this model takes)"));
     }
     for (int64_t t = 0; t < n; ++t) {
       if (seqs[i][t] < 0 || seqs[i][t] >= n_vocab) {
@@ -62,6 +70,7 @@ void Embedder::embed(const std::vector<std::span<const int32_t>>& seqs, bool nor
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  out_row_ = 0;
   size_t first = 0;
   while (first < seqs.size()) {
     size_t count = 0;
@@ -99,38 +108,48 @@ void Embedder::run_pass(const std::vector<std::span<const int32_t>>& seqs,
     for (int64_t t = 0; t < n; ++t) {
       tokens_[n_rows + t] = seqs[i][t];
       positions_[n_rows + t] = static_cast<int32_t>(t);
-      scratch_.token_types[n_rows + t] = token_types.empty() ? 0 : token_types[i][t];
+      if (c.is_encoder()) scratch_.token_types[n_rows + t] = token_types.empty() ? 0 : token_types[i][t];
     }
-    switch (c.pooling) {  // the rows pooling reads
-      case Pooling::cls: output_rows_[n_outputs++] = static_cast<int32_t>(n_rows); break;
-      case Pooling::last: output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + n - 1); break;
-      default:
-        for (int64_t t = 0; t < n; ++t) output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + t);
+    // The rows pooling reads: a reranker's head reads the first token's state in an encoder (its
+    // [CLS]) and the last one's in a decoder (the only one that saw the whole sequence).
+    const bool first_row = pooling_ == Pooling::cls || (pooling_ == Pooling::rank && c.is_encoder());
+    const bool last_row = pooling_ == Pooling::last || (pooling_ == Pooling::rank && !c.is_encoder());
+    if (first_row) {
+      output_rows_[n_outputs++] = static_cast<int32_t>(n_rows);
+    } else if (last_row) {
+      output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + n - 1);
+    } else {  // mean, none
+      for (int64_t t = 0; t < n; ++t) output_rows_[n_outputs++] = static_cast<int32_t>(n_rows + t);
     }
     n_rows += n;
   }
   forward_rows(*model_, scratch_, std::span(tokens_).first(n_rows), std::span(positions_).first(n_rows),
                seq_rows_, n_batch() * kv_row_bytes_, std::span(output_rows_).first(n_outputs), states_);
 
-  // Pooling in f32 over the output rows: each sequence's rows (mean), or its one row.
+  // Pooling in f32 over the output rows: each sequence's rows (mean), or its one row; pooling none
+  // copies every row (out's rows then count tokens: those of earlier passes come first).
   int64_t state_row = 0;
   for (size_t i = 0; i < count; ++i) {
-    float* e = out + (first + i) * n_embd;
-    const int64_t n_pooled = c.pooling == Pooling::mean ? seq_rows_[i].n_rows : 1;
-    std::fill(e, e + n_embd, 0.0f);
-    for (int64_t r = 0; r < n_pooled; ++r, ++state_row) {
-      const float* st = states_.data() + state_row * n_embd;
-      for (int64_t d = 0; d < n_embd; ++d) e[d] += st[d];
+    const int64_t n_pooled = pooling_ == Pooling::mean ? seq_rows_[i].n_rows : 1;
+    const int64_t n_vectors = pooling_ == Pooling::none ? seq_rows_[i].n_rows : 1;
+    for (int64_t v = 0; v < n_vectors; ++v) {
+      float* e = out + (out_row_ + v) * n_embd;
+      std::fill(e, e + n_embd, 0.0f);
+      for (int64_t r = 0; r < n_pooled; ++r, ++state_row) {
+        const float* st = states_.data() + state_row * n_embd;
+        for (int64_t d = 0; d < n_embd; ++d) e[d] += st[d];
+      }
+      const float inv_n = 1.0f / static_cast<float>(n_pooled);
+      for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_n;
+      if (normalize) {
+        double sum_sq = 0.0;
+        for (int64_t d = 0; d < n_embd; ++d) sum_sq += double{e[d]} * e[d];
+        // A zero vector stays zero (as sentence-transformers' normalize, which clamps the norm).
+        const float inv_norm = sum_sq > 0.0 ? static_cast<float>(1.0 / std::sqrt(sum_sq)) : 0.0f;
+        for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_norm;
+      }
     }
-    const float inv_n = 1.0f / static_cast<float>(n_pooled);
-    for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_n;
-    if (normalize) {
-      double sum_sq = 0.0;
-      for (int64_t d = 0; d < n_embd; ++d) sum_sq += double{e[d]} * e[d];
-      // A zero vector stays zero (as sentence-transformers' normalize, which clamps the norm).
-      const float inv_norm = sum_sq > 0.0 ? static_cast<float>(1.0 / std::sqrt(sum_sq)) : 0.0f;
-      for (int64_t d = 0; d < n_embd; ++d) e[d] *= inv_norm;
-    }
+    out_row_ += n_vectors;
   }
 }
 

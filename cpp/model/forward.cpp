@@ -100,7 +100,7 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
     batch.hidden = hidden->data();
   }
   out.resize(
-      static_cast<size_t>(batch.n_outputs * (c.is_encoder() ? c.n_embd : batch.vocab_rows(c.n_vocab))));
+      static_cast<size_t>(batch.n_outputs * (scratch.states ? c.n_embd : batch.vocab_rows(c.n_vocab))));
   forward(model, scratch, batch, out.data());
 }
 

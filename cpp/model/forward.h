@@ -19,16 +19,16 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
 
 // Runs `batch`: every row's K/V goes into its sequence's cache at the row's position, and
 // logits [n_outputs, n_vocab] of the output rows go to `logits` (may be null when n_outputs
-// is 0; it is host memory, the only memory of the pass the host reads). An encoder
-// (ModelConfig::is_encoder) writes its final token states [n_outputs, n_embd] there instead of
-// logits. The caches must already hold positions 0 .. first position - 1 of each sequence. On a
-// device backend the pass is one submission of recorded ops and one wait.
+// is 0; it is host memory, the only memory of the pass the host reads). With a states scratch
+// (Scratch::states: an embedder's, an encoder's) the final token states [n_outputs, n_embd] go
+// there instead of logits. The caches must already hold positions 0 .. first position - 1 of
+// each sequence. On a device backend the pass is one submission of recorded ops and one wait.
 void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, float* logits);
 
 // What every caller of a batched pass does: lays its rows out as a ForwardBatch — tokens and
 // positions [n_rows], seqs covering the rows in order with K/V layers kv_layer_stride bytes
 // apart, ascending output_rows [n_outputs] — validates it (validate_batch), sizes `out` to
-// [n_outputs, n_vocab] (an encoder: [n_outputs, n_embd]) and runs forward() into it. With
+// [n_outputs, n_vocab] (a states scratch: [n_outputs, n_embd]) and runs forward() into it. With
 // n_vocab_rows, logits of that many leading tokens only ([n_outputs, n_vocab_rows]); with
 // `hidden`, sized to [n_outputs, n_embd], the final states too (ForwardBatch's fields).
 void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,

@@ -5,7 +5,8 @@
 
 namespace ember {
 
-Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_batch(n_batch_) {
+Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_, bool states_)
+    : n_batch(n_batch_), states(states_ || c.is_encoder()) {
   auto floats = [&](int64_t n_cols) { return backend.alloc(sizeof(float) * n_batch * n_cols); };
   x = floats(c.n_embd);
   xn = floats(c.n_embd);
@@ -16,8 +17,8 @@ Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_) : n_b
   attn = floats(c.n_q_dim());
   ffn_gate = floats(c.n_ff);
   ffn_up = floats(c.n_ff);
-  // CPU: committed only as far as written. An encoder's output rows are token states.
-  logits = floats(c.is_encoder() ? c.n_embd : c.n_vocab);
+  // CPU: committed only as far as written.
+  logits = floats(states ? c.n_embd : c.n_vocab);
   if (c.is_moe()) moe = MoeScratch(backend, c, n_batch);
   if (c.is_encoder()) {
     token_types.assign(n_batch, 0);

@@ -15,6 +15,9 @@ namespace ember {
 // Activations of a micro-batch of up to n_batch rows.
 struct Scratch {
   int64_t n_batch = 0;
+  // The passes' outputs are the output rows' final (normed) states [n_outputs, n_embd], not logits:
+  // an embedder's scratch (model/embedder.h); an encoder's always, as it has no output head.
+  bool states = false;
   Buffer x;         // f32 [n_batch, n_embd] residual stream
   Buffer xn;        // f32 [n_batch, n_embd] normed block input, then a block's output
   Buffer x_out;     // f32 [n_batch, n_embd] residual of the output rows in the last layer
@@ -25,14 +28,15 @@ struct Scratch {
   Buffer ffn_gate;  // f32 [n_batch, n_ff] gate projection, then silu(gate) * up
   Buffer ffn_up;    // f32 [n_batch, n_ff]
   Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
-                    // (an encoder's: token states [n_batch, n_embd])
+                    // (with `states`: their final states [n_batch, n_embd])
   MoeScratch moe;   // mixture-of-experts layers' buffers; empty for dense models
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
   std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to
 
   Scratch() = default;
-  Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch);
+  // states: see above (an encoder's scratch has them whatever it says).
+  Scratch(Backend& backend, const ModelConfig& config, int64_t n_batch, bool states = false);
 };
 
 // The rows of one sequence in a forward batch: contiguous, in position order, each attending to

@@ -42,7 +42,8 @@ Prompt = Union[str, Sequence[int]]
 class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, options: EngineOptions | None = None,
-                 chat_template: str | None = None, **engine_fields: Any) -> None:
+                 chat_template: str | None = None, pooling: str | None = None,
+                 **engine_fields: Any) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
         model, on the engine with `options` (an ember.EngineOptions, else the defaults) and
@@ -55,16 +56,21 @@ class LLM:
         drafts from that text. device "cpu", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
         else "auto": the first GPU, else the CPU; an embedding model runs on the CPU, see
         ember.embeddings.Embedder). chat_template: a built-in template's name (gemma, chatml,
-        llama3) or a Jinja file, instead of the model's (see ember.chat.builtin)."""
+        llama3) or a Jinja file, instead of the model's (see ember.chat.builtin). pooling: how
+        embed() pools token states (none, mean, cls, last, rank), instead of the file's
+        pooling_type; a generation model embeds too, with an Embedder of the same file
+        loaded on the first embed (a second copy of the weights the CPU backend repacks)."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         options = engine_options(options, n_threads=n_threads, n_ctx=n_ctx, **engine_fields)
-        # An embedding model (bert) gets an Embedder instead of the generation engine.
+        # An embedding model (bert) gets an Embedder instead of the generation engine; a
+        # generation model gets one on its first embed().
         self.embedder: Embedder | None = None
         self._engine: Engine | None = None
+        self._embedder_args = {"n_threads": options.n_threads, "device": options.device,
+                               "pooling": pooling}
         if is_embedding_model(self.path):
-            self.embedder = Embedder(self.path, n_threads=options.n_threads,
-                                     device=options.device)
+            self.embedder = Embedder(self.path, **self._embedder_args)
         else:
             self._engine = Engine(self.path, options, chat_template=chat_template)
         self._metadata: dict[str, Any] | None = None
@@ -81,11 +87,11 @@ class LLM:
 
     @property
     def tokenizer(self) -> _core.Tokenizer:
-        return self.embedder.tokenizer if self.embedder else self.engine.tokenizer
+        return self.engine.tokenizer if self._engine else self.embedder.tokenizer  # type: ignore[union-attr]
 
     @property
     def n_ctx(self) -> int:
-        return self.embedder.max_tokens if self.embedder else self.engine.n_ctx
+        return self.engine.n_ctx if self._engine else self.embedder.max_tokens  # type: ignore[union-attr]
 
     @property
     def n_vocab(self) -> int:
@@ -189,13 +195,12 @@ class LLM:
 
     def embed(self, inputs: EmbeddingInput | Sequence[EmbeddingInput], normalize: bool = True
               ) -> np.ndarray:
-        """Embeddings of texts (or token-id lists) from an embedding model: float32
-        [len(inputs), n_embd], pooled as the model's file says and of unit length unless
-        normalize=False; a single text (or one list of token ids) gives one row. ValueError
-        for a generation model."""
+        """Embeddings of texts (or token-id lists): float32 [len(inputs), n_embd], pooled as
+        the model's file (or LLM's pooling) says and of unit length unless normalize=False; a
+        single text (or one list of token ids) gives one row. ValueError with pooling none
+        (a chat model's file says nothing: LLM(..., pooling="last"), "mean", ...)."""
         if self.embedder is None:
-            arch = self.metadata.get("general.architecture")
-            raise ValueError(f"{self.model_name} ({arch}) is not an embedding model")
+            self.embedder = Embedder(self.path, **self._embedder_args)
         single = isinstance(inputs, str) or (bool(inputs) and isinstance(inputs[0], int))
         batch = [inputs] if single else list(inputs)
         return self.embedder.embed(batch, normalize)

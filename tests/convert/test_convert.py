@@ -376,6 +376,9 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
                                                 "Gemma3ForCausalLM", "Gemma2ForCausalLM",
                                                 "Phi3ForCausalLM", "BertModel",
                                                 "BertForSequenceClassification",
+                                                "LlamaForSequenceClassification",
+                                                "Qwen2ForSequenceClassification",
+                                                "Qwen3ForSequenceClassification",
                                                 "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
 
 

@@ -8,11 +8,12 @@ registers itself by Hugging Face class name.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
-from gguf import GGUFWriter, RopeScalingType
+from gguf import GGUFWriter, PoolingType, RopeScalingType
 
 from .checkpoint import Checkpoint
 from .errors import ConvertError
@@ -127,6 +128,13 @@ class DecoderFamily:
                                f"{', '.join(self.rope_scaling_types)})")
         if scaling is not None and "factor" not in hp.rope_scaling:
             raise ConvertError(f"{where}: RoPE scaling {scaling!r} without a factor")
+        # A *ForSequenceClassification (a reranker): its head score.weight over the last token's
+        # state, no LM head; written as llama.cpp's cls.output with pooling rank and its labels.
+        self.labels: list[str] = []
+        if "score.weight" in checkpoint:
+            n_labels = checkpoint.entries["score.weight"].shape[0]
+            id2label = config.get("id2label") or {}
+            self.labels = [str(id2label.get(str(i), f"LABEL_{i}")) for i in range(n_labels)]
 
     # --- tensors -------------------------------------------------------------------------
 
@@ -169,7 +177,10 @@ class DecoderFamily:
         specs.append(TensorSpec("output_norm.weight", "model.norm.weight", (hp.n_embd,)))
         specs.append(TensorSpec("output.weight", "lm_head.weight", (hp.n_vocab, hp.n_embd),
                                 required=False))
-        if "lm_head.weight" not in ckpt and hp.tie_embeddings is False:
+        if self.labels:
+            specs.append(TensorSpec("cls.output.weight", "score.weight",
+                                    (len(self.labels), hp.n_embd)))
+        elif "lm_head.weight" not in ckpt and hp.tie_embeddings is False:
             raise ConvertError(f"{ckpt.folder}: no lm_head.weight, but config.json says "
                                f"tie_word_embeddings is false")
         return specs
@@ -265,6 +276,13 @@ class DecoderFamily:
             w.add_value_length(hp.head_dim)
         w.add_rope_dimension_count(self.n_rot)
         w.add_vocab_size(hp.n_vocab)
+        # A sentence-transformers decoder (Qwen3-Embedding, gte-Qwen2: last token) says how it
+        # pools; a chat model's file says nothing (ember and llama.cpp then pool none).
+        pooling = PoolingType.RANK if self.labels else sentence_pooling(self.checkpoint)
+        if pooling is not None:
+            w.add_pooling_type(pooling)
+        if self.labels:
+            w.add_classifier_output_labels(self.labels)
         scaling = hp.rope_scaling
         if scaling.get("rope_type") == "linear":
             w.add_rope_scaling_type(RopeScalingType.LINEAR)
@@ -283,3 +301,28 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     that llama.cpp's "normal" RoPE rotates."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
+
+
+def sentence_pooling(checkpoint: Checkpoint) -> PoolingType | None:
+    """The sentence-transformers Pooling module's mode (modules.json -> its config.json, as
+    convert_hf_to_gguf's _try_set_pooling_type reads it); None when the folder has none."""
+    folder = checkpoint.folder
+    modules = folder / "modules.json"
+    if not modules.is_file():
+        return None
+    try:
+        entries = json.loads(modules.read_text("utf-8"))
+        path = next((m["path"] for m in entries if m["type"].endswith("Pooling")), None)
+        if path is None:
+            return None
+        pooling = json.loads((folder / path / "config.json").read_text("utf-8"))
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
+        raise ConvertError(f"{modules}: cannot read the Pooling module's config ({err})") from None
+    if pooling.get("pooling_mode_mean_tokens"):
+        return PoolingType.MEAN
+    if pooling.get("pooling_mode_cls_token"):
+        return PoolingType.CLS
+    if pooling.get("pooling_mode_lasttoken"):
+        return PoolingType.LAST
+    raise ConvertError(f"{folder / path / 'config.json'}: pooling mode {pooling} is not "
+                       "supported (mean, cls or lasttoken)")

@@ -16,12 +16,11 @@ which llama.cpp's graph also applies (cls, tanh, cls.output), as transformers do
 
 from __future__ import annotations
 
-import json
 from typing import ClassVar
 
 from gguf import GGUFWriter, PoolingType
 
-from .base import DecoderFamily, HParams, TensorSpec
+from .base import DecoderFamily, HParams, TensorSpec, sentence_pooling
 from .checkpoint import Checkpoint
 from .errors import ConvertError
 from .registry import register
@@ -53,7 +52,7 @@ class BertFamily(DecoderFamily):
             self.labels = [str(v) for _, v in sorted(id2label.items(), key=lambda kv: int(kv[0]))]
             self.pooling = PoolingType.CLS
         else:
-            self.pooling = _pooling_type(checkpoint, where)
+            self.pooling = sentence_pooling(checkpoint) or PoolingType.MEAN
 
     def all_specs(self) -> list[TensorSpec]:
         hp, p = self.hp, self.prefix
@@ -114,28 +113,3 @@ class BertFamily(DecoderFamily):
         w.add_vocab_size(hp.n_vocab)
         if self.labels:
             w.add_classifier_output_labels(self.labels)
-
-
-def _pooling_type(checkpoint: Checkpoint, where: str) -> PoolingType:
-    """The sentence-transformers Pooling module's mode (convert_hf_to_gguf's
-    _try_set_pooling_type); mean for a plain BERT checkpoint."""
-    folder = checkpoint.folder
-    modules = folder / "modules.json"
-    if not modules.is_file():
-        return PoolingType.MEAN
-    try:
-        entries = json.loads(modules.read_text("utf-8"))
-        path = next((m["path"] for m in entries if m["type"].endswith("Pooling")), None)
-        if path is None:
-            return PoolingType.MEAN
-        pooling = json.loads((folder / path / "config.json").read_text("utf-8"))
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
-        raise ConvertError(f"{modules}: cannot read the Pooling module's config ({err})") from None
-    if pooling.get("pooling_mode_mean_tokens"):
-        return PoolingType.MEAN
-    if pooling.get("pooling_mode_cls_token"):
-        return PoolingType.CLS
-    if pooling.get("pooling_mode_lasttoken"):
-        return PoolingType.LAST
-    raise ConvertError(f"{folder / path / 'config.json'}: pooling mode {pooling} is not "
-                       "supported (mean, cls or lasttoken)")

@@ -16,7 +16,7 @@ from .errors import ConvertError
 from .registry import register
 
 
-@register("LlamaForCausalLM", "MistralForCausalLM")
+@register("LlamaForCausalLM", "MistralForCausalLM", "LlamaForSequenceClassification")
 class LlamaFamily(DecoderFamily):
     gguf_arch = "llama"
     permute_qk = True

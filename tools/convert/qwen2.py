@@ -7,7 +7,7 @@ from .base import DecoderFamily
 from .registry import register
 
 
-@register("Qwen2ForCausalLM")
+@register("Qwen2ForCausalLM", "Qwen2ForSequenceClassification")
 class Qwen2Family(DecoderFamily):
     gguf_arch = "qwen2"
     qkv_bias = "required"

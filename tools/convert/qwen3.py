@@ -7,7 +7,7 @@ from .base import DecoderFamily
 from .registry import register
 
 
-@register("Qwen3ForCausalLM")
+@register("Qwen3ForCausalLM", "Qwen3ForSequenceClassification")
 class Qwen3Family(DecoderFamily):
     gguf_arch = "qwen3"
     qk_norm = True

@@ -20,6 +20,7 @@ import typer
 
 from ember.chat import builtin
 from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.embeddings import POOLINGS
 from ember.options import EngineOptions
 from ember.server.config import ServerConfig
 
@@ -155,12 +156,22 @@ def serve(
         "--webui/--no-webui", envvar="EMBER_WEBUI",
         help="serve the bundled chat page at / (open http://HOST:PORT/ in a browser)")] = True,
     embedding: Annotated[bool, typer.Option(
-        "--embedding", envvar="EMBER_EMBEDDING",
-        help="serve an embedding model (bert): /v1/embeddings, no generation")] = False,
+        "--embedding", "--embeddings", envvar="EMBER_EMBEDDING",
+        help="answer /v1/embeddings and /embedding with the model, pooled as its file says or "
+        "--pooling: an encoder (bert) serves only those; a decoder (llama, qwen3, "
+        "Qwen3-Embedding...) keeps chat and completions beside them, as llama-server's "
+        "--embedding (a second copy of its weights embeds)")] = False,
     rerank: Annotated[bool, typer.Option(
         "--rerank", "--reranking", envvar="EMBER_RERANK",
-        help="serve a reranking model (a bert cross-encoder): /rerank (and /v1/rerank), "
-        "with --embedding's routes")] = False,
+        help="answer /rerank (and /v1/rerank) with a reranking model's head: a bert "
+        "cross-encoder, or a decoder classifier (pooling rank: a converted "
+        "Qwen3ForSequenceClassification, Qwen3-Reranker); implies --embedding")] = False,
+    pooling: Annotated[Optional[str], typer.Option(
+        "--pooling", envvar="EMBER_POOLING",
+        help="pooling of embeddings, instead of the file's pooling_type: none (every token's "
+        "vector, on /embedding only), mean, cls (first token), last (last token: "
+        "Qwen3-Embedding, e5-mistral), rank (a reranker's head) \\[default: the file's pooling_type; a "
+        "chat model's file has none]", show_default=False)] = None,
     chat_template: Annotated[Optional[str], typer.Option(
         "--chat-template", envvar="EMBER_CHAT_TEMPLATE",
         help=CHAT_TEMPLATE_HELP, show_default=False)] = None,
@@ -179,6 +190,9 @@ def serve(
 
     if model is not None:
         model = str(resolve_model(model))  # a missing file fails now, not after listening
+    if pooling is not None and pooling not in POOLINGS:
+        raise typer.BadParameter(f"{pooling!r} is not one of {', '.join(POOLINGS)}",
+                                 param_hint="--pooling")
     if chat_template is not None:
         try:  # a bad name or file fails now too
             builtin.resolve(chat_template)
@@ -197,7 +211,7 @@ def serve(
         spec="draft" if draft_model is not None and spec == "none" else spec,
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
-        chat_template=chat_template, reasoning_format=reasoning_format,
+        pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.embeddings import POOLINGS
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
@@ -47,8 +48,11 @@ class ServerConfig:
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
     webui: bool = True                # GET / serves the bundled chat page
-    embedding: bool = False           # serve an embedding model: /v1/embeddings, no generation
-    rerank: bool = False              # ... a reranking one (a cross-encoder): /rerank too
+    # /v1/embeddings, /embedding: an encoder (bert) serves only those; a decoder keeps its chat
+    # routes beside them (llama-server's --embedding, which embeds with any model).
+    embedding: bool = False
+    rerank: bool = False              # /rerank too, from a reranker's head (implies embedding)
+    pooling: str | None = None        # none, mean, cls, last, rank: instead of the file's pooling
     spec: str = _ENGINE.spec          # speculative decoding: "none", "ngram" (prompt lookup)
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
@@ -57,6 +61,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.rerank:
             self.embedding = True  # a reranker is served as an embedding model (llama-server's)
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ValueError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")
         # The engine's own check (EngineOptions.check), here so `ember serve` fails before it
         # listens.
         self.engine_options().check()

@@ -127,7 +127,8 @@ class AppContext:
         self.config = config
         self.make_engine = make_engine or self._load_engine
         self.engine: Engine | None = None
-        self.embedder: Embedder | None = None  # instead of the engine with config.embedding
+        # With config.embedding: an encoder's, instead of the engine; a decoder's, beside it.
+        self.embedder: Embedder | None = None
         self.template: ChatTemplate | None = None
         self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
         self.fim: FimTokens | None = None      # the model's infill tokens, if it has them
@@ -157,8 +158,9 @@ class AppContext:
         """Runs in a background thread: loads the model; on failure logs it and tells the
         runner (which stops the server)."""
         assert self.loop is not None
-        if self.config.embedding:
+        if self.config.embedding and self._serves_encoder():
             return self._load_embedder()
+        engine: Engine | None = None
         try:
             engine = self.make_engine()
             template = engine.chat_template  # read (and compiled) now: a bad one fails the load
@@ -168,12 +170,43 @@ class AppContext:
             bound = PromptBound.of(engine)
             fim = FimTokens.of(_core.GGUFFile(str(engine.path)).metadata) \
                 if engine.path.is_file() else None
+            # --embedding with a decoder: its embeddings beside chat (llama-server's), from an
+            # Embedder of the same file (its own scratch, cache and copy of repacked weights).
+            embedder = self._make_embedder(engine.path) if self.config.embedding else None
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            if engine is not None:
+                engine.close()
             self._load_failed(err)
             return
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
-        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim)
+        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim, embedder)
+
+    def _serves_encoder(self) -> bool:
+        """Is the model an encoder (which only embeds)? False when it cannot be told here:
+        the engine's load then reports the problem."""
+        from ember.embeddings import is_embedding_model
+        from ember.hub.models import resolve_model
+
+        try:
+            return is_embedding_model(resolve_model(self.config.model))
+        except Exception:  # noqa: BLE001 - a missing or bad file fails the load itself
+            return False
+
+    def _make_embedder(self, path: Path) -> Embedder:
+        c = self.config
+        embedder = Embedder(path, n_threads=c.threads, device=c.device, pooling=c.pooling)
+        if c.rerank and not embedder.is_reranker:
+            raise ValueError(f"{path.name} is not a reranking model (--rerank serves a model with "
+                             "a classification head: a cross-encoder such as a converted "
+                             "BertForSequenceClassification, or a decoder classifier such as "
+                             "Qwen3ForSequenceClassification)")
+        if c.rerank and embedder.pooling not in ("cls", "rank"):
+            raise ValueError(f"--rerank reads the state a reranker's head reads (pooling rank), "
+                             f"but {path.name} pools {embedder.pooling}")
+        log.info("%s embeds: %d dimensions, pooling %s, inputs of up to %d tokens",
+                 path.name, embedder.n_embd, embedder.pooling, embedder.max_tokens)
+        return embedder
 
     def _load_failed(self, err: BaseException) -> None:
         self.load_error = f"loading the model failed: {err}"
@@ -182,30 +215,21 @@ class AppContext:
             self.on_load_error()
 
     def _load_embedder(self) -> None:
-        from ember.embeddings import is_embedding_model
+        """An encoder: the embedder alone."""
         from ember.hub.models import resolve_model
 
         assert self.loop is not None
         try:
-            path = resolve_model(self.config.model)
-            if not is_embedding_model(path):
-                raise ValueError(f"{path.name} is not an embedding model (--embedding serves "
-                                 "encoder models such as bert)")
-            embedder = Embedder(path, n_threads=self.config.threads, device=self.config.device)
-            if self.config.rerank and not embedder.is_reranker:
-                raise ValueError(f"{path.name} is not a reranking model (--rerank serves a "
-                                 "cross-encoder with a classification head, such as a converted "
-                                 "BertForSequenceClassification)")
+            embedder = self._make_embedder(resolve_model(self.config.model))
         except BaseException as err:  # noqa: BLE001 - reported, and the server stops
             self._load_failed(err)
             return
-        log.info("loaded %s: embeddings of %d dimensions, inputs of up to %d tokens",
-                 path.name, embedder.n_embd, embedder.max_tokens)
         self.loop.call_soon_threadsafe(setattr, self, "embedder", embedder)
 
     def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound,
-                    fim: FimTokens | None) -> None:
+                    fim: FimTokens | None, embedder: Embedder | None) -> None:
         self.engine, self.template, self.bound, self.fim = engine, template, bound, fim
+        self.embedder = embedder
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
@@ -234,8 +258,8 @@ class AppContext:
     def require_ready(self) -> Engine:
         if self.shutting_down:
             raise APIError(503, "the server is shutting down", code="shutting_down")
-        if self.embedder is not None:
-            raise APIError(400, "this server serves an embedding model (ember serve "
+        if self.embedder is not None and self.engine is None:
+            raise APIError(400, "this server serves an encoder, an embedding model (ember serve "
                            "--embedding): only /v1/embeddings, /embedding and (for a reranking "
                            "model, with --rerank) /rerank answer", code="not_supported")
         if self.engine is None:
@@ -265,7 +289,7 @@ class AppContext:
 
     @property
     def model_path(self) -> Path:
-        if self.embedder is not None:
+        if self.embedder is not None and self.engine is None:
             return self.embedder.path
         return Path(self.engine.path if self.engine is not None else self.config.model or "")
 

@@ -1,6 +1,6 @@
-"""Embeddings on a server started with `ember serve --embedding` on an embedding model (bert):
-OpenAI's POST /v1/embeddings, and llama-server's native POST /embedding (and /embeddings, its
-alias there).
+"""Embeddings on a server started with `ember serve --embedding`: OpenAI's POST /v1/embeddings,
+and llama-server's native POST /embedding (and /embeddings, its alias there). An encoder (bert)
+serves only these; a decoder (Qwen3-Embedding, or any chat model) its chat routes beside them.
 
     /v1/embeddings: {"input": "text" | ["text", ...] | [id, ...] | [[id, ...], ...], "model"?,
      "encoding_format"?: "float" | "base64", "dimensions"?: n_embd, "user"?}
@@ -8,14 +8,16 @@ alias there).
         "model", "usage": {"prompt_tokens", "total_tokens"}}
     /embedding: {"content" (or "input"): the same forms, "embd_normalize"?: -1 | 0 | 1 | 2 | p}
     -> [{"index": i, "embedding": [[...]]}]  (one pooled vector per input, in a list, as
-       llama-server gives it for pooled models)
+       llama-server gives it for pooled models; with pooling none every token's vector,
+       unnormalized, and /v1/embeddings answers 400, as llama-server's)
 
 base64 is the little-endian float32 bytes of each vector, as OpenAI's client decodes it.
 embd_normalize is llama-server's (common_embd_normalize): -1 none, 0 max absolute scaled to the
-int16 range, 1 taxicab, 2 Euclidean (the default, as OpenAI's vectors), p > 2 the p-norm. Every
-input of a request is embedded in one call (packed into shared forward passes); requests take
-turns. A generation server answers these routes with a 501 (as llama-server without
---embedding), and this server's generation routes answer 400 (AppContext.require_ready).
+int16 range, 1 taxicab, 2 Euclidean (the default, as OpenAI's vectors), p > 2 the p-norm (with
+pooling none it is ignored, as llama-server ignores it). Every input of a request is embedded in
+one call (packed into shared forward passes); requests take turns. A server started without
+--embedding answers these routes with a 501 (as llama-server), and an encoder's server its
+generation routes with a 400 (AppContext.require_ready).
 """
 
 from __future__ import annotations
@@ -67,9 +69,9 @@ def _vector(row: np.ndarray, encoding: str) -> list[float] | str:
 def _require_embedder(request: Request, ctx: AppContext) -> Embedder:
     if ctx.embedder is None:
         ctx.require_ready()  # 503 while loading or shutting down
-        raise APIError(501, f"{request.url.path}: this server has no embedding model; start "
-                       "`ember serve --embedding` with one (bert)", code="not_supported",
-                       error_type="not_supported_error")
+        raise APIError(501, f"{request.url.path}: this server does not embed; start it with "
+                       "`ember serve MODEL --embedding` (any model; --pooling picks how)",
+                       code="not_supported", error_type="not_supported_error")
     return ctx.embedder
 
 
@@ -94,6 +96,10 @@ async def vectors_json(ctx: AppContext, out: Any, n_vectors: int) -> Response:
 async def embeddings(request: Request, ctx: AppContext) -> Response:
     body = Fields(await ctx.read_json(request))
     embedder = _require_embedder(request, ctx)
+    if embedder.pooling == "none":
+        raise bad_request("pooling 'none' gives every token's vector, which /v1/embeddings "
+                          "cannot return; use /embedding, or start the server with --pooling "
+                          "mean, cls or last", code="invalid_request")
     encoding = _options(body, embedder)
     tokens, vectors = await _embed(embedder, _inputs(body, "input"), "input")
     n_tokens = sum(len(t) for t in tokens)
@@ -128,6 +134,14 @@ async def native_embedding(request: Request, ctx: AppContext) -> Response:
     norm = body.integer("embd_normalize", low=-1)  # -1 none, 0 max absolute, 1 taxicab, ...
     norm = 2 if norm is None else norm
     inputs = _inputs(body, param)
+    if embedder.pooling == "none":  # every token's vector, unnormalized (llama-server's)
+        try:
+            rows = await asyncio.to_thread(embedder.token_embeddings, embedder.tokenize(inputs))
+        except ValueError as err:
+            raise bad_request(str(err).removeprefix("[embed] "), param=param,
+                              code="invalid_value") from None
+        out: Any = [{"index": i, "embedding": r.tolist()} for i, r in enumerate(rows)]
+        return await vectors_json(ctx, out, sum(len(r) for r in rows))
     if norm == 2:
         _, vectors = await _embed(embedder, inputs, param)
     else:

@@ -1,6 +1,8 @@
 """llama-server's reranking endpoint, POST /rerank (and /reranking, /v1/rerank, /v1/reranking),
-answered by `ember serve --rerank` on a cross-encoder (a converted BertForSequenceClassification;
-ember.embeddings.Embedder.rerank scores the pairs).
+answered by `ember serve --rerank` on a reranker: a cross-encoder (a converted
+BertForSequenceClassification) or a decoder classifier (pooling rank: a converted
+Qwen3ForSequenceClassification, Qwen3-Reranker); ember.embeddings.Embedder.rerank scores the
+pairs.
 
     Jina / Cohere shape: {"query", "documents": ["text", ...], "top_n"?, "return_documents"?,
                           "model"?}
@@ -9,7 +11,8 @@ ember.embeddings.Embedder.rerank scores the pairs).
     TEI shape: {"query", "texts": [...], "return_text"?} -> [{"index", "score", "text"?}, ...]
 
 Results are sorted by score, highest first, and cut to top_n (every document by default), as
-llama-server sorts them; scores are the head's raw logits, as llama-server reports them.
+llama-server sorts them; scores are the head's raw logits, as llama-server reports them (a
+decoder's yes/no head: P(yes)).
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ async def rerank(request: Request, ctx: AppContext) -> Response:
             ctx.require_ready()  # 503 while loading or shutting down
         raise APIError(501, f"{request.url.path}: this server does not rerank; start `ember "
                        "serve --rerank` with a reranking model (a cross-encoder such as a "
-                       "converted BertForSequenceClassification; --embedding serves embedding "
-                       "models)", code="not_supported", error_type="not_supported_error")
+                       "converted BertForSequenceClassification, or a decoder classifier such "
+                       "as Qwen3ForSequenceClassification)", code="not_supported",
+                       error_type="not_supported_error")
     body = Fields(raw)
     query = body.string("query")
     if query is None:
