@@ -80,7 +80,8 @@ def test_partial_block_reuse_keeps_tokens_and_logprobs(smollm2_path: Path) -> No
     prompts[2] = prompts[0][:70]                    # a strict prefix, mid-block
     runs = {}
     for caching in (False, True):
-        engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=2, kv_size=1024, prefix_caching=caching)
+        engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=2, kv_size=1024,
+                              prefix_caching=caching)
         first = run_all(engine, [prompts[0]], 6, logprobs=2)[0]
         later = [run_all(engine, [p], 6, logprobs=2)[0] for p in (prompts[0], prompts[1], prompts[2])]
         runs[caching] = [first, *later]
