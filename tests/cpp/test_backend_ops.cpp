@@ -484,7 +484,8 @@ TEST(copy_kv) {
   std::vector<uint8_t> want[2] = {k0, v0};
   for (std::vector<uint8_t>& w : want) {
     for (int64_t h = 0; h < n_head_kv; ++h) {
-      const int64_t from = s.offset(int64_t{src} * s.block_size, h), to = s.offset(int64_t{dst} * s.block_size, h);
+      const int64_t from = s.offset(int64_t{src} * s.block_size, h),
+                    to = s.offset(int64_t{dst} * s.block_size, h);
       std::copy(w.begin() + from, w.begin() + from + n_slots * s.head_bytes, w.begin() + to);
     }
   }
