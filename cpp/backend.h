@@ -262,6 +262,11 @@ class Backend {
   // as quantize_row_q8_0).
   virtual void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
                         const float* k, const float* v) = 0;
+  // Copies the K and V of slots [0, n_slots) of cache block src_block into the same slots of
+  // block dst_block (another block), every kv head, in one layer's cache `kv` (its block_table
+  // is not read: the ids are the cache's own). Recorded in order with the other ops. The rows a
+  // new sequence shares with a partly filled cached block reach it this way (copy on write).
+  virtual void copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) = 0;
   // out[n_rows, n_head * head_dim] = causal attention of q[n_rows, n_head * head_dim] over the
   // cached keys/values at positions 0..positions[r] of `kv` (f16, or q8_0 with head_dim a
   // multiple of 32), accumulated in f32.

@@ -5,7 +5,7 @@
 // logits. Small host tables an op reads (token ids, positions, block tables, RoPE frequencies)
 // may stay host pointers: they are copied into the stream as the op is recorded.
 // Each op's recording is in the file named as its CPU implementation (matmul.cpp, rms_norm.cpp,
-// rope.cpp, elementwise.cpp, softmax.cpp, get_rows.cpp, store_kv.cpp, attention.cpp).
+// rope.cpp, elementwise.cpp, softmax.cpp, get_rows.cpp, store_kv.cpp, copy_kv.cpp, attention.cpp).
 #pragma once
 
 #include <memory>
@@ -61,6 +61,7 @@ class VulkanBackend final : public Backend {
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
                 const float* v) override;
+  void copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) override;
   void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
                  const AttentionParams& params, float* out) override;
 

@@ -415,10 +415,26 @@ void Device::dispatch(const char* shader, const void* push, uint32_t push_bytes,
                          &barrier, 0, nullptr, 0, nullptr);
 }
 
+void Device::copy_within(const void* p, const VkBufferCopy* regions, uint32_t n_regions) {
+  if (n_regions == 0) return;
+  const Resolved r = resolve(p);
+  if (!r.allocation) throw std::logic_error("[vulkan] copy_within of host memory");
+  std::vector<VkBufferCopy> at(regions, regions + n_regions);
+  for (VkBufferCopy& c : at) {
+    c.srcOffset += r.offset;
+    c.dstOffset += r.offset;
+  }
+  record_copy(r.allocation->buffer, r.allocation->buffer, at.data(), n_regions);
+}
+
 void Device::copy(VkBuffer src, size_t src_offset, VkBuffer dst, size_t dst_offset, size_t n_bytes) {
+  const VkBufferCopy region{src_offset, dst_offset, n_bytes};
+  record_copy(src, dst, &region, 1);
+}
+
+void Device::record_copy(VkBuffer src, VkBuffer dst, const VkBufferCopy* regions, uint32_t n_regions) {
   begin_recording();
-  VkBufferCopy region{src_offset, dst_offset, n_bytes};
-  api_->vkCmdCopyBuffer(commands_, src, dst, 1, &region);
+  api_->vkCmdCopyBuffer(commands_, src, dst, n_regions, regions);
   VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |

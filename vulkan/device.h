@@ -150,6 +150,10 @@ class Device {
   // visible to everything recorded after it.
   void dispatch(const char* shader, const void* push, uint32_t push_bytes, uint32_t groups_x,
                 uint32_t groups_y = 1, uint32_t groups_z = 1);
+  // Records copies within the allocation holding p (device memory): region i copies
+  // n_bytes[i] from p + src[i] to p + dst[i] (non-overlapping), then a barrier that makes the
+  // writes visible to everything recorded after it.
+  void copy_within(const void* p, const VkBufferCopy* regions, uint32_t n_regions);
   // Submits what was recorded (one submission) and waits for it (one wait); no-op when empty.
   void submit_and_wait();
   int64_t n_submissions() const { return n_submissions_; }
@@ -160,6 +164,7 @@ class Device {
   void begin_recording();
   const Pipeline& pipeline(const char* shader);
   void copy(VkBuffer src, size_t src_offset, VkBuffer dst, size_t dst_offset, size_t n_bytes);
+  void record_copy(VkBuffer src, VkBuffer dst, const VkBufferCopy* regions, uint32_t n_regions);
 
   std::shared_ptr<Api> api_;
   PhysicalDeviceInfo info_;

@@ -149,6 +149,10 @@ void CpuBackend::add_rows_scaled(const float* x, const int32_t* ids, const float
 
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softmax(x, n_rows, n_cols, pool_); }
 
+void CpuBackend::copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) {
+  cpu::copy_kv(kv, src_block, dst_block, n_slots);
+}
+
 void CpuBackend::store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim,
                           const float* k, const float* v) {
   cpu::store_kv(kv, positions, n_rows, n_kv_dim, k, v, op_kernels_, pool_);

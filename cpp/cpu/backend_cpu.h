@@ -57,6 +57,7 @@ class CpuBackend final : public Backend {
                        float* y) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
                 const float* v) override;
+  void copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) override;
   void attention(const float* q, const int32_t* positions, int64_t n_rows, const KVView& kv,
                  const AttentionParams& params, float* out) override;
 

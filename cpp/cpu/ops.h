@@ -54,6 +54,8 @@ void softcap(float* x, int64_t n, float cap, ThreadPool& pool);
 void softmax(float* x, int64_t n_rows, int64_t n_cols, ThreadPool& pool);
 
 // k, v [n_rows, n_kv_dim] f32 -> the cache slots of positions[n_rows], as kv.type (f16 or q8_0).
+// Slots [0, n_slots) of block src_block to block dst_block, K and V, every kv head (backend.h).
+void copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots);
 void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
               const float* v, const OpKernels& kernels, ThreadPool& pool);
 

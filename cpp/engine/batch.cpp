@@ -12,6 +12,10 @@ void Batch::validate() const {
     throw std::logic_error(cat("[batch] invariant broken: ", what...));
   };
   if (block_size < 1) fail("block_size ", block_size);
+  for (const BlockCopy& c : block_copies) {
+    if (c.src < 0 || c.dst < 0 || c.src == c.dst || c.n_slots < 1 || c.n_slots >= block_size)
+      fail("a copy of ", c.n_slots, " slots from block ", c.src, " to block ", c.dst);
+  }
   if (positions.size() != tokens.size() || slot_mapping.size() != tokens.size()) {
     fail(tokens.size(), " tokens, ", positions.size(), " positions, ", slot_mapping.size(), " slots");
   }

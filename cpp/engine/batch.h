@@ -53,6 +53,9 @@ struct Batch {
   std::vector<int32_t> block_tables;  // [Σ n_blocks] every sequence's block table, concatenated
   std::vector<int32_t> output_rows;   // [n_outputs] ascending rows whose logits are sampled
   std::vector<BatchSequence> seqs;    // [n_seqs]
+  // Copies of K/V rows between cache blocks, run before any row of the batch is written (the
+  // rows a newly admitted sequence shares with a partially filled cached block).
+  std::vector<BlockCopy> block_copies;
 
   int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_outputs() const { return static_cast<int64_t>(output_rows.size()); }

@@ -15,6 +15,7 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
   batch.positions.reserve(plan.n_tokens);
   batch.slot_mapping.resize(plan.n_tokens);
   batch.seqs.reserve(plan.seqs.size());
+  batch.block_copies = plan.block_copies;
   for (const ScheduledSequence& p : plan.seqs) {
     const Request* r = scheduler.find(p.id);
     const int64_t n_known = p.n_tokens - p.n_drafts();  // rows of known tokens, then the drafts

@@ -21,7 +21,8 @@ struct EngineOptions {
   int block_size = 16;              // tokens per KV block
   int64_t max_batch_tokens = 512;   // token budget of one step: rows of the largest batch
   int64_t max_queue = 0;            // waiting requests at most; 0: no limit
-  bool prefix_caching = true;       // full blocks are shared between prompts with equal prefixes
+  bool prefix_caching = true;       // prompts with equal prefixes share their K/V (full blocks by
+                                    // reference, a partly filled last block by a copy)
   std::string kv_type = "f16";      // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
                                     // instead of 64: ~1.9x the tokens in a byte budget, slightly
                                     // less exact; needs head_dim % 32 == 0)

@@ -20,11 +20,11 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
-  // Runs `batch` through the model: writes every row's K/V to slot_mapping[row] of the paged
-  // cache, and returns, for each sequence with output_index >= 0 in batch order, its accepted
-  // drafts then one sampled token. A draft is accepted by the rule that leaves the output
-  // distribution exactly as without drafts (greedy: it is the argmax). May throw; the engine
-  // then fails the batch's requests with the message.
+  // Runs `batch` through the model: first makes batch.block_copies in the paged cache, then
+  // writes every row's K/V to slot_mapping[row], and returns, for each sequence with output_index >= 0 in
+  // batch order, its accepted drafts then one sampled token. A draft is accepted by the rule that leaves the
+  // output distribution exactly as without drafts (greedy: it is the argmax). May throw; the engine then
+  // fails the batch's requests with the message.
   virtual std::vector<SampledTokens> execute(const Batch& batch) = 0;
 
   // Requests that left the engine (finished, cancelled, failed): drop any state kept for them.

@@ -104,6 +104,17 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
     throw std::logic_error(
         cat("[engine] the batch has blocks of ", batch.block_size, " tokens, the cache ", cache_.block_size));
   }
+  // Rows of partial prefix hits, every layer, before this batch writes any row.
+  for (const BlockCopy& c : batch.block_copies) {
+    if (c.src < 0 || c.src >= config_.n_blocks || c.dst < 0 || c.dst >= config_.n_blocks || c.src == c.dst ||
+        c.n_slots < 1 || c.n_slots > cache_.block_size) {
+      throw std::logic_error(cat("[engine] a copy of ", c.n_slots, " slots from block ", c.src, " to block ",
+                                 c.dst, " of ", config_.n_blocks));
+    }
+    for (int64_t il = 0; il < cache_.n_layer; ++il) {
+      model_->backend().copy_kv(cache_.layer(il, nullptr), c.src, c.dst, c.n_slots);
+    }
+  }
   const int64_t n_rows = batch.n_rows(), n_outputs = batch.n_outputs();
   tokens_.assign(batch.tokens.begin(), batch.tokens.end());
   positions_.assign(batch.positions.begin(), batch.positions.end());

@@ -3,6 +3,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -169,18 +170,30 @@ StepPlan Scheduler::schedule() {
   while (plan.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < config_.parallel) {
     Request& r = *waiting_.front();
-    const PrefixHit hit = r.options.reuse_prefix ? kv_.get_computed_blocks(r.kv_state()) : PrefixHit{};
-    const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
-    if (!config_.enable_chunked_prefill && n_remaining > budget) break;
-    const int64_t n_new = std::min(n_remaining, budget);
-    if (!kv_.allocate_slots(r.kv_state(), n_new, hit)) break;
+    PrefixHit hit = r.options.reuse_prefix ? kv_.get_computed_blocks(r.kv_state()) : PrefixHit{};
+    // A partial hit also holds its copy's source for the step; when that block is what the
+    // pool lacks, the request runs without it rather than waiting for it.
+    std::optional<int64_t> n_new;
+    for (bool retry = false; !n_new; retry = true) {
+      if (retry) {
+        if (!hit.has_partial()) break;
+        hit = hit.without_partial();
+      }
+      const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
+      if (!config_.enable_chunked_prefill && n_remaining > budget) break;
+      if (kv_.allocate_slots(r.kv_state(), std::min(n_remaining, budget), hit)) {
+        n_new = std::min(n_remaining, budget);
+      }
+    }
+    if (!n_new) break;
     waiting_.pop_front();
     r.num_computed_tokens = hit.n_tokens();
     if (r.n_cached_tokens < 0) r.n_cached_tokens = hit.n_tokens();
     r.status = RequestStatus::running;
     running_.push_back(&r);
-    plan_step(r, n_new);
+    plan_step(r, *n_new);
   }
+  plan.block_copies = kv_.take_block_copies();
   return plan;
 }
 

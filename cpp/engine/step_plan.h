@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "kv/kv_cache_manager.h"
 #include "sampling/logprobs.h"
 
 namespace ember {
@@ -40,6 +41,8 @@ struct StepPlan {
   std::vector<RequestId> preempted;     // lost their blocks this step; they wait to recompute
   std::vector<RequestId> finished;      // left the scheduler since the last plan (finished or
                                         // cancelled): runners drop any state they keep for them
+  std::vector<BlockCopy> block_copies;  // K/V rows to copy before the step runs (partial
+                                        // prefix hits of newly admitted requests)
   int64_t n_tokens = 0;                 // sum of seqs[i].n_tokens <= max_batch_tokens
 
   bool empty() const { return seqs.empty(); }

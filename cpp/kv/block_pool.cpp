@@ -21,6 +21,7 @@ BlockPool::BlockPool(int64_t n_blocks, int block_size, BlockHashFn hash)
   free_list_.reserve(n_blocks);
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<BlockId>(b));
   cached_.reserve(n_blocks);
+  first_child_.assign(n_blocks + 1, kNoBlock);
 }
 
 double BlockPool::usage() const {
@@ -69,7 +70,8 @@ void BlockPool::release(std::span<const BlockId> blocks) {
 
 bool BlockPool::matches(BlockId block, PrefixLink parent, std::span<const int32_t> tokens) const {
   const Block& b = blocks_[block];
-  return b.cached && b.parent == parent && std::ranges::equal(tokens_of(block), tokens);
+  return b.cached && b.n_tokens == block_size_ && b.parent == parent &&
+         std::ranges::equal(tokens_of(block), tokens);
 }
 
 bool BlockPool::is_cached(PrefixLink link) const {
@@ -94,11 +96,17 @@ std::optional<PrefixLink> BlockPool::cache(BlockId block, PrefixLink parent,
   }
   if (b.ref_count <= 0)
     throw std::logic_error(cat("[kv] cache of block ", block, ", which is not referenced"));
-  if (b.cached) {  // already registered (a prefix hit, or cached by this sequence before)
+  if (b.cached && b.n_tokens == block_size_) {  // already registered (a prefix hit, or cached before)
     if (!matches(block, parent, tokens)) {
       throw std::logic_error(cat("[kv] block ", block, " is cached with a different prefix"));
     }
     return PrefixLink{block, b.generation};
+  }
+  if (b.cached) {  // partial until now: its owner filled it
+    if (b.parent != parent || !std::ranges::equal(tokens_of(block), tokens.first(b.n_tokens))) {
+      throw std::logic_error(cat("[kv] block ", block, " is cached partially with a different prefix"));
+    }
+    uncache(block);  // cached again below as full, or left uncached
   }
   if (!is_cached(parent)) return std::nullopt;
   const BlockHash hash = hash_(hash_of(parent), tokens);
@@ -109,10 +117,54 @@ std::optional<PrefixLink> BlockPool::cache(BlockId block, PrefixLink parent,
     return std::nullopt;
   }
   b.cached = true;
+  b.n_tokens = block_size_;
   b.hash = hash;
   b.parent = parent;
   std::ranges::copy(tokens, cached_tokens_.begin() + int64_t{block} * block_size_);
+  children_add(block);
   return PrefixLink{block, b.generation};
+}
+
+bool BlockPool::cache_partial(BlockId block, PrefixLink parent, std::span<const int32_t> tokens) {
+  Block& b = blocks_.at(block);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n >= block_size_) {
+    throw std::logic_error(
+        cat("[kv] partial cache of block ", block, " with ", n, " tokens, blocks hold ", block_size_));
+  }
+  if (b.ref_count <= 0)
+    throw std::logic_error(cat("[kv] partial cache of block ", block, ", which is not referenced"));
+  if (b.cached) {
+    if (b.n_tokens == block_size_ || b.parent != parent || b.n_tokens > n ||
+        !std::ranges::equal(tokens_of(block), tokens.first(b.n_tokens))) {
+      throw std::logic_error(cat("[kv] block ", block, " is cached with other tokens than its owner's"));
+    }
+  } else {
+    if (!is_cached(parent)) return false;
+    b.cached = true;
+    b.parent = parent;
+    children_add(block);
+    ++n_partial_;
+  }
+  b.n_tokens = static_cast<int32_t>(n);
+  std::ranges::copy(tokens, cached_tokens_.begin() + int64_t{block} * block_size_);
+  return true;
+}
+
+std::optional<PrefixMatch> BlockPool::find_longest_prefix(PrefixLink parent,
+                                                          std::span<const int32_t> tokens) const {
+  if (tokens.empty() || !is_cached(parent)) return std::nullopt;
+  std::optional<PrefixMatch> best;
+  for (BlockId c = first_child(parent.block); c != kNoBlock; c = blocks_[c].sibling_next) {
+    if (blocks_[c].parent != parent) continue;  // a child of an older block with this id
+    const auto own = tokens_of(c);
+    const int64_t n_common = std::mismatch(own.begin(), own.end(), tokens.begin(), tokens.end()).first -
+                             own.begin();
+    if (n_common > 0 && (!best || n_common > best->n_tokens)) {
+      best = PrefixMatch{PrefixLink{c, blocks_[c].generation}, n_common};
+    }
+  }
+  return best;
 }
 
 std::vector<BlockId> BlockPool::evictable_blocks() const {
@@ -138,16 +190,43 @@ void BlockPool::lru_remove(BlockId block) {
   --n_evictable_;
 }
 
-// Takes the least recently released cached block out of the cache; its old links die with the
-// generation bump. Only called when the free list is empty and an evictable block exists.
+void BlockPool::children_add(BlockId block) {
+  Block& b = blocks_[block];
+  BlockId& head = first_child(b.parent.block);
+  b.sibling_prev = kNoBlock;
+  b.sibling_next = head;
+  if (head != kNoBlock) blocks_[head].sibling_prev = block;
+  head = block;
+}
+
+void BlockPool::children_remove(BlockId block) {
+  Block& b = blocks_[block];
+  (b.sibling_prev == kNoBlock ? first_child(b.parent.block)
+                              : blocks_[b.sibling_prev].sibling_next) = b.sibling_next;
+  if (b.sibling_next != kNoBlock) blocks_[b.sibling_next].sibling_prev = b.sibling_prev;
+  b.sibling_prev = b.sibling_next = kNoBlock;
+}
+
+void BlockPool::uncache(BlockId block) {
+  Block& b = blocks_[block];
+  children_remove(block);
+  if (b.n_tokens == block_size_) {
+    cached_.erase(b.hash);
+  } else {
+    --n_partial_;
+  }
+  b.cached = false;
+  b.n_tokens = 0;
+  b.parent = PrefixLink{};
+  ++b.generation;
+}
+
+// Takes the least recently released cached block out of the cache. Only called when the free
+// list is empty and an evictable block exists.
 BlockId BlockPool::evict_lru() {
   const BlockId block = lru_head_;
   lru_remove(block);
-  Block& b = blocks_[block];
-  cached_.erase(b.hash);
-  b.cached = false;
-  b.parent = PrefixLink{};
-  ++b.generation;
+  uncache(block);
   return block;
 }
 
@@ -169,7 +248,7 @@ void BlockPool::check_invariants() const {
   }
   if (prev != lru_tail_) fail("LRU tail is ", lru_tail_, ", the list ends at ", prev);
   if (n_lru != n_evictable_) fail(n_lru, " blocks on the LRU list, counted ", n_evictable_);
-  int64_t n_cached_blocks = 0;
+  int64_t n_cached_blocks = 0, n_partial_blocks = 0;
   for (BlockId b = 0; b < n; ++b) {
     const Block& blk = blocks_[b];
     if (blk.ref_count < 0) fail("block ", b, " has ref_count ", blk.ref_count);
@@ -181,18 +260,40 @@ void BlockPool::check_invariants() const {
     if (bool(on_lru[b]) != want_lru)
       fail("block ", b, " (refs ", blk.ref_count, ", cached ", blk.cached, ") ", on_lru[b] ? "is" : "is not",
            " on the LRU list");
-    if (blk.cached) {
-      ++n_cached_blocks;
-      const auto it = cached_.find(blk.hash);
-      if (it == cached_.end() || it->second != b) fail("cached block ", b, " is not in the hash map");
-      if (is_cached(blk.parent) && blk.hash != hash_(hash_of(blk.parent), tokens_of(b))) {
-        fail("cached block ", b, " has a hash that is not hash(parent, tokens)");
-      }
+    if (!blk.cached) continue;
+    if (blk.n_tokens < 1 || blk.n_tokens > block_size_)
+      fail("cached block ", b, " holds ", blk.n_tokens, " tokens");
+    if (blk.n_tokens < block_size_) {
+      ++n_partial_blocks;
+      continue;
+    }
+    ++n_cached_blocks;
+    const auto it = cached_.find(blk.hash);
+    if (it == cached_.end() || it->second != b) fail("cached block ", b, " is not in the hash map");
+    if (is_cached(blk.parent) && blk.hash != hash_(hash_of(blk.parent), tokens_of(b))) {
+      fail("cached block ", b, " has a hash that is not hash(parent, tokens)");
     }
   }
   if (n_cached_blocks != static_cast<int64_t>(cached_.size())) {
     fail("the hash map has ", cached_.size(), " entries for ", n_cached_blocks, " cached blocks");
   }
+  if (n_partial_blocks != n_partial_) fail(n_partial_blocks, " partial blocks, counted ", n_partial_);
+  // Every cached block is on its parent's children list once, and nothing else is.
+  int64_t n_listed = 0;
+  std::vector<uint8_t> listed(n, 0);
+  for (BlockId parent = kNoBlock; parent < n; ++parent) {
+    BlockId prev = kNoBlock;
+    for (BlockId c = first_child(parent); c != kNoBlock; prev = c, c = blocks_[c].sibling_next) {
+      if (c < 0 || c >= n || listed[c]++ || n_listed++ > n)
+        fail("the children of block ", parent, " are corrupt");
+      if (!blocks_[c].cached || blocks_[c].parent.block != parent)
+        fail("block ", c, " is listed as a cached child of block ", parent);
+      if (blocks_[c].sibling_prev != prev)
+        fail("sibling back link of block ", c, " is ", blocks_[c].sibling_prev);
+    }
+  }
+  if (n_listed != n_cached_blocks + n_partial_blocks)
+    fail(n_listed, " blocks on children lists, ", n_cached_blocks + n_partial_blocks, " cached");
 }
 
 }  // namespace ember

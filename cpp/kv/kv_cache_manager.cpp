@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "core/error.h"
 
@@ -53,7 +54,16 @@ PrefixHit KVCacheManager::get_computed_blocks(const SequenceState& seq) const {
     hit.links_.push_back(*link);
     parent = *link;
   }
-  hit.n_tokens_ = static_cast<int64_t>(hit.links_.size()) * bs;
+  const int64_t n_full = static_cast<int64_t>(hit.links_.size()) * bs;
+  // The next tokens, up to a block and short of the last token: the rows a copy may give.
+  const int64_t n_rest = std::min<int64_t>(bs, static_cast<int64_t>(seq.tokens.size()) - 1 - n_full);
+  if (n_rest > 0) {
+    if (const auto match = pool_.find_longest_prefix(parent, seq.tokens.subspan(n_full, n_rest))) {
+      hit.partial_ = match->link;
+      hit.n_partial_ = match->n_tokens;
+    }
+  }
+  hit.n_tokens_ = n_full + hit.n_partial_;
   return hit;
 }
 
@@ -79,10 +89,20 @@ std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, 
     if (!pool_.is_cached(link)) throw std::logic_error(cat("[kv] sequence ", seq.id, ": a stale prefix hit"));
     n_hit_evictable += pool_.ref_count(link.block) == 0;
   }
+  if (hit.has_partial()) {
+    if (!pool_.is_cached(hit.partial_) || pool_.n_cached_tokens(hit.partial_.block) < hit.n_partial_) {
+      throw std::logic_error(cat("[kv] sequence ", seq.id, ": a stale partial prefix hit"));
+    }
+    n_hit_evictable += pool_.ref_count(hit.partial_.block) == 0;
+  }
   if (n_need > pool_.n_allocatable() - n_hit_evictable) return std::nullopt;
 
   for (const PrefixLink& link : hit.links_) pool_.ref(link.block);
+  // The copy's source stays referenced until take_block_copies(), so no allocation evicts it.
+  if (hit.has_partial()) pool_.ref(hit.partial_.block);
   auto fresh = pool_.allocate(n_need);  // can't fail: checked above
+  // n_need >= 1 with a partial hit: its rows lie past the shared blocks.
+  if (hit.has_partial()) pending_copies_.push_back({hit.partial_.block, fresh->front(), hit.n_partial_});
   Table& t = is_new ? tables_[seq.id] : it->second;
   for (const PrefixLink& link : hit.links_) {
     t.blocks.push_back(link.block);
@@ -94,6 +114,12 @@ std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, 
     n_prefix_hit_tokens_ += hit.n_tokens();
   }
   return n_need;
+}
+
+std::vector<BlockCopy> KVCacheManager::take_block_copies() {
+  std::vector<BlockCopy> copies = std::exchange(pending_copies_, {});
+  for (const BlockCopy& c : copies) pool_.release(std::span<const BlockId>(&c.src, 1));
+  return copies;
 }
 
 void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
@@ -117,6 +143,13 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
     } else {
       t.caching_stopped = true;
     }
+  }
+  // The computed head of the next block, after an unbroken chain: a partial block others copy.
+  const int64_t n_head = n_computed - n_full * bs;
+  if (n_head > 0 && !t.caching_stopped && static_cast<int64_t>(t.links.size()) == n_full &&
+      n_full < static_cast<int64_t>(t.blocks.size()) && t.blocks[n_full] != kNoBlock) {
+    const PrefixLink parent = n_full == 0 ? PrefixLink{} : t.links[n_full - 1];
+    pool_.cache_partial(t.blocks[n_full], parent, seq.tokens.subspan(n_full * bs, n_head));
   }
 }
 
@@ -210,6 +243,7 @@ void KVCacheManager::check_invariants() const {
       if (t.blocks[i] != kNoBlock) ++refs.at(t.blocks[i]);
     }
   }
+  for (const BlockCopy& c : pending_copies_) ++refs.at(c.src);
   for (BlockId b = 0; b < pool_.n_blocks(); ++b) {
     if (refs[b] != pool_.ref_count(b)) {
       throw std::logic_error(cat("[kv] invariant broken: block ", b, " is in ", refs[b],

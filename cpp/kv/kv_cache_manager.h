@@ -45,15 +45,35 @@ struct SequenceState {
   int64_t n_computed_tokens = 0;
 };
 
+// K/V rows to copy before a step's forward pass: slots [0, n_slots) of block src into the same
+// slots of block dst, every layer (a partial prefix hit: dst's sequence goes on after them).
+struct BlockCopy {
+  BlockId src = kNoBlock;
+  BlockId dst = kNoBlock;
+  int64_t n_slots = 0;  // 1 .. block_size - 1
+};
+
 // The cached prefix get_computed_blocks() found for a new sequence, to hand back to
-// allocate_slots(). Callers read its size only; the blocks stay the manager's business.
+// allocate_slots(): whole shared blocks, then maybe the leading rows of one more cached block
+// (full or partial) that the sequence gets a copy of. Callers read its size only; the blocks
+// stay the manager's business.
 class PrefixHit {
  public:
   int64_t n_tokens() const { return n_tokens_; }
+  bool has_partial() const { return n_partial_ > 0; }
+  // The same hit without its partial block (when the pool has no room for the copy's source).
+  PrefixHit without_partial() const {
+    PrefixHit hit = *this;
+    hit.n_tokens_ -= hit.n_partial_;
+    hit.n_partial_ = 0;
+    return hit;
+  }
 
  private:
   friend class KVCacheManager;
-  std::vector<PrefixLink> links_;  // [n_tokens / block_size] the cached blocks, in order
+  std::vector<PrefixLink> links_;  // [n_tokens / block_size] the shared cached blocks, in order
+  PrefixLink partial_;             // the block whose first n_partial_ rows are copied, if any
+  int64_t n_partial_ = 0;
   int64_t n_tokens_ = 0;
 };
 
@@ -67,19 +87,29 @@ class KVCacheManager {
   int64_t window() const { return window_; }
   bool prefix_caching() const { return prefix_caching_; }
 
-  // The longest cached prefix of seq.tokens in full blocks, for a sequence with no slots yet.
-  // Never all of the tokens: the last one is always recomputed, so there are logits to sample.
+  // The longest cached prefix of seq.tokens, for a sequence with no slots yet: full blocks
+  // shared by reference, then the longest common prefix with a cached block after them (the
+  // partially filled last block of a live or finished sequence, or a full block the prompt
+  // leaves early), whose rows the sequence will get a copy of. Never all of the tokens: the
+  // last one is always recomputed, so there are logits to sample (as llama-server does).
   PrefixHit get_computed_blocks(const SequenceState& seq) const;
 
   // Makes room for K/V of tokens [n_computed + hit, n_computed + hit + n_new_tokens) of seq,
-  // first taking the blocks of `hit` (only for a sequence with no slots yet). Returns the
-  // number of blocks newly taken from the pool, or nullopt — changing nothing — when the pool
-  // can't supply them; the caller then preempts someone and retries.
+  // first taking the blocks of `hit` (only for a sequence with no slots yet); a partial hit
+  // plans a BlockCopy into the first fresh block (take_block_copies). Returns the number of
+  // blocks newly taken from the pool, or nullopt — changing nothing — when the pool can't
+  // supply them; the caller then preempts someone and retries.
   std::optional<int64_t> allocate_slots(const SequenceState& seq, int64_t n_new_tokens,
                                         const PrefixHit& hit = {});
 
-  // Registers the sequence's full blocks whose tokens are all computed in the prefix cache
-  // (called after each step that advanced n_computed_tokens).
+  // The copies planned since the last call, in order. Each source block is referenced until
+  // this call, so no allocation could take it; the caller must run the copies before the next
+  // allocate_slots (the engine: in the step they were planned for, before its forward pass).
+  std::vector<BlockCopy> take_block_copies();
+
+  // Registers the sequence's full blocks whose tokens are all computed in the prefix cache,
+  // and its computed rows of a partly filled last block as a partial block (called after each
+  // step that advanced n_computed_tokens).
   void cache_computed_blocks(const SequenceState& seq);
 
   // With a window: releases the sequence's blocks whose positions all lie before the window of
@@ -135,6 +165,7 @@ class KVCacheManager {
   bool prefix_caching_;
   int64_t window_;
   std::unordered_map<SequenceId, Table> tables_;
+  std::vector<BlockCopy> pending_copies_;  // planned by allocate_slots; their sources referenced
   int64_t n_prefix_query_tokens_ = 0;
   int64_t n_prefix_hit_tokens_ = 0;
 };

@@ -1,10 +1,11 @@
 """The one execution path: requests on the continuous-batching engine (ember._core.Engine).
 
 The C++ engine thread runs every submitted request in shared batched steps over a paged KV
-cache with prefix caching (a prompt that shares whole blocks with an earlier one skips their
-prefill). This module adds the text side: tokenizing prompts, detokenizing output, dropping
-end-of-generation tokens, stop strings (a matched stop string cancels the request, which frees
-its KV blocks) and results. ember.LLM, the CLI and the server all generate through it.
+cache with prefix caching (a prompt that shares a prefix with an earlier one skips its
+prefill, every shared token but a repeated prompt's last). This module adds the text side:
+tokenizing prompts, detokenizing output, dropping end-of-generation tokens, stop strings (a
+matched stop string cancels the request, which frees its KV blocks) and results. ember.LLM,
+the CLI and the server all generate through it.
 
     engine = Engine("model.gguf", parallel=4)   # or Engine(path, EngineOptions(parallel=4))
     request = engine.submit(engine.tokenize("Once upon a time"), SamplingParams(max_tokens=32))

@@ -3,9 +3,10 @@
 // the block pool, KV manager, scheduler and engine loop are tested with no model.
 //
 // The fake runner stands in for the model with two properties the real one has:
-//  * "KV": it writes, at each row's slot, a hash of the row's whole token prefix, and before
-//    "attending" checks that every position the sequence reads holds the hash of its own
-//    prefix — so a wrong block table, slot mapping, prefix hit or reused block is caught;
+//  * "KV": it makes the batch's block copies, writes, at each row's slot, a hash of the row's
+//    whole token prefix, and before "attending" checks that every position the sequence reads
+//    holds the hash of its own prefix — so a wrong block table, slot mapping, prefix hit,
+//    reused block or block copy is caught;
 //  * "sampling": the next token is a function of the sequence's whole history, so a request's
 //    outputs are known in advance (reference_generate) and must not depend on batching,
 //    chunking, prefix hits or preemption.
@@ -120,6 +121,12 @@ class FakeRunner : public ModelRunner {
     batch.validate();
     ++n_steps;
     n_rows_total += batch.n_rows();
+    for (const BlockCopy& c : batch.block_copies) {
+      for (int64_t i = 0; i < c.n_slots; ++i) {
+        kv_.at(int64_t{c.dst} * batch.block_size + i) = kv_.at(int64_t{c.src} * batch.block_size + i);
+      }
+      n_copied_slots += c.n_slots;
+    }
     std::vector<SampledTokens> sampled;
     for (const BatchSequence& s : batch.seqs) {
       // The sequence's tokens as this step sees them: the known ones, then its drafts.
@@ -160,7 +167,7 @@ class FakeRunner : public ModelRunner {
     released.insert(released.end(), ids.begin(), ids.end());
   }
 
-  int64_t n_steps = 0, n_rows_total = 0, n_drafted = 0, n_accepted = 0;
+  int64_t n_steps = 0, n_rows_total = 0, n_drafted = 0, n_accepted = 0, n_copied_slots = 0;
   std::atomic<bool> fail_next{false};
   int step_delay_us = 0;
   std::vector<SequenceId> released;

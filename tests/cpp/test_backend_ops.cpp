@@ -468,6 +468,38 @@ void check_store_kv(DType type) {
 TEST(store_kv_f16) { check_store_kv(DType::f16); }
 TEST(store_kv_q8_0) { check_store_kv(DType::q8_0); }
 
+// copy_kv: the leading n slots of one block into another, every kv head, K and V; byte for
+// byte, the rest of the cache untouched (a copy is exact on every backend).
+TEST(copy_kv) {
+  const DType type = pick({0, 1}) ? DType::f16 : DType::q8_0;
+  const int64_t n_head_kv = pick({1, 2, 3});
+  const PagedSetup s = paged_setup(type, n_head_kv, n_head_kv * 32 * pick({1, 2}), 40);
+  const int32_t src = static_cast<int32_t>(pick({0, 1, 2})), dst = static_cast<int32_t>(s.n_blocks - 1);
+  const int64_t n_slots = pick({1, 3}) % s.block_size;
+  const size_t cache_bytes = static_cast<size_t>(s.n_blocks * s.block_size * s.row_bytes);
+  std::vector<uint8_t> k0(cache_bytes), v0(cache_bytes);
+  for (auto& x : k0) x = static_cast<uint8_t>(rng()());
+  for (auto& x : v0) x = static_cast<uint8_t>(rng()());
+  // What the copy must leave: dst's first n_slots rows of each head are src's.
+  std::vector<uint8_t> want[2] = {k0, v0};
+  for (std::vector<uint8_t>& w : want) {
+    for (int64_t h = 0; h < n_head_kv; ++h) {
+      const int64_t from = s.offset(int64_t{src} * s.block_size, h),
+                    to = s.offset(int64_t{dst} * s.block_size, h);
+      std::copy(w.begin() + from, w.begin() + from + n_slots * s.head_bytes, w.begin() + to);
+    }
+  }
+  for (int side = 0; side < 2; ++side) {
+    Backend& be = side == 0 ? *backends().cpu : *backends().dev;
+    Buffer kc = put(be, k0), vc = put(be, v0);
+    KVView view = view_of(type, s, kc, vc);
+    view.block_table = nullptr;
+    be.copy_kv(view, src, dst, n_slots);
+    EXPECT(get<uint8_t>(be, kc, cache_bytes) == want[0], cat(be.name(), " copy_kv: k bytes differ"));
+    EXPECT(get<uint8_t>(be, vc, cache_bytes) == want[1], cat(be.name(), " copy_kv: v bytes differ"));
+  }
+}
+
 void check_attention(DType type) {
   const int64_t head_dim = type == DType::q8_0 ? pick({32, 64}) : pick({40, 64, 128});
   const int64_t n_head_kv = pick({1, 2}), n_head = n_head_kv * pick({1, 3});

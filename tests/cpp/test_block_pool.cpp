@@ -124,6 +124,50 @@ TEST(pool_evicts_least_recently_released_first) {
   pool.check_invariants();
 }
 
+TEST(pool_partial_blocks_match_the_longest_common_prefix) {
+  BlockPool pool(8, 4);
+  auto b = *pool.allocate(4);
+  const auto root = *pool.cache(b[0], PrefixLink{}, std::vector<int32_t>{1, 2, 3, 4});
+  // After it: a full block 5 6 7 8, and two partial ones, 5 6 9 and 5.
+  const auto full = *pool.cache(b[1], root, std::vector<int32_t>{5, 6, 7, 8});
+  CHECK(pool.cache_partial(b[2], root, std::vector<int32_t>{5, 6}));
+  CHECK(pool.cache_partial(b[2], root, std::vector<int32_t>{5, 6, 9}));  // its owner appended
+  CHECK(pool.cache_partial(b[3], root, std::vector<int32_t>{5}));
+  CHECK_EQ(pool.n_partial(), 2);
+  CHECK_EQ(pool.n_cached(), 2);
+  CHECK_EQ(pool.n_cached_tokens(b[2]), 3);
+  const auto m1 = pool.find_longest_prefix(root, std::vector<int32_t>{5, 6, 9, 1});
+  CHECK(m1 && m1->link.block == b[2] && m1->n_tokens == 3);
+  const auto m2 = pool.find_longest_prefix(root, std::vector<int32_t>{5, 6, 7});
+  CHECK(m2 && m2->link == full && m2->n_tokens == 3);
+  CHECK(!pool.find_longest_prefix(root, std::vector<int32_t>{6}).has_value());
+  CHECK(!pool.find_longest_prefix(PrefixLink{}, std::vector<int32_t>{5, 6}).has_value());  // other parent
+  // A partial block is never the target of a full-block lookup.
+  CHECK(!pool.find_cached(root, std::vector<int32_t>{5, 6, 9, 0}).has_value());
+  // Other tokens than its own are a bug of the caller.
+  CHECK_THROWS(std::logic_error, pool.cache_partial(b[3], root, std::vector<int32_t>{7, 7}), "other tokens");
+  // Filled, it becomes a full block; when the same full block is cached already it is dropped.
+  const auto filled = pool.cache(b[2], root, std::vector<int32_t>{5, 6, 9, 9});
+  CHECK(filled && filled->block == b[2]);
+  CHECK_EQ(pool.n_partial(), 1);
+  CHECK(pool.cache(b[3], root, std::vector<int32_t>{5, 6, 7, 8}) == full);
+  CHECK(!pool.is_cached(b[3]));
+  CHECK_EQ(pool.n_partial(), 0);
+  pool.check_invariants();
+  // Released, partial blocks are evictable like full ones, and eviction drops them.
+  auto c = *pool.allocate(1);
+  CHECK(pool.cache_partial(c[0], full, std::vector<int32_t>{1}));
+  pool.release(c);
+  pool.release(b);
+  CHECK_EQ(pool.n_evictable(), 4);
+  CHECK(pool.find_longest_prefix(full, std::vector<int32_t>{1, 2}).has_value());
+  auto all = *pool.allocate(8);
+  CHECK_EQ(pool.n_partial(), 0);
+  CHECK(!pool.find_longest_prefix(full, std::vector<int32_t>{1, 2}).has_value());
+  pool.release(all);
+  pool.check_invariants();
+}
+
 TEST(pool_stale_parent_link_never_matches) {
   BlockPool pool(2, 2);
   auto b = *pool.allocate(2);

@@ -1,6 +1,7 @@
-// tests/cpp/test_kv_cache_manager.cpp: the KVCacheManager over its block pool — prefix hits
-// counted in full blocks, all-or-nothing allocation, eviction order, KV budgets — and the
-// PagedKVCache memory it hands out, through the CPU backend's store_kv and attention.
+// tests/cpp/test_kv_cache_manager.cpp: the KVCacheManager over its block pool — prefix hits in
+// full blocks and rows copied from partial ones, all-or-nothing allocation, eviction order, KV
+// budgets — and the PagedKVCache memory it hands out, through the CPU backend's store_kv,
+// copy_kv and attention.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -30,9 +31,10 @@ TEST(manager_prefix_hit_counts_full_blocks_and_never_the_whole_prompt) {
   kv.cache_computed_blocks(a);
   CHECK_EQ(kv.pool().n_cached(), 10);
 
-  // The same prompt: 9 blocks hit, the 10th is recomputed so its last row gives logits.
+  // The same prompt: 9 blocks hit and 15 rows of the 10th copied; its last token is recomputed
+  // so that its row gives logits.
   SequenceState b{2, prompt, 0};
-  CHECK_EQ(kv.get_computed_blocks(b).n_tokens(), 144);
+  CHECK_EQ(kv.get_computed_blocks(b).n_tokens(), 159);
   // 90% shared (144 of 160 tokens), then different: exactly the 9 shared blocks.
   auto p90 = prompt;
   for (int i = 144; i < 160; ++i) p90[i] = 5000 + i;
@@ -46,14 +48,118 @@ TEST(manager_prefix_hit_counts_full_blocks_and_never_the_whole_prompt) {
   CHECK(std::equal(ta.begin(), ta.begin() + 9, tc.begin()));
   CHECK(ta[9] != tc[9]);
   for (int i = 0; i < 9; ++i) CHECK_EQ(kv.pool().ref_count(ta[i]), 2);
-  // A prompt that is a strict prefix, mid-block: only full blocks count.
+  // A prompt that is a strict prefix, mid-block: 2 blocks and 7 rows of the 3rd (all but its last).
   const std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 40);
-  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, short_prompt, 0}).n_tokens(), 32);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, short_prompt, 0}).n_tokens(), 39);
   kv.check_invariants();
   CHECK(kv.free(1) && kv.free(3));
   CHECK(!kv.free(1));
   CHECK_EQ(kv.usage(), 0.0);
   kv.check_invariants();
+}
+
+TEST(manager_partial_hit_copies_the_rows_past_the_last_full_block) {
+  KVCacheManager kv(kv_config(64, 16));
+  const auto prompt = iota_tokens(76, 1);  // 4 full blocks and 12 tokens
+  SequenceState a{1, prompt, 0};
+  CHECK(kv.allocate_slots(a, 76) == std::optional<int64_t>(5));
+  a.n_computed_tokens = 76;
+  kv.cache_computed_blocks(a);
+  CHECK_EQ(kv.pool().n_cached(), 4);
+  CHECK_EQ(kv.pool().n_partial(), 1);
+  const BlockId a_last = kv.block_table(1)[4];
+  CHECK_EQ(kv.pool().n_cached_tokens(a_last), 12);
+
+  // The same prompt: 4 shared blocks, 11 rows copied from a's partly filled block (the last
+  // token must run for its logits): 75 tokens, as llama-server reuses n - 1.
+  SequenceState b{2, prompt, 0};
+  const PrefixHit hit = kv.get_computed_blocks(b);
+  CHECK_EQ(hit.n_tokens(), 75);
+  CHECK(hit.has_partial());
+  CHECK_EQ(hit.without_partial().n_tokens(), 64);
+  CHECK(kv.allocate_slots(b, 1, hit) == std::optional<int64_t>(1));
+  const auto tb = kv.block_table(2);
+  CHECK_EQ(tb.size(), size_t{5});
+  CHECK(std::equal(tb.begin(), tb.begin() + 4, kv.block_table(1).begin()));
+  CHECK(tb[4] != a_last);
+  CHECK_EQ(kv.pool().ref_count(a_last), 2);  // its owner, and the planned copy
+  kv.check_invariants();
+  const auto copies = kv.take_block_copies();
+  CHECK_EQ(copies.size(), size_t{1});
+  CHECK_EQ(copies[0].src, a_last);
+  CHECK_EQ(copies[0].dst, tb[4]);
+  CHECK_EQ(copies[0].n_slots, 11);
+  CHECK_EQ(kv.pool().ref_count(a_last), 1);
+  CHECK(kv.take_block_copies().empty());
+  CHECK_EQ(kv.n_prefix_hit_tokens(), 75);
+  kv.check_invariants();
+
+  // Its owner goes on: the partial block grows, then fills and becomes a full cached block.
+  std::vector<int32_t> longer = prompt;
+  for (int i = 0; i < 8; ++i) longer.push_back(900 + i);
+  a.tokens = longer;
+  CHECK(kv.allocate_slots(a, 4) == std::optional<int64_t>(0));
+  a.n_computed_tokens = 80;
+  kv.cache_computed_blocks(a);
+  CHECK_EQ(kv.pool().n_cached(), 5);
+  CHECK_EQ(kv.pool().n_partial(), 0);
+  // b computes its last token: its copy becomes a partial block of 12 tokens beside a's.
+  b.n_computed_tokens = 76;
+  kv.cache_computed_blocks(b);
+  CHECK_EQ(kv.pool().n_partial(), 1);
+  // A prompt that leaves a full block early (71 of a's first 80 tokens) copies from it; a
+  // prompt of exactly 80 tokens reuses 79.
+  std::vector<int32_t> early(longer.begin(), longer.begin() + 71);
+  early.push_back(12345);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{3, early, 0}).n_tokens(), 71);
+  const std::vector<int32_t> eighty(longer.begin(), longer.begin() + 80);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, eighty, 0}).n_tokens(), 79);
+  // Freed, a partial block stays cached (evictable) for later prompts.
+  CHECK(kv.free(2));
+  CHECK_EQ(kv.pool().n_partial(), 1);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{5, prompt, 0}).n_tokens(), 75);
+  CHECK(kv.free(1));
+  CHECK_EQ(kv.usage(), 0.0);
+  kv.check_invariants();
+  // Without prefix caching nothing is shared, nor copied.
+  KVCacheManager off(kv_config(64, 16, /*prefix_caching=*/false));
+  SequenceState c{1, prompt, 0};
+  CHECK(off.allocate_slots(c, 76).has_value());
+  c.n_computed_tokens = 76;
+  off.cache_computed_blocks(c);
+  CHECK_EQ(off.get_computed_blocks(SequenceState{2, prompt, 0}).n_tokens(), 0);
+  CHECK_EQ(off.pool().n_partial(), 0);
+}
+
+// The CPU backend's copy_kv moves exactly the leading slots of every head, K and V.
+TEST(copy_kv_copies_the_leading_rows_of_every_head) {
+  CpuBackend backend(1);
+  for (const DType type : {DType::f16, DType::q8_0}) {
+    PagedKVCache cache(backend, 2, 2, 32, 4, 8, type);
+    std::mt19937 rng(3);
+    std::vector<uint8_t> before(cache.k.n_bytes()), before_v(cache.v.n_bytes());
+    for (auto& x : before) x = static_cast<uint8_t>(rng());
+    for (auto& x : before_v) x = static_cast<uint8_t>(rng());
+    std::copy(before.begin(), before.end(), cache.k.as<uint8_t>());
+    std::copy(before_v.begin(), before_v.end(), cache.v.as<uint8_t>());
+    backend.copy_kv(cache.layer(1, nullptr), 3, 0, 5);
+    const KVView view = cache.layer(1, nullptr);
+    for (int64_t il = 0; il < 2; ++il) {
+      for (int64_t slot = 0; slot < cache.n_slots(); ++slot) {
+        for (int64_t h = 0; h < 2; ++h) {
+          const int64_t block = slot / 8, pos = slot % 8;
+          const int64_t at = il * cache.layer_bytes() + ((block * 2 + h) * 8 + pos) * view.head_bytes;
+          const bool copied = il == 1 && block == 0 && pos < 5;
+          const int64_t from = copied ? il * cache.layer_bytes() + ((3 * 2 + h) * 8 + pos) * view.head_bytes
+                                      : at;
+          CHECK(std::equal(before.begin() + from, before.begin() + from + view.head_bytes,
+                           cache.k.as<uint8_t>() + at));
+          CHECK(std::equal(before_v.begin() + from, before_v.begin() + from + view.head_bytes,
+                           cache.v.as<uint8_t>() + at));
+        }
+      }
+    }
+  }
 }
 
 TEST(manager_allocation_failure_changes_nothing) {
@@ -76,8 +182,9 @@ TEST(manager_allocation_failure_changes_nothing) {
 }
 
 TEST(manager_hit_on_evictable_blocks_counts_their_room) {
-  // 4 blocks; a cached 3-block prefix nobody references, then a request that hits it and needs
-  // 2 more blocks: 1 free + 3 evictable looks like 4, but the hit uses 3 of them.
+  // 4 blocks; a cached 3-block prefix (and a partial 4th) nobody references, then a request
+  // that hits it and needs 2 more blocks: 4 evictable look like 4, but the hit uses 3 of them
+  // and its copy's source the 4th.
   KVCacheManager kv(kv_config(4, 4));
   const auto prompt = iota_tokens(13, 1);
   SequenceState a{1, prompt, 0};
@@ -88,9 +195,13 @@ TEST(manager_hit_on_evictable_blocks_counts_their_room) {
   auto longer = iota_tokens(24, 1);
   SequenceState b{2, longer, 0};
   const PrefixHit hit = kv.get_computed_blocks(b);
-  CHECK_EQ(hit.n_tokens(), 12);
-  CHECK(!kv.allocate_slots(b, 12, hit).has_value());  // needs 3 more blocks, 1 is left
-  CHECK(kv.allocate_slots(b, 4, hit) == std::optional<int64_t>(1));
+  CHECK_EQ(hit.n_tokens(), 13);                      // 3 blocks and 1 row of the 4th
+  CHECK(!kv.allocate_slots(b, 3, hit).has_value());  // 1 block needed, none left
+  const PrefixHit full = hit.without_partial();
+  CHECK_EQ(full.n_tokens(), 12);
+  CHECK(!kv.allocate_slots(b, 12, full).has_value());  // needs 3 more blocks, 1 is left
+  CHECK(kv.allocate_slots(b, 4, full) == std::optional<int64_t>(1));
+  CHECK(kv.take_block_copies().empty());
   kv.check_invariants();
 }
 
@@ -132,8 +243,9 @@ TEST(manager_releases_blocks_behind_the_window) {
   kv.cache_computed_blocks(a);
   SequenceState b{2, prompt, 0};
   const PrefixHit hit = kv.get_computed_blocks(b);
-  CHECK_EQ(hit.n_tokens(), 96);
-  CHECK(kv.allocate_slots(b, 4, hit) == std::optional<int64_t>(1));
+  CHECK_EQ(hit.n_tokens(), 99);  // and 3 rows copied from a's 7th block
+  CHECK(kv.allocate_slots(b, 1, hit) == std::optional<int64_t>(1));
+  CHECK_EQ(kv.take_block_copies().size(), size_t{1});
   kv.release_outside_window(a);
   const auto table = kv.block_table(1);
   CHECK_EQ(table.size(), size_t{7});
@@ -153,7 +265,7 @@ TEST(manager_releases_blocks_behind_the_window) {
   kv.release_outside_window(b);
   for (int i = 0; i < 3; ++i) CHECK_EQ(kv.pool().ref_count(before[i]), 0);
   CHECK_EQ(kv.pool().n_evictable(), 3);
-  CHECK_EQ(kv.get_computed_blocks(SequenceState{3, prompt, 0}).n_tokens(), 96);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{3, prompt, 0}).n_tokens(), 99);
   kv.check_invariants();
 
   // The room is reusable: of 16 blocks a and b still hold 5 (a's 3..6, b's own last one), so an

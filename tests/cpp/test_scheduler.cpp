@@ -138,13 +138,83 @@ TEST(scheduler_prefix_hit_for_a_90_percent_shared_prompt) {
   CHECK_EQ(h.cached_tokens[2], 288);
   CHECK_EQ(h.cached_tokens[1], 0);
   CHECK(h.results[2].tokens == reference_generate(other, opts(2), 4096).tokens);
-  // The identical prompt again: everything but the last block (its last token must run).
+  // The identical prompt again: every token but the last (it must run to give logits): 19
+  // shared blocks and 15 rows copied from the 20th.
   h.add(3, base, opts(2));
-  CHECK_EQ(h.step().seqs.at(0).n_tokens, 16);
+  const StepPlan p3 = h.step();
+  CHECK_EQ(p3.seqs.at(0).n_tokens, 1);
+  CHECK_EQ(p3.block_copies.size(), size_t{1});
+  CHECK_EQ(p3.block_copies.at(0).n_slots, 15);
   h.run_until_idle();
-  CHECK_EQ(h.cached_tokens[3], 304);
+  CHECK_EQ(h.cached_tokens[3], 319);
   CHECK(h.results[3].tokens == h.results[1].tokens);
-  CHECK_EQ(h.kv.n_prefix_hit_tokens(), 288 + 304);
+  CHECK_EQ(h.kv.n_prefix_hit_tokens(), 288 + 319);
+}
+
+// A prompt that continues a partly filled block — a finished request's last block, or a
+// running one's — gets a copy of its rows (copy on write) and computes only what follows;
+// its outputs equal the reference, as with prefix caching off.
+TEST(scheduler_partial_block_hits_copy_rows_and_keep_outputs) {
+  for (const bool caching : {true, false}) {
+    SchedulerRig h(kv_config(64, 16, caching), sched_config(512));
+    const auto prompt = iota_tokens(76, 7);  // 4 full blocks and 12 tokens
+    h.add(1, prompt, opts(3));
+    h.run_until_idle();
+    h.add(2, prompt, opts(3));  // the same prompt: 75 tokens reused, the last one recomputed
+    const StepPlan p2 = h.step();
+    CHECK_EQ(p2.seqs.at(0).start_pos, caching ? 75 : 0);
+    h.run_until_idle();
+    CHECK_EQ(h.cached_tokens[2], caching ? 75 : 0);
+    // Two prompts that share 70 tokens (mid-block) and then differ.
+    auto a = iota_tokens(90, 500), b = a;
+    for (int i = 70; i < 90; ++i) b[i] = 3000 + i;
+    h.add(3, a, opts(4));
+    h.run_until_idle();
+    h.add(4, b, opts(4));
+    h.run_until_idle();
+    CHECK_EQ(h.cached_tokens[4], caching ? 70 : 0);
+    // A running request's partly filled last block: request 5 decodes (its third block holds 8
+    // computed tokens and gets a 9th this step) when a prompt sharing its first 37 tokens comes.
+    auto c = iota_tokens(40, 2000), d = c;
+    d.resize(37);
+    d.push_back(7777);
+    h.add(5, c, opts(20));
+    h.step();
+    h.add(6, d, opts(5));
+    const StepPlan p6 = h.step();
+    const auto it = std::ranges::find(p6.seqs, RequestId{6}, &ScheduledSequence::id);
+    CHECK(it != p6.seqs.end());
+    CHECK_EQ(it->start_pos, caching ? 37 : 0);
+    CHECK_EQ(p6.block_copies.size(), size_t{caching ? 1u : 0u});
+    h.run_until_idle();
+    CHECK_EQ(h.cached_tokens[6], caching ? 37 : 0);
+    for (const auto& [id, want] : std::map<RequestId, std::pair<std::vector<int32_t>, int64_t>>{
+             {1, {prompt, 3}}, {2, {prompt, 3}}, {3, {a, 4}}, {4, {b, 4}}, {5, {c, 20}}, {6, {d, 5}}}) {
+      CHECK(h.results[id].tokens == reference_generate(want.first, opts(want.second), 4096).tokens);
+    }
+    CHECK_EQ(h.runner.n_copied_slots, caching ? 11 + 6 + 5 : 0);
+  }
+}
+
+// A partial hit whose source block is the room the pool lacks: the request runs without it.
+TEST(scheduler_partial_hit_without_room_for_its_source_runs_without_it) {
+  SchedulerRig h(kv_config(4, 4), sched_config(64, 4, 16));
+  const auto prompt = iota_tokens(14, 40);  // 3 full blocks and 2 tokens: the whole pool
+  h.add(1, prompt, opts(1));
+  h.run_until_idle();
+  CHECK_EQ(h.kv.pool().n_partial(), 1);
+  // Blocks 0..2 shared and 2 rows to copy from block 3; but the request needs 4 blocks, the
+  // pool has only those 4, and holding block 3 as the copy's source would leave no room.
+  auto p = prompt;
+  p.resize(16);
+  p[14] = 999;
+  p[15] = 998;
+  h.add(2, p, opts(1));
+  const StepPlan plan = h.step();
+  CHECK(plan.block_copies.empty());
+  CHECK_EQ(plan.seqs.at(0).start_pos, 12);
+  h.run_until_idle();
+  CHECK(h.results[2].tokens == reference_generate(p, opts(1), 16).tokens);
 }
 
 TEST(scheduler_preempts_the_newest_and_resumes_with_identical_outputs) {

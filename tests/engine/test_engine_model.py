@@ -60,16 +60,37 @@ def test_prefix_cache_hits_are_reported_and_change_nothing(stories_path: Path,
     base = prompts_of(stories_model.n_vocab, [100], seed=3)[0]
     first = run_all(engine, [base], 16)[0]
     assert first[-1].n_cached_tokens == 0
-    # 90 shared tokens: 5 full blocks of 16 come from the cache.
+    # 90 shared tokens: 5 full blocks of 16 shared, 10 rows copied from the 6th.
     other = base[:90] + prompts_of(stories_model.n_vocab, [11], seed=4)[0][1:]
     again, shared = run_all(engine, [base, other], 16)
-    assert again[-1].n_cached_tokens == 96  # full blocks, never the last token
-    assert shared[-1].n_cached_tokens == 80
+    assert again[-1].n_cached_tokens == 99  # every token but the last (its logits are needed)
+    assert shared[-1].n_cached_tokens == 90
     assert tokens_of(again) == tokens_of(first) == reference_greedy(stories_model, base, 16)
     assert tokens_of(shared) == reference_greedy(stories_model, other, 16)
     stats = settled_stats(engine)
-    assert stats["prefix_hit_tokens"] == 96 + 80
+    assert stats["prefix_hit_tokens"] == 99 + 90
     assert stats["prefix_query_tokens"] == 100 + 100 + 100
+
+
+def test_partial_block_reuse_keeps_tokens_and_logprobs(smollm2_path: Path) -> None:
+    """Rows copied from a partly filled cached block give the same greedy tokens and the same
+    logprobs, bit for bit, as computing them: prefix caching on against off."""
+    prompts = prompts_of(49152, [76, 76, 70], seed=21)
+    prompts[1] = prompts[0][:45] + prompts[1][45:]  # shares 45 tokens: 2 blocks and 13 rows
+    prompts[2] = prompts[0][:70]                    # a strict prefix, mid-block
+    runs = {}
+    for caching in (False, True):
+        engine = _core.Engine(str(smollm2_path), n_threads=2, parallel=2, kv_size=1024,
+                              prefix_caching=caching)
+        first = run_all(engine, [prompts[0]], 6, logprobs=2)[0]
+        later = [run_all(engine, [p], 6, logprobs=2)[0] for p in (prompts[0], prompts[1], prompts[2])]
+        runs[caching] = [first, *later]
+        del engine
+    assert [ev[-1].n_cached_tokens for ev in runs[True]] == [0, 75, 45, 69]
+    assert [ev[-1].n_cached_tokens for ev in runs[False]] == [0, 0, 0, 0]
+    for off, on in zip(runs[False], runs[True], strict=True):
+        assert tokens_of(on) == tokens_of(off)
+        assert [e.logprobs for e in on] == [e.logprobs for e in off]
 
 
 def test_preemption_never_changes_output(stories_path: Path, stories_model: _core.Model) -> None:
@@ -281,10 +302,11 @@ def assert_batching_is_invisible(path: Path, lengths: list[int], *, n_gen: int, 
     batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
     for i in range(len(prompts)):
         assert batched[i] == reference[i], f"prompt {i} among {len(prompts) - 1} others"
-    # The same prompts again: every prompt longer than a block now starts from the cache.
+    # The same prompts again: every prompt token but the last comes from the cache (whole
+    # blocks shared, the rows of a partly filled last block copied).
     again = run_all(engine, prompts, n_gen)
     for i, ev in enumerate(again):
-        assert ev[-1].n_cached_tokens == (lengths[i] - 1) // 16 * 16
+        assert ev[-1].n_cached_tokens == lengths[i] - 1
         assert tokens_of(ev) == reference[i], f"prompt {i} from the prefix cache"
     del engine
     tight = _core.Engine(str(path), n_threads=2, parallel=len(prompts), kv_size=tight_kv_size,

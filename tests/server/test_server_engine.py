@@ -98,8 +98,32 @@ def test_shared_prefix_is_cached(client: openai.OpenAI, server: RunningServer) -
     assert first.usage.prompt_tokens >= 48
     cached = second.usage.prompt_tokens_details.cached_tokens
     assert 0 < cached < second.usage.prompt_tokens
-    assert cached % 16 == 0  # whole KV blocks
     assert sample(server.url, "ember_prefix_cache_hits_total") - hits_before >= cached
+
+
+def test_cached_tokens_count_every_reused_token(client: openai.OpenAI, server: RunningServer) -> None:
+    """cached_tokens counts every prompt token served from the KV cache, not whole blocks: a
+    repeated 76-token prompt reuses 75 (4 shared blocks of 16, 11 rows copied from the 5th; the
+    last token is evaluated again for its logits, as llama-server does), and a prompt sharing
+    50 tokens with it reuses those 50."""
+    text = ("Zebras graze near the quiet river while herons fish in the shallows and the sun "
+            "climbs over hills of tall grass, where a farmer counts his sheep twice a day and "
+            "sings old songs about the sea, the wind, the long roads home and the friends he met "
+            "on them, until the evening bell rings and the lamps of the village light up one by one.")
+    tokens = httpx.post(server.url + "/tokenize", json={"content": text}).json()["tokens"]
+    assert len(tokens) >= 76
+    prompt = tokens[:76]
+    hits_before = sample(server.url, "ember_prefix_cache_hits_total")
+    first = client.completions.create(model="", prompt=prompt, max_tokens=2, temperature=0)
+    again = client.completions.create(model="", prompt=prompt, max_tokens=2, temperature=0)
+    assert again.usage.prompt_tokens == 76
+    assert again.usage.prompt_tokens_details.cached_tokens == 75
+    assert again.choices[0].text == first.choices[0].text
+    other = prompt[:50] + [t + 1 if t + 1 != prompt[50] else t + 2 for t in prompt[50:]]
+    shared = client.completions.create(model="", prompt=other, max_tokens=2, temperature=0)
+    assert shared.usage.prompt_tokens_details.cached_tokens == 50
+    first_cached = first.usage.prompt_tokens_details.cached_tokens
+    assert sample(server.url, "ember_prefix_cache_hits_total") - hits_before == first_cached + 75 + 50
 
 
 def test_a_400_token_shared_prefix_reaches_its_first_token_5x_sooner(server: RunningServer) -> None:

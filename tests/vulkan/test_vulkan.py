@@ -52,7 +52,8 @@ WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "i
                 "q4_k", "q5_k", "q6_k")
 OP_CASES = [f"{op}_{t}" for t in WEIGHT_TYPES for op in ("matmul", "get_rows")] + [
     "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "softcap", "rms_norm", "softmax", "rope",
-    "store_kv_f16", "store_kv_q8_0", "attention_f16", "attention_q8_0", "one_submission_per_download"]
+    "store_kv_f16", "store_kv_q8_0", "copy_kv", "attention_f16", "attention_q8_0",
+    "one_submission_per_download"]
 
 
 @pytest.mark.parametrize("staging", [False, True], ids=["mapped", "staging"])
@@ -220,14 +221,15 @@ def test_batching_is_invisible_and_prefix_caching_holds(stories_path: Path) -> N
     batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
     for i, p in enumerate(prompts):
         assert batched[i] == reference[i], f"prompt {i} ({len(p)} tokens) among others"
-    # Prefix caching: 40 shared tokens, 2 full blocks of 16 from the cache.
+    # Prefix caching: 2 full blocks of 16 shared, then rows copied from the 3rd (copy_kv): 39 of
+    # the same 40 tokens (the last one runs for its logits), and 36 shared ones.
     cached = _core.Engine(str(stories_path), parallel=4, kv_size=1024, block_size=16, device=DEVICE)
     base = prompts[2]
     first = run_all(cached, [base], n_gen)[0]
     other = base[:36] + prompts_of(model.n_vocab, [9], seed=6)[0][1:]
     again, shared = run_all(cached, [base, other], n_gen)
     assert first[-1].n_cached_tokens == 0
-    assert again[-1].n_cached_tokens == 32 and shared[-1].n_cached_tokens == 32
+    assert again[-1].n_cached_tokens == 39 and shared[-1].n_cached_tokens == 36
     assert tokens_of(again) == tokens_of(first) == reference[2]
     assert tokens_of(shared) == reference_greedy(model, other, n_gen)
 
