@@ -15,6 +15,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner,
       runner_(std::move(runner)),
       speculator_(config.speculation, std::move(draft_model)),
       max_queue_(config.max_queue),
+      max_live_(config.max_queue > 0 ? config.scheduler.parallel + config.max_queue : 0),
       max_model_len_(scheduler_.max_model_len()) {
   if (!runner_) throw InvalidArgument("[engine] no model runner");
   if (config.max_queue < 0)
@@ -42,10 +43,15 @@ Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions op
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw EngineBusy("[engine] the engine has shut down");
-    const int64_t n_waiting = stats_.n_waiting + static_cast<int64_t>(inbox_.size());
-    if (max_queue_ > 0 && n_waiting >= max_queue_) {
-      throw EngineBusy(cat("[engine] ", n_waiting, " requests are waiting, the queue holds ", max_queue_));
+    // The queue is what the slots cannot hold: counted from the live requests, not from the
+    // scheduler's waiting list, which still holds the requests a step is admitting to free
+    // slots (until the step ends: the longest one, a batch of prefills) and those a step's token
+    // budget left for the next one.
+    if (max_live_ > 0 && n_live_ >= max_live_) {
+      throw EngineBusy(cat("[engine] ", n_live_ - (max_live_ - max_queue_),
+                           " requests wait for a slot, the queue holds ", max_queue_));
     }
+    ++n_live_;
     id = next_id_++;
     inbox_.push_back({Request(id, prompt, std::move(options)), events});
   }
@@ -106,9 +112,8 @@ void Engine::loop() {
         wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty(); });
       }
       arrived.swap(inbox_);
-      // They wait in the scheduler from here on: counted now, under the lock submit() checks
-      // the queue with, or a submission racing this step would see them in neither place.
-      // publish_stats() recounts after the step.
+      // They wait in the scheduler from here on: counted now, or stats() would see them in
+      // neither place until publish_stats() recounts after the step.
       stats_.n_waiting += static_cast<int64_t>(arrived.size());
       cancelled.swap(cancel_inbox_);
       stop = stop_;
@@ -204,18 +209,34 @@ void Engine::emit(const RequestOutput& out, const TokenLogprobs* logprobs) {
   const auto it = streams_.find(out.id);
   if (it == streams_.end()) return;
   ++n_generation_tokens_total_;
-  it->second->push(TokenEvent{.id = out.id,
-                              .token = out.token,
-                              .finish_reason = out.finish_reason,
-                              .error = {},
-                              .n_prompt_tokens = out.n_prompt_tokens,
-                              .n_output_tokens = out.n_output_tokens,
-                              .n_cached_tokens = out.n_cached_tokens,
-                              .n_drafted_tokens = out.n_drafted_tokens,
-                              .n_accepted_tokens = out.n_accepted_tokens,
-                              .has_logprobs = logprobs != nullptr,
-                              .logprobs = logprobs ? *logprobs : TokenLogprobs{}});
-  if (out.finished()) streams_.erase(it);
+  TokenEvent e{.id = out.id,
+               .token = out.token,
+               .finish_reason = out.finish_reason,
+               .error = {},
+               .n_prompt_tokens = out.n_prompt_tokens,
+               .n_output_tokens = out.n_output_tokens,
+               .n_cached_tokens = out.n_cached_tokens,
+               .n_drafted_tokens = out.n_drafted_tokens,
+               .n_accepted_tokens = out.n_accepted_tokens,
+               .has_logprobs = logprobs != nullptr,
+               .logprobs = logprobs ? *logprobs : TokenLogprobs{}};
+  if (out.finished()) {
+    end_stream(it, std::move(e));
+  } else {
+    it->second->push(std::move(e));
+  }
+}
+
+// The request leaves the queue's count before its final event is out: a client that sends its
+// next request on reading it must find the room it made.
+void Engine::end_stream(std::unordered_map<RequestId, std::shared_ptr<EventQueue>>::iterator it,
+                        TokenEvent e) {
+  {
+    std::lock_guard lock(mutex_);
+    --n_live_;
+  }
+  it->second->push(std::move(e));
+  streams_.erase(it);
 }
 
 // Finishes a live request now (freeing its blocks) and ends its stream with an event that
@@ -235,8 +256,7 @@ void Engine::end_request(RequestId id, FinishReason reason, const std::string& e
     e.n_accepted_tokens = r->n_accepted_tokens;
     scheduler_.cancel(id, reason);
   }
-  it->second->push(std::move(e));
-  streams_.erase(it);
+  end_stream(it, std::move(e));
 }
 
 }  // namespace ember

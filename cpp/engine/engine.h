@@ -39,8 +39,8 @@ struct EngineConfig {
   KVCacheConfig kv;
   SchedulerConfig scheduler;
   SpeculationConfig speculation;
-  int64_t max_queue = EngineOptions{}.max_queue;  // requests waiting (not yet running) at most; 0:
-                                                  // no limit ("--max-queue")
+  int64_t max_queue = EngineOptions{}.max_queue;  // requests beyond the scheduler's `parallel`
+                                                  // slots at most; 0: no limit ("--max-queue")
 };
 
 // A snapshot taken after each step (for /metrics and /slots).
@@ -103,6 +103,8 @@ class Engine {
   void emit(const RequestOutput& out, const TokenLogprobs* logprobs);
   void release(std::span<const RequestId> ids);  // tells the runner and the speculator
   void end_request(RequestId id, FinishReason reason, const std::string& error);  // cancel/fail, close stream
+  // Pushes a request's final event and forgets its stream (it no longer counts against the queue).
+  void end_stream(std::unordered_map<RequestId, std::shared_ptr<EventQueue>>::iterator it, TokenEvent e);
   void release_finished();
   void publish_stats();
 
@@ -118,6 +120,8 @@ class Engine {
 
   // Shared state, under mutex_.
   const int64_t max_queue_;
+  const int64_t max_live_;  // parallel + max_queue: live requests at most (0: no limit)
+  int64_t n_live_ = 0;      // submitted, final event not yet pushed
   const int64_t max_model_len_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -20,7 +20,8 @@ struct EngineOptions {
                                     // GPU, kDeviceKVShare of its free memory; at least n_ctx
   int block_size = 16;              // tokens per KV block
   int64_t max_batch_tokens = 512;   // token budget of one step: rows of the largest batch
-  int64_t max_queue = 0;            // waiting requests at most; 0: no limit
+  int64_t max_queue = 0;            // requests waiting for one of the `parallel` slots at most;
+                                    // 0: no limit
   bool prefix_caching = true;       // prompts with equal prefixes share their K/V (full blocks by
                                     // reference, a partly filled last block by a copy)
   std::string kv_type = "f16";      // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values

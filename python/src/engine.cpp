@@ -309,7 +309,8 @@ void init_engine(nb::module_& m) {
   field("max_batch_tokens", &ember::EngineOptions::max_batch_tokens,
         "tokens per step (prompts are chunked to fit)");
   field("max_queue", &ember::EngineOptions::max_queue,
-        "waiting requests at most (0: no limit; past it submit raises EngineBusy)");
+        "requests waiting for one of the parallel slots at most (0: no limit; past it submit raises "
+        "EngineBusy)");
   field("prefix_caching", &ember::EngineOptions::prefix_caching,
         "prompts sharing whole blocks with an earlier one skip their prefill");
   field("kv_type", &ember::EngineOptions::kv_type,

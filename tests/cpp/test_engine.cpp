@@ -113,20 +113,46 @@ TEST(engine_rejects_bad_requests_up_front) {
   Engine engine(c, std::move(runner));
   CHECK_THROWS(InvalidArgument, engine.submit(iota_tokens(65, 0), opts(1)), "whole KV cache");
   CHECK_THROWS(InvalidArgument, engine.submit({}, opts(1)), "empty");
-  // A full queue: max_queue requests wait at most (one runs: 60 + 4 tokens fill the cache), so
-  // the 3rd or 4th submission is refused, depending on whether the loop picked up the 1st yet.
+  // A full queue: 4 slots and 2 waiting hold 6 requests, whatever runs (here one at a time:
+  // 60 + 4 tokens fill the cache), so the 7th is refused. None can finish before: 4 tokens take
+  // 4 steps of 2 ms.
   std::vector<Engine::Submission> subs;
-  bool busy = false;
-  try {
-    for (int i = 0; i < 6; ++i) subs.push_back(engine.submit(iota_tokens(60, 100 * i), opts(4)));
-  } catch (const EngineBusy& e) {
-    busy = std::string(e.what()).find("the queue holds 2") != std::string::npos;
-  }
-  CHECK(busy);
-  CHECK(subs.size() == 2 || subs.size() == 3);
+  for (int i = 0; i < 6; ++i) subs.push_back(engine.submit(iota_tokens(60, 100 * i), opts(4)));
+  CHECK_THROWS(EngineBusy, engine.submit(iota_tokens(60, 600), opts(4)),
+               "2 requests wait for a slot, the queue holds 2");
   for (auto& sub : subs) CHECK(read_stream(*sub.events).second.finish_reason == FinishReason::length);
   engine.shutdown();
   CHECK_THROWS(EngineBusy, engine.submit(iota_tokens(4, 0), opts(1)), "shut down");
+}
+
+TEST(engine_queue_holds_max_queue_beyond_the_slots_while_a_step_runs) {
+  // 16 slots and a queue of 32 take 48 requests, submitted while the loop runs a long step of
+  // the first ones' prefills (it used to count the requests that step admitted as waiting,
+  // and refused the 33rd). A finished request makes room for one more.
+  EngineConfig c = engine_config(1024, 16, 512, 16);
+  c.max_queue = 32;
+  auto runner = std::make_unique<FakeRunner>(1024 * 16);
+  runner->step_delay_us = 20000;
+  Engine engine(c, std::move(runner));
+  std::vector<Engine::Submission> subs;
+  subs.push_back(engine.submit(iota_tokens(20, 0), opts(1000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the loop is in its first step
+  int n_busy = 0;
+  for (int i = 1; i < 64; ++i) {
+    try {
+      subs.push_back(engine.submit(iota_tokens(20, 100 * i), opts(i == 1 ? 2 : 1000)));
+    } catch (const EngineBusy&) {
+      ++n_busy;
+    }
+  }
+  CHECK_EQ(subs.size(), size_t{48});
+  CHECK_EQ(n_busy, 16);
+  CHECK(read_stream(*subs[1].events).second.finish_reason == FinishReason::length);
+  subs.push_back(engine.submit(iota_tokens(20, 9000), opts(1)));
+  CHECK_THROWS(EngineBusy, engine.submit(iota_tokens(20, 9100), opts(1)), "the queue holds 32");
+  engine.shutdown();
+  subs.erase(subs.begin() + 1);  // read to its end above
+  for (auto& sub : subs) CHECK(read_stream(*sub.events).second.finished());
 }
 
 TEST(engine_runner_failure_fails_the_step_and_keeps_serving) {

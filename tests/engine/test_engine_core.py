@@ -71,6 +71,7 @@ PROGRAMS = {
         "engine_serves_submissions_from_many_threads",
         "engine_cancel_from_another_thread_frees_blocks",
         "engine_rejects_bad_requests_up_front",
+        "engine_queue_holds_max_queue_beyond_the_slots_while_a_step_runs",
         "engine_runner_failure_fails_the_step_and_keeps_serving",
         "engine_shutdown_ends_every_stream",
     ],

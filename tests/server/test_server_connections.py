@@ -1,6 +1,6 @@
 """Connection hygiene, browser safety and the small contract points, on a scripted engine:
-trickling connections are closed after header_timeout, bodies that never finish get a 408,
---max-connections answers 503 with Retry-After, idle keep-alive connections close; JSON
+trickling connections are closed after header_timeout (or for newer ones past
+--max-connections), bodies that never finish get a 408, idle keep-alive connections close; JSON
 endpoints need application/json (415), foreign Host headers get a 403 (DNS rebinding); 503s
 carry Retry-After, /v1/models shows no path, and a client hanging up mid-upload is one info
 line."""
@@ -49,8 +49,7 @@ def hygienic() -> Iterator[RunningServer]:
         yield running
 
 
-def test_trickling_connections_are_closed_and_the_limit_answers_503(hygienic: RunningServer
-                                                                    ) -> None:
+def test_trickling_connections_are_closed(hygienic: RunningServer) -> None:
     state = hygienic.server.server_state
     n_before = len(state.connections)
     tricklers = []
@@ -62,14 +61,11 @@ def test_trickling_connections_are_closed_and_the_limit_answers_503(hygienic: Ru
         tricklers.append(sock)
     try:
         wait_until(lambda: len(state.connections) >= 100, 5, "the server to accept 100")
-        # Past --max-connections: a 503 in OpenAI's shape, with Retry-After, and the
-        # connection closed after it.
-        busy = httpx.get(hygienic.url + "/health", timeout=5)
-        error = assert_openai_error(busy, 503, "too_many_connections")
-        assert "--max-connections" in error["message"]
-        assert busy.headers["retry-after"] == "1"
-        assert busy.headers["connection"] == "close"
-        # header_timeout (0.5 s; 1 s for those past the limit): every trickler is closed.
+        # Past --max-connections the longest idle connections are closed, not the newcomer
+        # refused (tests/server/test_server_http_edge.py has the 503 and the load).
+        assert httpx.get(hygienic.url + "/health", timeout=5).status_code == 200
+        assert len(state.connections) <= 101
+        # header_timeout (0.5 s), or closed for newer ones: every trickler is closed.
         wait_until(lambda: all(closed_by_server(s) for s in tricklers), 5,
                    "the server to close all 1000 trickling connections")
         elapsed = time.monotonic() - start

@@ -76,9 +76,10 @@ def serve(
         show_default=False)] = None,
     cors_origins: Annotated[Optional[str], typer.Option(
         "--cors-origins", envvar="EMBER_CORS_ORIGINS",
-        help="comma-separated web origins whose pages may call the server ('*': any); the "
-             "server's own page and loopback origins (localhost, 127.0.0.1, [::1]) always may, "
-             "other sites get a 403 \\[default: none]",
+        help="comma-separated web origins (scheme://host[:port]) whose pages may call the "
+             "server, '*' for any (llama-server's default), 'localhost' for loopback pages on "
+             "any port; the server's own page and loopback origins (localhost, 127.0.0.1, "
+             "[::1]) always may, other sites get a 403 \\[default: none]",
         show_default=False)] = None,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", envvar="EMBER_MAX_QUEUE",

@@ -23,7 +23,6 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from ember.engine import Engine
@@ -39,7 +38,7 @@ from ember.server import (
     webui,
 )
 from ember.server.auth import APIKeyMiddleware
-from ember.server.browser import LOOPBACK_ORIGIN, HostCheckMiddleware, OriginCheckMiddleware
+from ember.server.browser import CORSMiddleware, HostCheckMiddleware
 from ember.server.config import ServerConfig
 from ember.server.context import AppContext
 from ember.server.errors import ErrorBody, Handler, bug, endpoint, http_error
@@ -112,10 +111,7 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
 
     middleware = [Middleware(HostCheckMiddleware, listen_host=config.host,
                              allowed=config.host_allow),
-                  Middleware(OriginCheckMiddleware, allowed=config.cors_origins),
-                  Middleware(CORSMiddleware, allow_origins=config.cors_origins,
-                             allow_origin_regex=LOOPBACK_ORIGIN, allow_methods=["*"],
-                             allow_headers=["*"], max_age=600)]
+                  Middleware(CORSMiddleware, allowed=config.cors_origins)]
     if config.api_key:
         middleware.append(Middleware(APIKeyMiddleware, api_key=config.api_key))
     app = Starlette(routes=_routes(config), middleware=middleware, lifespan=lifespan,

@@ -25,7 +25,7 @@ class ServerConfig:
     device: str | None = None         # "cpu", "vulkan[:N]"; None: $EMBER_DEVICE, else "auto"
     chat_template: str | None = None  # a built-in template's name or a Jinja file; None: the model's
     api_key: str | None = None        # required as "Authorization: Bearer KEY" when set
-    cors_origins: list[str] = field(default_factory=list)  # "*" allows any origin
+    cors_origins: list[str] = field(default_factory=list)  # origins, "*" (any), "localhost"
     max_queue: int = 128              # sequences waiting for a slot (the engine's limit); more: 503
     aliases: list[str] = field(default_factory=list)       # model names clients may use
     max_body_bytes: int = 8 << 20     # larger request bodies: 413
@@ -90,6 +90,9 @@ class ServerConfig:
         from ember.sampling import SamplingParams
 
         SamplingParams(**self.sampling).check(1)  # ValueError naming a bad default
+        from ember.server.browser import cors_origins
+
+        self.cors_origins = cors_origins(self.cors_origins)  # ValueError naming a bad one
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key
 
