@@ -25,6 +25,7 @@ grammar is narrowed: every output still validates against the schema as given.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from collections.abc import Mapping
@@ -40,25 +41,6 @@ WHITESPACE = r"\x20|\x0D?\x0A[\x20\x09]{0,20}"
 
 KINDS = ("json_schema", "gbnf", "lark", "regex")
 
-
-@dataclass(frozen=True)
-class JsonBounds:
-    """How long a JSON number may be where its schema does not say. int_digits: digits before
-    the point (llama.cpp's JSON grammars allow 16 too); frac_digits: digits after it (10: the
-    finest multipleOf llguidance enforces exactly is 10^-11). Exponents are never written: a
-    number within +-10^16 needs none."""
-
-    int_digits: int = 16
-    frac_digits: int = 10
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.int_digits <= 18:  # llguidance's integer ranges are 64-bit
-            raise ConstraintError(f"int_digits must be 1 to 18, got {self.int_digits}")
-        if not 0 <= self.frac_digits <= 10:
-            raise ConstraintError(f"frac_digits must be 0 to 10, got {self.frac_digits}")
-
-
-BOUNDS = JsonBounds()
 
 # The schema keywords that hold subschemas: a dict of them, a list of them, or one.
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
@@ -80,13 +62,34 @@ class ConstraintError(ValueError):
 
 
 @dataclass(frozen=True)
+class JsonBounds:
+    """How long a JSON number may be where its schema does not say. int_digits: digits before
+    the point (llama.cpp's JSON grammars allow 16 too); frac_digits: digits after it (10: the
+    finest multipleOf llguidance enforces exactly is 10^-11). Exponents are never written: a
+    number within +-10^16 needs none."""
+
+    int_digits: int = 16
+    frac_digits: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.int_digits <= 18:  # llguidance's integer ranges are 64-bit
+            raise ConstraintError(f"int_digits must be 1 to 18, got {self.int_digits}")
+        if not 0 <= self.frac_digits <= 10:
+            raise ConstraintError(f"frac_digits must be 0 to 10, got {self.frac_digits}")
+
+
+BOUNDS = JsonBounds()
+
+@dataclass(frozen=True)
 class Constraint:
     """kind: "json_schema" (text: the schema as JSON), "gbnf", "lark" or "regex". param: the
-    request field it came from, for error messages (the server sets it)."""
+    request field it came from, for error messages (the server sets it). bounds: how long a
+    JSON schema's numbers may be where it does not say (BOUNDS unless with_bounds changes it)."""
 
     kind: str
     text: str
     param: str | None = field(default=None, compare=False)
+    bounds: JsonBounds = BOUNDS
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any] | bool | str) -> Constraint:
@@ -118,6 +121,9 @@ class Constraint:
     def regex(cls, pattern: str) -> Constraint:
         return cls("regex", pattern)
 
+    def with_bounds(self, bounds: JsonBounds) -> Constraint:
+        return dataclasses.replace(self, bounds=bounds)
+
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConstraintError(f"unknown constraint kind {self.kind!r}; use one of {', '.join(KINDS)}")
@@ -125,7 +131,7 @@ class Constraint:
     def llguidance_input(self) -> tuple[str, str]:
         """(kind, data) as GrammarCompiler.compile takes them."""
         if self.kind == "json_schema":
-            return "json_schema", _with_options(json.loads(self.text), self.param)
+            return "json_schema", _with_options(json.loads(self.text), self.param, self.bounds)
         if self.kind == "gbnf":
             from llguidance.gbnf_to_lark import gbnf_to_lark
 
@@ -136,14 +142,12 @@ class Constraint:
         return self.kind, self.text
 
 
-def _with_options(schema: Mapping[str, Any] | bool, param: str | None,
-                  bounds: JsonBounds | None = None) -> str:
+def _with_options(schema: Mapping[str, Any] | bool, param: str | None, bounds: JsonBounds) -> str:
     """The schema as llguidance compiles it: strict, its numbers and whitespace bounded."""
     if isinstance(schema, bool):
         schema = {} if schema else {"not": {}}
     if "x-guidance" in schema:
         raise ConstraintError("the JSON schema's 'x-guidance' key is reserved (ember sets it)", param)
-    bounds = bounds or BOUNDS
     defs = schema.get("$defs")
     if _ANY in (defs if isinstance(defs, Mapping) else {}):
         raise ConstraintError(f"the JSON schema's '$defs.{_ANY}' is reserved (ember sets it)", param)
@@ -208,11 +212,11 @@ def _bounded_any(bounds: JsonBounds) -> dict[str, Any]:
                       {"type": "object", "additionalProperties": ref}]}
 
 
-def lark_json(schema: Mapping[str, Any] | bool) -> str:
+def lark_json(schema: Mapping[str, Any] | bool, bounds: JsonBounds = BOUNDS) -> str:
     """`%json {...}`: a JSON value matching `schema`, for a rule of a Lark constraint, with the
     same strictness and whitespace bounds as Constraint.json_schema. E.g. a tool call:
     Constraint.lark('start: "<tool_call>" call "</tool_call>"\ncall: ' + lark_json(call_schema))"""
-    return "%json " + _with_options(schema, None)
+    return "%json " + _with_options(schema, None, bounds)
 
 
 def llguidance_library() -> str:
