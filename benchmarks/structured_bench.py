@@ -102,8 +102,8 @@ def main() -> None:
         if server == "ember":
             env_path = args.ember_pythonpath or str(Path(__file__).resolve().parent.parent / "python")
             os.environ["PYTHONPATH"] = env_path
-            cmd = [sys.executable, "-c", "from ember.cli import main; main()", "serve", args.model, "--port", str(port),
-                   "--threads", str(args.threads), "--parallel", str(args.parallel)]
+            cmd = [sys.executable, "-c", "from ember.cli import main; main()", "serve", args.model,
+                   "--port", str(port), "--threads", str(args.threads), "--parallel", str(args.parallel)]
         else:
             exe = peer_binary("llama-server", args.llama_server)
             if exe is None:

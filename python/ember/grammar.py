@@ -168,7 +168,10 @@ def _number_bounds(node: dict[str, Any], integer: bool, bounds: JsonBounds) -> N
         node["exclusiveMinimum"] = -limit
     if not has_high and not (isinstance(low, (int, float)) and low >= limit):
         node["exclusiveMaximum"] = limit
-    if not integer and "multipleOf" not in node:
+    step = 10.0 ** -bounds.frac_digits
+    numbers = (int, float)
+    narrow = isinstance(low, numbers) and isinstance(high, numbers) and high - low < 2 * step
+    if not integer and "multipleOf" not in node and not narrow:  # a range finer than the step keeps its own
         node["multipleOf"] = 1 if bounds.frac_digits == 0 else float(f"1e-{bounds.frac_digits}")
 
 
