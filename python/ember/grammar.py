@@ -16,11 +16,12 @@ fraction digits, endless indentation. Every JSON constraint ember builds is boun
 (JsonBounds: at most 16 integer digits, 10 fraction digits, no exponent; whitespace as
 WHITESPACE). llguidance has no option for number digits, so the bounds are written into the
 schema before it compiles: a number or integer without a minimum/maximum gets +-10^16
-(exclusive), a number without multipleOf gets multipleOf 10^-10, and wherever the schema allows
-any value ({}, an object's unlisted properties, an array's unlisted items) it allows any value
-built from those bounded numbers. A schema's own minimum/maximum/multipleOf replace the bound on
-that side, so a request that needs wider numbers says so in its schema. Only the compiled
-grammar is narrowed: every output still validates against the schema as given.
+(exclusive), a number without multipleOf gets multipleOf 10^-10, a time, date-time, e-mail or
+host name without maxLength gets its format's longest (FORMAT_MAX_LENGTH), and wherever the
+schema allows any value ({}, an object's unlisted properties, an array's unlisted items) it
+allows any value built from those bounded numbers. A schema's own minimum/maximum/multipleOf/
+maxLength replace the bound there, so a request that needs wider values says so in its schema.
+Only the compiled grammar is narrowed: every output still validates against the schema as given.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ _SCHEMA_ONE = ("additionalProperties", "items", "not", "if", "then", "else", "co
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
                 "writeOnly", "$schema", "$id"}
 _ANY = "ember_bounded_any"
+
+# The longest value of a string format whose grammar is otherwise unbounded, where the schema
+# gives no maxLength: llguidance's time and date-time take any number of fraction-of-second
+# digits (bounded at 9, nanoseconds: "23:59:60.123456789+01:00"), and an e-mail address or a
+# host name any length (bounded at RFC 5321's 254 and RFC 1035's 253 characters).
+FORMAT_MAX_LENGTH = {"time": 24, "date-time": 35, "email": 254, "hostname": 253}
 
 
 class ConstraintError(ValueError):
@@ -198,6 +205,8 @@ def _bounded(schema: Any, bounds: JsonBounds) -> Any:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     if "number" in types or "integer" in types:
         _number_bounds(node, "number" not in types, bounds)
+    if node.get("format") in FORMAT_MAX_LENGTH and "maxLength" not in node:
+        node["maxLength"] = FORMAT_MAX_LENGTH[node["format"]]
     if "object" in types and "additionalProperties" not in node and "patternProperties" not in node:
         node["additionalProperties"] = {"$ref": f"#/$defs/{_ANY}"}
     if "array" in types and "items" not in node:

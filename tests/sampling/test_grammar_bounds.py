@@ -183,6 +183,10 @@ def test_a_schema_widens_its_own_numbers(tokenizer: _core.Tokenizer, compiler: G
     assert not accepts(compiler, tokenizer, {"type": "integer", "minimum": 0}, "1" * 17)
     assert accepts(compiler, tokenizer, {"type": "number", "multipleOf": 0.25}, "3.75")
     assert not accepts(compiler, tokenizer, {"type": "number", "multipleOf": 0.25}, "3.7")
+    time = {"type": "string", "format": "time"}  # 24 characters: 9 second-fraction digits and "+01:00"
+    assert accepts(compiler, tokenizer, time, '"12:00:00.123456789+01:00"')
+    assert not accepts(compiler, tokenizer, time, '"12:00:00.' + "8" * 16 + 'Z"')
+    assert accepts(compiler, tokenizer, {**time, "maxLength": 40}, '"12:00:00.' + "8" * 16 + 'Z"')
     tiny = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-12}  # finer than the step
     assert accepts(compiler, tokenizer, tiny, "0.0000000000001")
 
