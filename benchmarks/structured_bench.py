@@ -8,6 +8,13 @@ to max_tokens, and how many schemas the server refused (a 4xx: it cannot compile
         [--ember-pythonpath DIR] [--json out.json]
 
 --ember-pythonpath runs another ember (e.g. /work/main/build/dev/pkg, for a before/after).
+
+Measured 2026-12-07, SmolLM2-135M-Instruct Q4_1, 92 schemas x 2 temperatures, max_tokens 256, 2
+shared cores, --parallel 8 (finished / valid of those / refused): llama-server 153 / 150 / 4
+(it cannot compile the tuple schema or a "$ref": "#" recursion; 3 finished answers break the
+schema: numbers outside a non-integer minimum/maximum, too many properties); ember before the
+number bounds 142 / 142 / 0, after them 151 / 151 / 0. What still runs to max_tokens in
+either server: endless text in strings without maxLength, recursion, arrays without maxItems.
 """
 
 from __future__ import annotations
