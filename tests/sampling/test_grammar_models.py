@@ -61,14 +61,14 @@ def test_corpus_smollm2(smollm2: ember.LLM, temperature: float) -> None:
     prompts = [smollm2.tokenize_chat([{"role": "user", "content": "Answer with JSON matching this "
                                        f"schema: {json.dumps(schema)}"}]) for _, schema in SCHEMAS]
     n_stop = check_valid(run_corpus(smollm2, prompts, temperature))
-    assert n_stop >= 45  # 56 and 56 of 65 when written; the rest reach max_tokens
+    assert n_stop >= 60  # 69 and 75 of 92 when written; the rest reach max_tokens
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_corpus_stories(stories: ember.LLM, temperature: float) -> None:
     prompt = stories.tokenize("Once upon a time")
     n_stop = check_valid(run_corpus(stories, [prompt] * len(SCHEMAS), temperature))
-    assert n_stop >= 30  # 40 and 48 of 65 when written: a 260K-parameter story model
+    assert n_stop >= 50  # 61 and 62 of 92 when written: a 260K-parameter story model
 
 
 def test_json_object_is_one_object(smollm2: ember.LLM) -> None:
