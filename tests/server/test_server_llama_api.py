@@ -152,4 +152,5 @@ def test_infill_without_fim_tokens_and_no_embeddings(server: RunningServer) -> N
         response = post(server, path, {"content": "hi", "input": "hi"})
         assert response.status_code == 501, path
         error = response.json()["error"]
-        assert error["type"] == "not_supported_error" and "embedding" in error["message"]
+        assert error["type"] == "not_supported_error"
+        assert ("rerank" if "rerank" in path else "embedding") in error["message"]
