@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,6 +67,19 @@ def hidden_states(model, tokens: list[int]) -> np.ndarray:
 
 
 SEQS = [tokens_for_test(n, seed=i) for i, n in enumerate(LENGTHS)]
+
+
+def qwen3_classifier(tmp_path: Path, n_labels: int, seed: int) -> tuple[Any, Path]:
+    """A tiny random Qwen3ForSequenceClassification with n_labels labels, and its f32 GGUF."""
+    config = transformers.Qwen3Config(
+        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+        rms_norm_eps=1e-5, num_labels=n_labels, pad_token_id=0)
+    torch.manual_seed(seed)
+    model = transformers.Qwen3ForSequenceClassification(config).eval()
+    spread_weights(model)
+    folder = save_checkpoint(model, tmp_path / "hf")
+    return model, Path(convert(folder, tmp_path / "r.gguf", "f32", progress=False).path)
 
 
 @pytest.mark.parametrize("out_type", ["f32", "f16"])
@@ -149,15 +163,7 @@ def test_llm_embed_on_a_decoder(models):
 def test_decoder_reranker_matches_transformers(tmp_path: Path):
     """Qwen3ForSequenceClassification (score.weight over the last token's state) converts to
     cls.output with pooling rank; its score is the head's logit, as transformers computes it."""
-    config = transformers.Qwen3Config(
-        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-        rms_norm_eps=1e-5, num_labels=1, pad_token_id=0)
-    torch.manual_seed(2)
-    model = transformers.Qwen3ForSequenceClassification(config).eval()
-    spread_weights(model)
-    folder = save_checkpoint(model, tmp_path / "hf")
-    path = convert(folder, tmp_path / "r.gguf", "f32", progress=False).path
+    model, path = qwen3_classifier(tmp_path, n_labels=1, seed=2)
     embedder = Embedder(path)
     assert embedder.pooling == "rank" and embedder.is_reranker
     pairs = [tokens_for_test(n, seed=10 + n) for n in (5, 17, 40)]
@@ -177,15 +183,7 @@ def test_yes_no_reranker_with_a_rerank_template(tmp_path: Path):
     llama.cpp computes it."""
     from gguf_template import with_metadata
 
-    config = transformers.Qwen3Config(
-        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-        rms_norm_eps=1e-5, num_labels=2, pad_token_id=0)
-    torch.manual_seed(4)
-    model = transformers.Qwen3ForSequenceClassification(config).eval()
-    spread_weights(model)
-    folder = save_checkpoint(model, tmp_path / "hf")
-    plain = convert(folder, tmp_path / "r.gguf", "f32", progress=False).path
+    model, plain = qwen3_classifier(tmp_path, n_labels=2, seed=4)
     template = "<s>Query: {query}\nDocument: {document}\nRelevant:"
     path = with_metadata(plain, tmp_path / "t.gguf",
                          strings={"tokenizer.chat_template.rerank": template})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,16 +14,6 @@ from schema_corpus import SCHEMAS, UNSUPPORTED
 
 from ember import _core
 from ember.grammar import Constraint, ConstraintError, GrammarCompiler
-
-
-@pytest.fixture(scope="module")
-def tokenizer(stories_path: Path) -> _core.Tokenizer:
-    return _core.Tokenizer(str(stories_path))
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer: _core.Tokenizer) -> GrammarCompiler:
-    return GrammarCompiler(tokenizer)
 
 
 def allowed(mask: np.ndarray, n_vocab: int) -> set[int]:

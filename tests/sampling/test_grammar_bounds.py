@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -17,16 +16,6 @@ from schema_corpus import KIND, SCHEMAS
 
 from ember import _core
 from ember.grammar import BOUNDS, Constraint, ConstraintError, GrammarCompiler, JsonBounds
-
-
-@pytest.fixture(scope="module")
-def tokenizer(stories_path: Path) -> _core.Tokenizer:
-    return _core.Tokenizer(str(stories_path))
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer: _core.Tokenizer) -> GrammarCompiler:
-    return GrammarCompiler(tokenizer)
 
 
 def allowed(state: _core.GrammarState, n_vocab: int) -> list[int]:

@@ -158,14 +158,20 @@ def _min_tokens(body: Fields, max_tokens: int | None) -> int:
 def _stop_token_ids(body: Fields, n_vocab: int) -> list[int]:
     """vLLM's stop_token_ids: token ids that end the output, as EOS does."""
     ids = body.array("stop_token_ids", "an array of token ids") or []
-    for token in ids:
-        if isinstance(token, bool) or not isinstance(token, int):
-            raise bad_request(f"'stop_token_ids' must be an array of token ids, got {show(token)}",
-                              param="stop_token_ids", code="invalid_type")
-        if not 0 <= token < n_vocab:
-            raise bad_request(f"'stop_token_ids' token id {token} is out of range [0, {n_vocab})",
-                              param="stop_token_ids", code="invalid_value")
-    return ids
+    return [_token_id(token, n_vocab, "stop_token_ids",
+                      f"'stop_token_ids' must be an array of token ids, got {show(token)}")
+            for token in ids]
+
+
+def _token_id(token: Any, n_vocab: int, param: str, type_message: str) -> int:
+    """`token` when it is a token id of the vocabulary; else a 400 naming `param`
+    (type_message when it is no integer)."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise bad_request(type_message, param=param, code="invalid_type")
+    if not 0 <= token < n_vocab:
+        raise bad_request(f"'{param}' token id {token} is out of range [0, {n_vocab})",
+                          param=param, code="invalid_value")
+    return token
 
 
 def _bias_value(value: Any, where: str, array_form: bool) -> float:
@@ -201,13 +207,8 @@ def _bias_tokens(key: Any, n_vocab: int, defaults: Defaults) -> list[int]:
             raise bad_request("'logit_bias' texts need the model's tokenizer; give token ids",
                               param="logit_bias", code="invalid_value")
         return defaults.tokenize(key)
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise bad_request(f"'logit_bias' entries name a token id or a text, got {show(key)}",
-                          param="logit_bias", code="invalid_type")
-    if not 0 <= token < n_vocab:
-        raise bad_request(f"'logit_bias' token id {token} is out of range [0, {n_vocab})",
-                          param="logit_bias", code="invalid_value")
-    return [token]
+    return [_token_id(token, n_vocab, "logit_bias",
+                      f"'logit_bias' entries name a token id or a text, got {show(key)}")]
 
 
 def _logit_bias(body: Fields, n_vocab: int, defaults: Defaults) -> dict[int, float]:
