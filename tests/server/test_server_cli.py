@@ -15,7 +15,8 @@ from server_support import fake_config, free_socket, scripted, start_server
 FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key", "--cors-origins",
          "--max-queue", "--alias", "--ctx-size", "--threads", "--max-connections", "--header-timeout",
          "--body-timeout", "--idle-timeout", "--host-allow", "--n-predict", "--temp", "--top-k",
-         "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui"]  # --webui/--no-webui
+         "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui",  # --webui/--no-webui
+         "--models-dir", "--keep-alive", "--max-memory"]
 
 
 def ember(*args: str, env: dict[str, str] | None = None,

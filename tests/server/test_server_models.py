@@ -16,7 +16,9 @@ import pytest
 from checkpoints import N_VOCAB, save_checkpoint, tokens_for_test
 from server_support import RunningServer, sample, serving, wait_until
 from tiny_models import make_model
+from typer.testing import CliRunner
 
+from ember.cli import app
 from ember.convert import convert
 from ember.engine import Engine
 from ember.sampling import SamplingParams
@@ -36,12 +38,12 @@ SIZES = {"threads": 1, "parallel": 1, "ctx_size": 128}
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """alpha, beta, gamma (tiny llamas of different seeds), big (a 60 MB one, slower to load),
+    """alpha, beta, gamma (tiny llamas of different seeds), big (a 115 MB one, slower to load),
     and a projector file (general.type mmproj) that is no model."""
     out = tmp_path_factory.mktemp("models")
     work = tmp_path_factory.mktemp("checkpoints")
     for name, seed, sizes in (("alpha", 1, {}), ("beta", 2, {}), ("gamma", 3, {}),
-                              ("big", 4, {"hidden_size": 768, "intermediate_size": 2048})):
+                              ("big", 4, {"hidden_size": 1024, "intermediate_size": 3072})):
         folder = save_checkpoint(make_model("llama", vocab_size=N_VOCAB, seed=seed, **sizes),
                                  work / name)
         convert(folder, out / f"{name}.gguf", "f32", progress=False)
@@ -72,10 +74,23 @@ def tokens_of(server: RunningServer, model: str) -> list[int]:
     return r.json()["tokens"]
 
 
-def statuses(server: RunningServer) -> dict[str, str]:
-    r = httpx.get(server.url + "/v1/models")
+def statuses(server: RunningServer, client: httpx.Client | None = None) -> dict[str, str]:
+    r = (client or httpx).get(server.url + "/v1/models")
     assert r.status_code == 200, r.text
     return {m["id"]: m["status"]["value"] for m in r.json()["data"]}
+
+
+def start_loading(server: RunningServer, name: str) -> tuple[threading.Thread, list]:
+    """Sends a request for `name` from a thread and returns once the server says it is loading
+    (polled on a kept-alive connection: big loads for about a second, the poll takes ms)."""
+    answers: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: answers.append(complete(server, name)))
+    with httpx.Client() as client:
+        assert statuses(server, client)[name] == "unloaded"
+        thread.start()
+        wait_until(lambda: statuses(server, client)[name] != "unloaded", 10, f"{name} to load")
+        assert statuses(server, client)[name] == "loading", "loaded before a poll saw it loading"
+    return thread, answers
 
 
 def footprint(path: Path) -> int:
@@ -149,33 +164,45 @@ def test_health_and_metrics(server: RunningServer) -> None:
 
 
 def test_loading_never_blocks_a_loaded_model(server: RunningServer) -> None:
-    """While big loads (60 MB: a few tenths of a second), alpha answers: requests to alpha
+    """While big loads (115 MB: about a second), alpha answers: requests to alpha
     start and end while /v1/models still says big is loading. (A load that held the event loop
     or the GIL would let none through until big had loaded.)"""
     tokens_of(server, "alpha")
-    assert statuses(server)["big"] == "unloaded"
-    big: list[httpx.Response] = []
-    loader = threading.Thread(target=lambda: big.append(complete(server, "big")))
     body = {"model": "alpha", "prompt": PROMPT, "n_predict": 2, "temperature": 0}
     n_answered_while_loading = 0
     with httpx.Client(base_url=server.url, timeout=60) as client:
         client.post("/completion", json=body)  # the connection, opened before the window
-        loader.start()
-        wait_until(lambda: statuses(server)["big"] == "loading", 10, "big to start loading")
+        loader, big = start_loading(server, "big")
         while True:
             assert client.post("/completion", json=body).status_code == 200
-            if statuses(server)["big"] != "loading":
+            if statuses(server, client)["big"] != "loading":
                 break
             n_answered_while_loading += 1
     loader.join(60)
-    assert n_answered_while_loading >= 1
+    assert n_answered_while_loading >= 1, "no request to alpha completed while big loaded"
     assert big[0].status_code == 200 and statuses(server)["big"] == "loaded"
 
 
-def test_keep_alive_unloads_and_reloads(model_dir: Path) -> None:
-    config = ServerConfig(models=[str(model_dir / "alpha.gguf"), str(model_dir / "beta.gguf")],
-                          keep_alive=0.5, **SIZES)
+def header_only(path: Path) -> Path:
+    """A GGUF of metadata and no tensors: a file `find_models` takes, no model to load."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_keep_alive_unloads_and_reloads(model_dir: Path, tmp_path: Path) -> None:
+    broken = header_only(tmp_path / "broken.gguf")
+    config = ServerConfig(models=[str(model_dir / "alpha.gguf"), str(model_dir / "beta.gguf"),
+                                  str(broken)], keep_alive=0.5, **SIZES)
     with serving(config) as s:
+        for _ in range(2):  # a failed load is reported, and tried again on the next request
+            r = complete(s, "broken")
+            assert r.status_code == 503 and r.json()["error"]["code"] == "model_error", r.text
+            assert "loading the model 'broken' failed" in r.json()["error"]["message"]
+        card = httpx.get(s.url + "/v1/models/broken").json()["status"]
+        assert card["value"] == "unloaded" and card["failed"] is True
         first = tokens_of(s, "alpha")
         assert statuses(s)["alpha"] == "loaded"
         wait_until(lambda: statuses(s)["alpha"] == "unloaded", 10, "alpha to unload")
@@ -212,10 +239,7 @@ def test_max_memory_held_by_a_loading_model_is_a_503(model_dir: Path) -> None:
     config = ServerConfig(models=[str(model_dir / "alpha.gguf"), str(model_dir / "big.gguf")],
                           max_memory=large + small // 2, **SIZES)
     with serving(config) as s:
-        big: list[httpx.Response] = []
-        loader = threading.Thread(target=lambda: big.append(complete(s, "big")))
-        loader.start()
-        wait_until(lambda: statuses(s)["big"] == "loading", 10, "big to start loading")
+        loader, big = start_loading(s, "big")
         r = complete(s, "alpha")
         loader.join(60)
         assert r.status_code == 503, r.text
@@ -237,10 +261,7 @@ def test_find_models_names_and_shards(tmp_path: Path, model_dir: Path) -> None:
     """A split model's shards are one model, named by their prefix; two files of one name are
     refused at start-up."""
     for name in ("m-00002-of-00002.gguf", "m-00001-of-00002.gguf", "solo.gguf", "alpha.gguf"):
-        w = gguf.GGUFWriter(str(tmp_path / name), "llama")
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.close()
+        header_only(tmp_path / name)
     found = find_models([], tmp_path)
     assert [(m.name, [f.name for f in m.files]) for m in found] == [
         ("alpha", ["alpha.gguf"]), ("m", ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"]),
@@ -262,3 +283,18 @@ def test_durations_and_sizes() -> None:
     for bad in ("8X", "-1G", "0", "G"):
         with pytest.raises(ValueError):
             parse_bytes(bad)
+
+
+def test_cli_refuses_bad_values_before_listening(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, ["serve", "--max-memory", "lots", "--keep-alive", "5m"])
+    assert out.exit_code == 2 and "'lots' is not a size" in out.output, out.output
+    out = runner.invoke(app, ["serve", "--keep-alive", "5 minutes"])
+    assert out.exit_code == 2 and "is not a duration" in out.output, out.output
+    out = runner.invoke(app, ["serve", "--models-dir", str(tmp_path / "none")])
+    assert isinstance(out.exception, ValueError)  # ember.cli.main: one line, exit 1
+    assert "no such directory" in str(out.exception)
+    header_only(tmp_path / "alpha.gguf")
+    out = runner.invoke(app, ["serve", str(tmp_path / "alpha.gguf"), "--models-dir",
+                              str(tmp_path), "--alias", "x"])
+    assert isinstance(out.exception, ValueError) and "--alias" in str(out.exception)

@@ -76,14 +76,14 @@ def serve(
         "--keep-alive", envvar="EMBER_KEEP_ALIVE",
         help="unload a model idle this long, reloaded on its next request: seconds or a "
              "duration (30s, 5m, 1h30m), -1 never, 0 as soon as its requests end (Ollama's "
-             "keep_alive) \[default: 5m with several models, never with one]",
+             "keep_alive) \\[default: 5m with several models, never with one]",
         show_default=False)] = None,
     max_memory: Annotated[Optional[str], typer.Option(
         "--max-memory", envvar="EMBER_MAX_MEMORY",
         help="memory the loaded models may take (weights file + KV cache), e.g. 8G or 512M: "
              "before a load, the least recently used idle models are unloaded to make room; a "
              "model that cannot fit gets a 507 (503 while busy models hold the room) "
-             "\[default: no limit]", show_default=False)] = None,
+             "\\[default: no limit]", show_default=False)] = None,
     host: Annotated[str, typer.Option(
         "--host", envvar="EMBER_HOST", help="address to listen on")] = _D.host,
     port: Annotated[int, typer.Option(

@@ -17,9 +17,11 @@ model with a request running (or being prepared) is never unloaded.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import math
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +46,16 @@ _SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _return_freed_memory() -> None:
+    """Hands the heap's free pages back to the system (glibc keeps what a closed engine's
+    threads freed in their arenas, so the process would stay as large as with the model)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            pass
 
 
 def parse_keep_alive(text: str) -> float:
@@ -402,6 +414,8 @@ class ModelRegistry:
         loaded, entry.loaded = entry.loaded, None
         if loaded is not None:
             await asyncio.to_thread(loaded.close)
+            del loaded
+            _return_freed_memory()
             log.info("unloaded model '%s'", entry.name)
 
     # --- keep-alive ----------------------------------------------------------------------------
