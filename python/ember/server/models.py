@@ -314,8 +314,11 @@ class ModelRegistry:
                            f"serves {self._listing()}", param="model", code="model_not_found")
         return entry
 
-    def _listing(self) -> str:
-        return ", ".join(f"'{n}'" for n in self.names)
+    def _listing(self, most: int = 32) -> str:
+        names = self.names
+        shown = ", ".join(f"'{n}'" for n in names[:most])
+        return shown + (f" and {len(names) - most} more (GET /v1/models lists them)"
+                        if len(names) > most else "")
 
     # --- using a model -------------------------------------------------------------------------
 
@@ -392,6 +395,8 @@ class ModelRegistry:
                              key=lambda e: e.last_used):
             if self._committed() + need <= self.max_memory:
                 break
+            if victim.busy or victim.loaded is None:  # taken (or unloaded) while we awaited
+                continue
             log.info("unloading model '%s' to make room for '%s' (--max-memory)", victim.name,
                      entry.name)
             await self.unload(victim)
@@ -438,7 +443,10 @@ class ModelRegistry:
                 elif now - entry.last_used >= self.keep_alive:
                     log.info("unloading model '%s': idle for %.0f s (--keep-alive)",
                              entry.name, now - entry.last_used)
-                    await self.unload(entry)
+                    try:
+                        await self.unload(entry)
+                    except Exception:  # noqa: BLE001 - logged; the others still unload
+                        log.exception("unloading model '%s' failed", entry.name)
 
     def close(self) -> None:
         if self._watch is not None:
