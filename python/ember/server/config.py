@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
@@ -47,6 +48,9 @@ class ServerConfig:
     # of thinking a request gets at most (-1: no limit), as llama-server's flags.
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    # JSON constraints' bounds where a schema does not give its own (ember.grammar.JsonBounds):
+    # number digits and the whitespace between tokens.
+    json_bounds: JsonBounds = BOUNDS
     webui: bool = True                # GET / serves the bundled chat page
     # /v1/embeddings, /embedding: an encoder (bert) serves only those; a decoder keeps its chat
     # routes beside them (llama-server's --embedding, which embeds with any model).

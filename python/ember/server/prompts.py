@@ -108,8 +108,8 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
     tokens = template.tokenize(engine.tokenizer, text) if tokenize else []
     if tokenize and within_context:
         _check_tokens(ctx, tokens, "messages")
-    return ChatPrompt(text, tokens, chat.format, chat.keep_tokens, chat.answer_prefix,
-                      chat.constraint.grammar() if chat.constraint is not None else None)
+    constraint = chat.constraint.grammar(ctx.config.json_bounds) if chat.constraint is not None else None
+    return ChatPrompt(text, tokens, chat.format, chat.keep_tokens, chat.answer_prefix, constraint)
 
 
 async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],

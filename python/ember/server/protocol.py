@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.grammar import BOUNDS, JsonBounds
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import FIELDS as CONSTRAINT_FIELDS
 from ember.server.constraints import parse_constraint
@@ -283,6 +284,7 @@ class Defaults:
     max_n: int = 16
     # How a logit_bias text becomes tokens (the model's tokenizer); None: texts are refused.
     tokenize: Callable[[str], list[int]] | None = None
+    json_bounds: JsonBounds = BOUNDS  # JSON constraints' number and whitespace bounds (--json-*)
 
 
 def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
@@ -356,7 +358,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
+            ignore_eos=body.boolean("ignore_eos"),
+            constraint=parse_constraint(body.body, defaults.json_bounds),
             prediction=_prediction(body) if chat else None,
             min_tokens=_min_tokens(body, max_tokens),
             stop_token_ids=_stop_token_ids(body, n_vocab),
