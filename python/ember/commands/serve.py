@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ember.chat import builtin
-from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.commands.generation_options import CHAT_TEMPLATE_HELP, CONTEXT_OVERFLOW_HELP
 from ember.embeddings import POOLINGS
 from ember.options import EngineOptions
 from ember.server.config import ServerConfig
@@ -184,6 +184,11 @@ def serve(
         "--reasoning-budget", envvar="EMBER_REASONING_BUDGET",
         help="tokens of thinking a request gets at most, then </think> is forced (-1: no "
         "limit)")] = -1,
+    context_overflow: Annotated[str, typer.Option(
+        "--context-overflow", envvar="EMBER_CONTEXT_OVERFLOW",
+        help=CONTEXT_OVERFLOW_HELP + ". The default answers as OpenAI and llama-server do "
+        "(400 context_length_exceeded); what was dropped is in the usage (dropped_tokens, "
+        "dropped_messages) and the X-Context-Dropped-Tokens/-Messages headers")] = "error",
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub.models import resolve_model
@@ -213,7 +218,7 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget)
+        reasoning_budget=reasoning_budget, context_overflow=context_overflow)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)
