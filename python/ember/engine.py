@@ -395,10 +395,12 @@ class Engine:
 
     def generate_batch(self, prompts: Sequence[Prompt],
                        params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                       add_special: bool = True) -> list[GenerationResult]:
+                       add_special: bool = True, dropped: Sequence[Dropped] = ()
+                       ) -> list[GenerationResult]:
         """Runs every prompt at once (all are submitted before any result is read) and returns
         their results in order. `params` is one SamplingParams for all, or one per prompt. If
-        one request fails, the others are cancelled and the error is raised."""
+        one request fails, the others are cancelled and the error is raised. dropped: per
+        prompt, what fitting it into the context left out (submit's)."""
         if params is None or isinstance(params, SamplingParams):
             per_prompt = [params or SamplingParams()] * len(prompts)
         else:
@@ -407,8 +409,9 @@ class Engine:
                 raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} SamplingParams")
         requests: list[Request] = []
         try:
-            for prompt, p in zip(prompts, per_prompt):
-                requests.append(self.submit(self.tokenize(prompt, add_special), p))
+            cuts = list(dropped) or [Dropped()] * len(prompts)
+            for prompt, p, cut in zip(prompts, per_prompt, cuts):
+                requests.append(self.submit(self.tokenize(prompt, add_special), p, dropped=cut))
             return [request.result() for request in requests]
         finally:
             for request in requests:

@@ -165,6 +165,42 @@ def test_chat_from_a_pipe(stories_path: Path, stories_llm: LLM) -> None:
                                    for s in stats)
 
 
+def test_chat_keeps_going_past_the_context(stories_path: Path) -> None:
+    """A piped conversation longer than a 256-token context: by default the oldest turns are
+    left out of each prompt (context_fit's shift, as ember.LLM does it), and a note on stderr
+    says how many; with --context-overflow error the chat stops with one error line."""
+    lines = [f"Cat {i}?" for i in range(7)]
+    llm = LLM(stories_path, n_threads=1, n_ctx=256, context_overflow="shift")
+    history: list[dict[str, str]] = []
+    answers, notes = [], []
+    for line in lines:
+        history.append({"role": "user", "content": line})
+        result = llm.chat(history, temperature=0.0, max_tokens=20)
+        history.append({"role": "assistant", "content": result.text})
+        answers.append(result.text)
+        u = result.usage
+        if u.dropped_messages:
+            notes.append(f"[context full: the {u.dropped_messages} oldest messages "
+                         f"({u.dropped_tokens} tokens) left out] ")
+    llm.close()
+    assert len(notes) >= 3  # the premise: the later turns drop some
+
+    proc = ember("chat", str(stories_path), "-c", "256", "--temp", "0", "-n", "20", *FAST,
+                 stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "".join(a + "\n" for a in answers)
+    assert [line[:line.index("[", 1)] for line in proc.stderr.splitlines()
+            if line.startswith("[context full")] == notes
+
+    proc = ember("chat", str(stories_path), "-c", "256", "--temp", "0", "-n", "20", *FAST,
+                 "--context-overflow", "error", stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("error: [request] the prompt has ")
+    assert "more than the context of 256 tokens" in proc.stderr.splitlines()[-1]
+    n_shown = len(proc.stderr.splitlines()) - 1  # the answers before the error, one stats line each
+    assert 0 < n_shown < len(lines) and proc.stdout == "".join(a + "\n" for a in answers[:n_shown])
+
+
 def test_chat_paris_from_a_pipe() -> None:
     proc = ember("chat", "--system", "You are a helpful assistant.", "--temp", "0", "-n", "32",
                  *FAST, stdin="What is the capital of France?\n")  # the demo model

@@ -194,13 +194,25 @@ def with_generation_flags(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None) -> LLM:
+def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None,
+             context_overflow: str = "error") -> LLM:
     from ember.hub.models import resolve_model
     from ember.llm import LLM
 
     if options.draft_model is not None:
         options.draft_model = str(resolve_model(options.draft_model))
-    return LLM(model, options=options, chat_template=chat_template)
+    return LLM(model, options=options, chat_template=chat_template,
+               context_overflow=context_overflow)
+
+
+def checked_policy(policy: str) -> str:
+    """--context-overflow's value, checked before the model loads."""
+    from ember.context_fit import POLICIES
+
+    if policy not in POLICIES:
+        raise ValueError(f"--context-overflow must be one of {', '.join(POLICIES)}, got "
+                         f"{policy!r}")
+    return policy
 
 
 def prediction_text(value: str | None) -> str | None:
