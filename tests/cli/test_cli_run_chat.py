@@ -99,6 +99,18 @@ def test_run_chat_template(smollm2_path: Path) -> None:
     assert proc.stdout == want.text + "\n"
 
 
+def test_run_truncates_the_middle_when_asked(stories_path: Path, stories_llm: LLM) -> None:
+    prompt = " ".join(f"w{i}" for i in range(60))
+    tokens = stories_llm.tokenize(prompt)
+    assert len(tokens) > 64
+    proc = ember("run", str(stories_path), "-p", prompt, "-c", "64", "-n", "4", "--temp", "0",
+                 "--context-overflow", "truncate-middle", "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    usage = json.loads(proc.stdout)["usage"]
+    assert (usage["prompt_tokens"], usage["dropped_tokens"]) == (60, len(tokens) - 60)
+    assert "dropped_messages" not in usage  # 0: left out, as when nothing is dropped
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing.gguf", "-p", "hi"], "error: model file not found: missing.gguf"),
     (["{stories}", "-p", "hi", "--top-p", "2"], "error: [sampling] top_p must be in (0, 1], got 2"),
@@ -110,6 +122,8 @@ def test_run_chat_template(smollm2_path: Path) -> None:
     (["{stories}", "-p", "hi", "-t", "0"], "error: --threads must be > 0, got 0"),
     (["{stories}", "-p", "hi", "-n", "-3"], "error: max_tokens must be >= 0, got -3"),
     (["{stories}", "-p", "hi " * 100, "-c", "16"], "more than the context of 16 tokens"),
+    (["{stories}", "-p", "hi", "--context-overflow", "cut"],
+     "error: --context-overflow must be one of error, truncate-middle, shift, got 'cut'"),
 ])
 def test_run_errors_are_one_line(stories_path: Path, args: list[str], message: str) -> None:
     args = [a.replace("{stories}", str(stories_path)) for a in args]
