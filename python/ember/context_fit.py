@@ -6,11 +6,12 @@ The policies:
 - "error": the prompt runs as it is, and one longer than the context is refused (the server's
   400 context_length_exceeded), as OpenAI and llama-server answer.
 - "shift": a chat drops its oldest whole turns (a user message and what answers it, up to the
-  next user message) until the prompt fits; the leading system messages (which carry the tools)
-  and the latest user turn stay, and the kept messages are rendered again, so no turn is cut
-  inside its template markup (Ollama's truncation of a chat, llama-server's context shift).
-  When the kept messages alone are still too long, or for a raw prompt (which has no turns),
-  the middle is cut as truncate-middle does, the last resort.
+  next user message) until the prompt fits; the leading system messages and the latest user
+  turn stay (and the tools, rendered from the request each time), and the kept messages are
+  rendered again, so no turn is cut inside its template markup (Ollama's truncation of a
+  chat, llama-server's context shift). When the kept messages alone are still too long, or
+  for a raw prompt (which has no turns), the middle is cut as truncate-middle does, the last
+  resort.
 - "truncate-middle": the first N and the last M tokens of the prompt are kept, the middle
   dropped: N is the request's n_keep (llama-server's: not counting a leading BOS, which is kept
   too; -1, "all of it", as much as leaves 4 tokens of the end), else half the room; M the rest.
@@ -49,9 +50,10 @@ class Dropped:
         return bool(self.tokens or self.messages)
 
 
-def check_policy(policy: str) -> str:
+def check_policy(policy: str, name: str = "context_overflow") -> str:
+    """`policy`, or a ValueError naming the option (`name`) that gave it."""
     if policy not in POLICIES:
-        raise ValueError(f"context overflow policy {policy!r} is not one of {', '.join(POLICIES)}")
+        raise ValueError(f"{name} must be one of {', '.join(POLICIES)}, got {policy!r}")
     return policy
 
 

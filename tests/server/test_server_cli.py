@@ -58,7 +58,7 @@ def test_context_overflow_help_and_bad_value() -> None:
         assert words in text, words
     out = ember("serve", "--context-overflow", "sometimes")
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "'sometimes' is not one of error, truncate-middle, shift" in out.stderr
+    assert "context_overflow must be one of error, truncate-middle, shift, got 'sometimes'" in out.stderr
 
 
 def test_kv_type_help_and_bad_values_are_one_line() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from ember.commands import generation_options as opt
+from ember.context_fit import check_policy
 from ember.options import EngineOptions
 from ember.results import Usage
 from ember.sampling import SamplingParams
@@ -34,7 +35,7 @@ def chat(
     """Chat with a model in the terminal (reads messages from stdin when it is a pipe). A
     conversation longer than the context keeps going: by default its oldest turns are left out
     of the prompt (--context-overflow shift), and a note on stderr says so."""
-    llm = opt.load_llm(model, options, chat_template, opt.checked_policy(context_overflow))
+    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"))
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())

@@ -205,16 +205,6 @@ def load_llm(model: str | None, options: EngineOptions, chat_template: str | Non
                context_overflow=context_overflow)
 
 
-def checked_policy(policy: str) -> str:
-    """--context-overflow's value, checked before the model loads."""
-    from ember.context_fit import POLICIES
-
-    if policy not in POLICIES:
-        raise ValueError(f"--context-overflow must be one of {', '.join(POLICIES)}, got "
-                         f"{policy!r}")
-    return policy
-
-
 def prediction_text(value: str | None) -> str | None:
     """--prediction: the text itself, or @FILE for a file's contents."""
     if value is None or not value.startswith("@"):

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ember.commands import generation_options as opt
+from ember.context_fit import check_policy
 from ember.grammar import Constraint
 from ember.options import EngineOptions
 from ember.sampling import SamplingParams
@@ -47,7 +48,7 @@ def run(
     if constraint is not None:
         params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
-    llm = opt.load_llm(model, options, chat_template, opt.checked_policy(context_overflow))
+    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"))
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
