@@ -175,6 +175,13 @@ def test_truncate_middle_on_completions_keeps_the_first_and_last_tokens(
     assert usage["prompt_tokens"] == ROOM
     assert usage["prompt_tokens_details"]["cached_tokens"] == reused(ROOM)
     assert_dropped(response, usage, len(prompt) - ROOM, 0)
+    # Several prompts (two choices each): each is fitted, and counted once.
+    both = post(middle, "/v1/completions", {"prompt": [prompt, prompt[:10]], "n": 2,
+                                            "max_tokens": MAX_TOKENS})
+    assert both.status_code == 200, both.text
+    usage = both.json()["usage"]
+    assert usage["prompt_tokens"] == ROOM + 10
+    assert_dropped(both, usage, len(prompt) - ROOM, 0)
 
 
 def test_truncate_middle_honours_n_keep_on_completion(middle: RunningServer) -> None:
