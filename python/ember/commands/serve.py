@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ember.chat import builtin
-from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.commands.generation_options import CHAT_TEMPLATE_HELP, CONTEXT_OVERFLOW_HELP
 from ember.embeddings import POOLINGS
 from ember.grammar import BOUNDS, JsonBounds
 from ember.options import EngineOptions
@@ -198,6 +198,11 @@ def serve(
         "--json-indent", envvar="EMBER_JSON_INDENT",
         help="JSON constraints: between two tokens one space, or a line break and at most this "
         "many spaces or tabs (-1: compact JSON, no whitespace)")] = BOUNDS.indent,
+    context_overflow: Annotated[str, typer.Option(
+        "--context-overflow", envvar="EMBER_CONTEXT_OVERFLOW",
+        help=CONTEXT_OVERFLOW_HELP + ". The default answers as OpenAI and llama-server do "
+        "(400 context_length_exceeded); what was dropped is in the usage (dropped_tokens, "
+        "dropped_messages) and the X-Context-Dropped-Tokens/-Messages headers")] = "error",
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub.models import resolve_model
@@ -227,7 +232,7 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget,
+        reasoning_budget=reasoning_budget, context_overflow=context_overflow,
         json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)

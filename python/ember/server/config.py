@@ -61,6 +61,9 @@ class ServerConfig:
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
     draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
+    # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
+    # "truncate-middle" (ember.context_fit)
+    context_overflow: str = "error"
 
     def __post_init__(self) -> None:
         if self.rerank:
@@ -89,6 +92,9 @@ class ServerConfig:
         if self.reasoning_budget < -1:
             raise ValueError(f"reasoning_budget must be >= -1 (-1: no limit), got "
                              f"{self.reasoning_budget}")
+        from ember.context_fit import check_policy
+
+        check_policy(self.context_overflow)
         if self.n_predict is not None and self.n_predict < -1:
             raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
         from ember.sampling import SamplingParams

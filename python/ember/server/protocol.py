@@ -57,6 +57,8 @@ class Options:
     post_sampling_probs: bool = False
     timings_per_token: bool = False  # llama-server's: `timings` in every streamed chunk
     return_progress: bool = False    # llama-server's: a `prompt_progress` chunk in streams
+    # llama-server's: the prompt's first tokens a truncate-middle keeps (-1: as many as it can)
+    n_keep: int | None = None
 
     def choice_params(self, index: int) -> SamplingParams:
         if self.params.seed is None or index == 0:
@@ -372,7 +374,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
                    return_tokens=body.boolean("return_tokens"),
                    post_sampling_probs=params.post_sampling_probs,
                    timings_per_token=body.boolean("timings_per_token"),
-                   return_progress=body.boolean("return_progress"))
+                   return_progress=body.boolean("return_progress"),
+                   n_keep=body.integer("n_keep", low=-1, high=INT32_MAX))
 
 
 def _prediction(body: Fields) -> str | None:
