@@ -1,0 +1,115 @@
+"""SmolLM3's NoPE layers and Phi-3's LongRoPE against transformers: tiny random checkpoints,
+converted by ember.convert (f32 and f16), run by ember's Model.
+
+LongRoPE picks its short or long frequency divisors by context, as llama.cpp does: a Model (or an
+engine) whose n_ctx is past the original context rotates every position with the long ones, else
+with the short ones, for the cache's whole life. transformers picks by the largest position of
+each call, so one call over a prompt within the original context uses the short divisors, one
+over a longer prompt the long ones for every position. The comparisons below are the cases where
+the two rules meet: n_ctx 32 (the original context) against a prompt of at most 32 tokens, n_ctx
+100 against transformers' 100-token call — whose first rows, by causality, are also what a
+long-context ember computes for a shorter prompt."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from checkpoints import (
+    F32_REL,
+    LONG,
+    NOPE_FLAGS,
+    ORIGINAL_CTX,
+    SHORT,
+    make_phi3_longrope,
+    make_smollm3,
+    save_checkpoint,
+    tokens_for_test,
+)
+from tiny_models import hf_logits
+
+from ember import _core
+from ember.convert import convert
+
+
+def rounded(model, dtype: torch.dtype):
+    """`model` with its weights rounded to `dtype` (what an f16 file stores); buffers stay f32."""
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.copy_(p.to(dtype).to(torch.float32))
+    return twin
+
+
+def metadata(path: Path) -> dict[str, object]:
+    reader = gguf.GGUFReader(path)
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def assert_close(ours: np.ndarray, ref: np.ndarray) -> None:
+    assert ours.shape == ref.shape
+    assert np.abs(ours - ref).max() < F32_REL * np.abs(ref).max()
+
+
+@pytest.fixture(scope="module")
+def smollm3(tmp_path_factory: pytest.TempPathFactory):
+    model = make_smollm3()
+    return model, save_checkpoint(model, tmp_path_factory.mktemp("smollm3"))
+
+
+@pytest.fixture(scope="module")
+def phi3(tmp_path_factory: pytest.TempPathFactory):
+    model = make_phi3_longrope()
+    return model, save_checkpoint(model, tmp_path_factory.mktemp("phi3-longrope"))
+
+
+@pytest.mark.parametrize("out_type", ["f32", "f16"])
+def test_smollm3_nope_layers(out_type: str, smollm3, tmp_path: Path) -> None:
+    model, folder = smollm3
+    out = convert(folder, tmp_path / "m.gguf", out_type, progress=False)
+    assert out.architecture == "smollm3"
+    meta = metadata(out.path)
+    assert meta["smollm3.attention.rope_pattern"] == [bool(f) for f in NOPE_FLAGS]
+    ember_model = _core.Model(str(out.path), n_threads=1)
+    assert ember_model.architecture == "smollm3"
+    tokens = tokens_for_test()
+    ours = ember_model.eval(tokens)
+    ref = hf_logits(rounded(model, torch.float16) if out_type == "f16" else model, tokens)
+    assert_close(ours, ref)
+    # The pattern matters: with every layer rotating, transformers' logits leave the tolerance.
+    rotating = copy.deepcopy(model)
+    for layer in rotating.model.layers:
+        layer.self_attn.use_rope = True
+    assert np.abs(hf_logits(rotating, tokens) - ref).max() > 10 * F32_REL * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("out_type", ["f32", "f16"])
+def test_phi3_longrope_short_and_long(out_type: str, phi3, tmp_path: Path) -> None:
+    model, folder = phi3
+    out = convert(folder, tmp_path / "m.gguf", out_type, progress=False).path
+    meta = metadata(out)
+    assert meta["phi3.rope.scaling.original_context_length"] == ORIGINAL_CTX
+    assert meta["phi3.rope.scaling.attn_factor"] == pytest.approx(
+        np.sqrt(1 + np.log(4) / np.log(ORIGINAL_CTX)))
+    assert meta["phi3.rope.dimension_count"] == 12
+    assert "phi3.rope.scaling.type" not in meta  # as llama.cpp writes it
+    tensors = {t.name: np.array(t.data) for t in gguf.GGUFReader(out).tensors}
+    np.testing.assert_array_equal(tensors["rope_factors_short.weight"], np.float32(SHORT))
+    np.testing.assert_array_equal(tensors["rope_factors_long.weight"], np.float32(LONG))
+
+    ref_model = rounded(model, torch.float16) if out_type == "f16" else model
+    tokens = tokens_for_test(100)
+    ref_long = hf_logits(ref_model, tokens)  # 100 > 32 positions: the long divisors throughout
+    ref_short = hf_logits(ref_model, tokens[:ORIGINAL_CTX])
+    short_ctx = _core.Model(str(out), n_threads=1, n_ctx=ORIGINAL_CTX)
+    long_ctx = _core.Model(str(out), n_threads=1, n_ctx=100)
+    assert_close(short_ctx.eval(tokens[:ORIGINAL_CTX]), ref_short)
+    assert_close(long_ctx.eval(tokens), ref_long)
+    # A long context rotates a short prompt with the long divisors too (per context, not per call).
+    assert_close(long_ctx.eval(tokens[:20]), ref_long[:20])
+    # The two sets differ far beyond the tolerance, so each comparison tells them apart.
+    assert np.abs(ref_long[:ORIGINAL_CTX] - ref_short).max() > 10 * F32_REL * np.abs(ref_short).max()
