@@ -136,11 +136,12 @@ def make_smollm3(flags: list[int] = NOPE_FLAGS, seed: int = 0):
     return model
 
 
-def make_phi3_longrope(seed: int = 0):
-    """A random 2-layer Phi-3 with LongRoPE (SHORT and LONG factors, ORIGINAL_CTX)."""
+def make_phi3_longrope(seed: int = 0, original_ctx: int = ORIGINAL_CTX):
+    """A random 2-layer Phi-3 with LongRoPE (SHORT and LONG factors), trained for original_ctx
+    tokens and extended to 4 times that."""
     config = transformers.Phi3Config(
-        **SMALL_COMMON, num_hidden_layers=2, max_position_embeddings=4 * ORIGINAL_CTX,
-        original_max_position_embeddings=ORIGINAL_CTX,
+        **SMALL_COMMON, num_hidden_layers=2, max_position_embeddings=4 * original_ctx,
+        original_max_position_embeddings=original_ctx,
         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
                          "short_factor": SHORT, "long_factor": LONG})
     torch.manual_seed(seed)

@@ -30,6 +30,7 @@ from checkpoints import (
     save_checkpoint,
     tokens_for_test,
 )
+from engine_support import reference_greedy, run_all, tokens_of
 from tiny_models import hf_logits
 
 from ember import _core
@@ -113,3 +114,17 @@ def test_phi3_longrope_short_and_long(out_type: str, phi3, tmp_path: Path) -> No
     assert_close(long_ctx.eval(tokens[:20]), ref_long[:20])
     # The two sets differ far beyond the tolerance, so each comparison tells them apart.
     assert np.abs(ref_long[:ORIGINAL_CTX] - ref_short).max() > 10 * F32_REL * np.abs(ref_short).max()
+
+
+def test_engine_picks_longrope_factors_by_its_context(phi3, tmp_path: Path) -> None:
+    """The engine's runner chooses like a Model of the same n_ctx: its greedy text equals the
+    single-sequence loop's at n_ctx 32 (short factors) and at 100 (long), and the two differ."""
+    _, folder = phi3
+    path = str(convert(folder, tmp_path / "m.gguf", "f32", progress=False).path)
+    prompt = tokens_for_test(16, seed=2)
+    greedy = {}
+    for n_ctx in (ORIGINAL_CTX, 100):
+        engine = _core.Engine(path, n_threads=1, parallel=1, n_ctx=n_ctx, kv_size=128, block_size=4)
+        greedy[n_ctx] = tokens_of(run_all(engine, [prompt], 12)[0])
+        assert greedy[n_ctx] == reference_greedy(_core.Model(path, n_threads=1, n_ctx=n_ctx), prompt, 12)
+    assert greedy[ORIGINAL_CTX] != greedy[100]
