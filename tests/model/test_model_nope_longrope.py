@@ -34,7 +34,7 @@ from engine_support import reference_greedy, run_all, tokens_of
 from tiny_models import hf_logits
 
 from ember import _core
-from ember.convert import convert
+from ember.convert import ConvertError, convert
 
 
 def rounded(model, dtype: torch.dtype):
@@ -128,3 +128,34 @@ def test_engine_picks_longrope_factors_by_its_context(phi3, tmp_path: Path) -> N
         greedy[n_ctx] = tokens_of(run_all(engine, [prompt], 12)[0])
         assert greedy[n_ctx] == reference_greedy(_core.Model(path, n_threads=1, n_ctx=n_ctx), prompt, 12)
     assert greedy[ORIGINAL_CTX] != greedy[100]
+
+
+def _edit_config(folder: Path, tmp_path: Path, edit) -> Path:
+    """A copy of checkpoint `folder` whose config.json `edit` changed (in place)."""
+    import json
+    import shutil
+
+    copy_dir = tmp_path / f"{folder.name}-{edit.__name__}"
+    shutil.copytree(folder, copy_dir)
+    config = json.loads((copy_dir / "config.json").read_text())
+    edit(config)
+    (copy_dir / "config.json").write_text(json.dumps(config))
+    return copy_dir
+
+
+def test_bad_nope_and_longrope_configs_are_refused(smollm3, phi3, tmp_path: Path) -> None:
+    def short_long_factor(config: dict) -> None:
+        config["rope_parameters"]["long_factor"] = LONG[:-1]
+
+    def short_flags(config: dict) -> None:
+        config["no_rope_layers"] = NOPE_FLAGS[:-1]
+
+    def sliding(config: dict) -> None:
+        config["use_sliding_window"], config["sliding_window"] = True, 16
+
+    cases = [(phi3, short_long_factor, "long_factor is .* expected 6 positive numbers"),
+             (smollm3, short_flags, "no_rope_layers is .* expected 4 flags"),
+             (smollm3, sliding, "use_sliding_window is true")]
+    for (_, folder), edit, message in cases:
+        with pytest.raises(ConvertError, match=message):
+            convert(_edit_config(folder, tmp_path, edit), tmp_path / "o.gguf", "f32", progress=False)
