@@ -159,3 +159,25 @@ def test_bad_nope_and_longrope_configs_are_refused(smollm3, phi3, tmp_path: Path
     for (_, folder), edit, message in cases:
         with pytest.raises(ConvertError, match=message):
             convert(_edit_config(folder, tmp_path, edit), tmp_path / "o.gguf", "f32", progress=False)
+
+
+def test_a_file_with_one_longrope_factor_set_is_refused(phi3, tmp_path: Path) -> None:
+    """ember's loader: LongRoPE needs both factor tensors (a file with only the long ones would
+    otherwise rotate short contexts unscaled)."""
+    _, folder = phi3
+    reader = gguf.GGUFReader(convert(folder, tmp_path / "m.gguf", "f32", progress=False).path)
+    w = gguf.GGUFWriter(str(tmp_path / "long-only.gguf"), "phi3")
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.alignment"):
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub)
+    for t in reader.tensors:
+        if t.name != "rope_factors_short.weight":
+            w.add_tensor(t.name, np.asarray(t.data, np.float32).reshape([int(d) for d in reversed(t.shape)]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(_core.GGUFError, match="rope_factors_short.weight.*LongRoPE needs both"):
+        _core.Model(str(tmp_path / "long-only.gguf"), n_threads=1)
