@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
@@ -56,6 +57,9 @@ class ServerConfig:
     # of thinking a request gets at most (-1: no limit), as llama-server's flags.
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    # JSON constraints' bounds where a schema does not give its own (ember.grammar.JsonBounds):
+    # number digits and the whitespace between tokens.
+    json_bounds: JsonBounds = BOUNDS
     webui: bool = True                # GET / serves the bundled chat page
     # /v1/embeddings, /embedding: an encoder (bert) serves only those; a decoder keeps its chat
     # routes beside them (llama-server's --embedding, which embeds with any model).
@@ -66,6 +70,9 @@ class ServerConfig:
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
     draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
+    # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
+    # "truncate-middle" (ember.context_fit)
+    context_overflow: str = "error"
 
     def __post_init__(self) -> None:
         if self.rerank:
@@ -101,6 +108,9 @@ class ServerConfig:
         if self.reasoning_budget < -1:
             raise ValueError(f"reasoning_budget must be >= -1 (-1: no limit), got "
                              f"{self.reasoning_budget}")
+        from ember.context_fit import check_policy
+
+        check_policy(self.context_overflow)
         if self.n_predict is not None and self.n_predict < -1:
             raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
         from ember.sampling import SamplingParams
