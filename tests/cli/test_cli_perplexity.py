@@ -189,6 +189,8 @@ def test_bad_inputs_are_one_line_errors(stories_path, text_file, tmp_path):
     assert "needs at least 512 (2 chunks)" in short
     assert "-f FILE" in one_line_error(ember_cli(model))
     assert "--kl-divergence-base" in one_line_error(ember_cli(model, "--kl-divergence"))
+    assert "leave -f out" in one_line_error(ember_cli(model, "--kl-divergence", "-f", str(text_file),
+                                                      "--kl-divergence-base", "x.kld"))
 
     other_vocab = tmp_path / "other_vocab.kld"
     other_vocab.write_bytes(struct.pack("<8siii", b"_logits_", N_CTX, 1000, 1)
@@ -206,3 +208,12 @@ def test_bad_inputs_are_one_line_errors(stories_path, text_file, tmp_path):
                           + struct.pack(f"<{N_CTX}i", *range(N_CTX)))
     assert "truncated: chunk 1 of 1 ends early" in one_line_error(
         ember_cli(model, "--kl-divergence", "--kl-divergence-base", str(truncated)))
+
+
+def test_help_explains_the_flags():
+    result = ember_cli("--help")
+    assert result.returncode == 0, result.stderr
+    for flag in ("--file", "--ctx-size", "--chunks", "--batch-size", "--threads",
+                 "--kl-divergence-base", "--kl-divergence"):
+        assert flag in result.stdout
+    assert "llama-perplexity" in result.stdout

@@ -24,7 +24,6 @@ from ember.perplexity import (
     chunk_tokens,
     mean_and_uncertainty,
     median,
-    n_scored,
     percentile,
     quantize_rows,
     token_nll,
@@ -269,7 +268,8 @@ def perplexity(
 ) -> None:
     """Perplexity of MODEL over a text with llama-perplexity's protocol: chunks of -c tokens,
     each evaluated alone from BOS, the second half of each scored; prints the running PPL per
-    chunk and 'Final estimate: PPL = X +/- err'. --kl-divergence-base FILE also saves the
+    chunk and 'Final estimate: PPL = X +/- err' (the text must fill 2 chunks at least).
+    --kl-divergence-base FILE also saves the
     log-probabilities; a later run of another model (a quantization of it) with
     --kl-divergence --kl-divergence-base FILE reports how far it is from them."""
     from ember.hub.models import resolve_model
@@ -278,6 +278,9 @@ def perplexity(
         if kl_divergence_base is None:
             raise PerplexityError("--kl-divergence reads the base model's log-probabilities: "
                                   "give their file with --kl-divergence-base FILE")
+        if file is not None:
+            raise PerplexityError("--kl-divergence scores the tokens saved in the base file: "
+                                  "leave -f out")
         base = BaseFile.open(kl_divergence_base)
         try:
             if ctx_size is not None and ctx_size != base.n_ctx:
