@@ -55,6 +55,12 @@ def read_text(path: Path) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def row_blocks(n_rows: int, block: int = 32) -> list[slice]:
+    """Slices of at most `block` rows: the float64 statistics of a whole chunk at once would
+    take n_ctx / 2 * n_vocab * 8 bytes per temporary (0.5 GiB for a 262k vocabulary)."""
+    return [slice(i, min(i + block, n_rows)) for i in range(0, n_rows, block)]
+
+
 def log_eta(what: str, seconds_per_pass: float, n_pass: int) -> None:
     total = int(seconds_per_pass * n_pass)
     hours = f"{total // 3600} hours " if total >= 3600 else ""
@@ -124,8 +130,10 @@ def run_perplexity(runner: ChunkRunner, text: str, n_chunks: Optional[int],
             if i == 0:
                 log_eta("perplexity", time.perf_counter() - t_start, n_chunk)
             if base is not None:
-                base.write(quantize_rows(logits).tobytes())
-            stats.add(token_nll(logits, targets))
+                for rows in row_blocks(len(logits)):
+                    base.write(quantize_rows(logits[rows]).tobytes())
+            for rows in row_blocks(len(logits)):
+                stats.add(token_nll(logits[rows], targets[rows]))
             out(f"[{i + 1}]{stats.ppl:.4f},")
     finally:
         if base is not None:
@@ -174,7 +182,9 @@ def run_kl_divergence(runner: ChunkRunner, base: BaseFile, n_chunks: Optional[in
             log_eta("kl_divergence", time.perf_counter() - t_start, n_chunk)
             out("\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence"
                 "              Δp RMS            Same top p\n")
-        kl.add(logits, base.read_chunk(i), targets)
+        base_rows = base.read_chunk(i)
+        for rows in row_blocks(len(logits)):
+            kl.add(logits[rows], base_rows[rows], targets[rows])
         out(chunk_row(i, kl))
     out("\n")
     if kl.count >= 100:  # llama-perplexity's floor for the statistics
