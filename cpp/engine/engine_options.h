@@ -24,6 +24,10 @@ struct EngineOptions {
                                     // 0: no limit
   bool prefix_caching = true;       // prompts with equal prefixes share their K/V (full blocks by
                                     // reference, a partly filled last block by a copy)
+  std::optional<std::string> cache_dir;  // full prefix-cache blocks also go to files here, and a
+                                         // later engine (a restart) reads a prompt's back from it
+  int64_t cache_disk_bytes = int64_t{2} << 30;  // the files in cache_dir at most (2 GiB); the least
+                                                // recently used go first
   std::string kv_type = "f16";      // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
                                     // instead of 64: ~1.9x the tokens in a byte budget, slightly
                                     // less exact; needs head_dim % 32 == 0)

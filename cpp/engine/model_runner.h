@@ -27,6 +27,12 @@ class ModelRunner {
   // fails the batch's requests with the message.
   virtual std::vector<SampledTokens> execute(const Batch& batch) = 0;
 
+  // The K/V of cache block `block`, every layer, in the runner's own layout: what the disk
+  // cache and state files store. Empty when the runner keeps no K/V (a test's fake).
+  virtual std::vector<uint8_t> read_block(int32_t block) { return {}; }
+  // Writes a payload read_block() gave (of the same model and cache) into block `block`.
+  virtual void write_block(int32_t block, std::span<const uint8_t> payload) {}
+
   // Requests that left the engine (finished, cancelled, failed): drop any state kept for them.
   virtual void release(std::span<const SequenceId> ids) {}
 

@@ -98,6 +98,34 @@ void ForwardRunner::release(std::span<const SequenceId> ids) {
   for (SequenceId id : ids) samplers_.erase(id);
 }
 
+std::vector<uint8_t> ForwardRunner::read_block(int32_t block) {
+  if (block < 0 || block >= config_.n_blocks)
+    throw std::logic_error(cat("[engine] read of block ", block, " of ", config_.n_blocks));
+  const size_t n = static_cast<size_t>(cache_.block_size * cache_.row_bytes);
+  std::vector<uint8_t> payload(static_cast<size_t>(block_payload_bytes()));
+  Backend& be = model_->backend();
+  for (int64_t il = 0; il < cache_.n_layer; ++il) {
+    const size_t at = static_cast<size_t>(il * cache_.layer_bytes()) + static_cast<size_t>(block) * n;
+    be.download(cache_.k, at, payload.data() + 2 * il * n, n);
+    be.download(cache_.v, at, payload.data() + (2 * il + 1) * n, n);
+  }
+  return payload;
+}
+
+void ForwardRunner::write_block(int32_t block, std::span<const uint8_t> payload) {
+  if (block < 0 || block >= config_.n_blocks || static_cast<int64_t>(payload.size()) != block_payload_bytes()) {
+    throw std::logic_error(cat("[engine] write of ", payload.size(), " bytes to block ", block, " of ",
+                               config_.n_blocks, " (blocks take ", block_payload_bytes(), ")"));
+  }
+  const size_t n = static_cast<size_t>(cache_.block_size * cache_.row_bytes);
+  Backend& be = model_->backend();
+  for (int64_t il = 0; il < cache_.n_layer; ++il) {
+    const size_t at = static_cast<size_t>(il * cache_.layer_bytes()) + static_cast<size_t>(block) * n;
+    be.upload(cache_.k, at, payload.data() + 2 * il * n, n);
+    be.upload(cache_.v, at, payload.data() + (2 * il + 1) * n, n);
+  }
+}
+
 std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   const int64_t n_vocab = model_->config().n_vocab;
   if (batch.block_size != cache_.block_size) {
@@ -115,6 +143,8 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
       model_->backend().copy_kv(cache_.layer(il, nullptr), c.src, c.dst, c.n_slots);
     }
   }
+  // Blocks of disk prefix hits: fresh blocks, so no copy above reads or writes them.
+  for (const BlockLoad& l : batch.block_loads) write_block(l.dst, *l.payload);
   const int64_t n_rows = batch.n_rows(), n_outputs = batch.n_outputs();
   tokens_.assign(batch.tokens.begin(), batch.tokens.end());
   positions_.assign(batch.positions.begin(), batch.positions.end());

@@ -50,6 +50,12 @@ class ForwardRunner : public ModelRunner {
   void release(std::span<const SequenceId> ids) override;
   void validate(std::span<const int32_t> prompt, const RequestOptions& options) const override;
   void add(RequestId id, const RequestOptions& options) override;
+  // Payload layout: per layer, the block's K then its V, each [n_head_kv][block_size][head_bytes]
+  // as KVView lays a block out (one contiguous range of the cache buffer, so one upload or
+  // download each): n_layer * 2 * block_size * row_bytes bytes.
+  std::vector<uint8_t> read_block(int32_t block) override;
+  void write_block(int32_t block, std::span<const uint8_t> payload) override;
+  int64_t block_payload_bytes() const { return cache_.n_layer * 2 * cache_.block_size * cache_.row_bytes; }
 
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
