@@ -36,6 +36,24 @@ def _sampling_defaults(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _byte_size(value: str) -> int:
+    """'2G', '512M', '1.5G', '4096' (bytes; K, M, G, T are powers of 1024, a trailing B or iB
+    is allowed) as bytes."""
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+    try:
+        number = float(text[:len(text) - len(unit)])
+    except ValueError:
+        number = -1.0
+    if not number > 0:
+        raise typer.BadParameter(f"{value!r} is not a size such as 2G, 512M or 1000000",
+                                 param_hint="--cache-disk-size")
+    return int(number * _SIZE_UNITS[unit])
+
+
 def serve(
     model: Annotated[Optional[str], typer.Argument(
         help="a .gguf file or hf://USER/REPO[:QUANT] (default: the demo model, "
@@ -125,6 +143,21 @@ def serve(
         "--draft-max", envvar="EMBER_DRAFT_MAX",
         help="drafts per request and step at most (fewer when the batch is compute-bound)")
     ] = _D.draft_max,
+    cache_dir: Annotated[Optional[str], typer.Option(
+        "--cache-dir", envvar="EMBER_CACHE_DIR",
+        help="also keep the prefix cache's full KV blocks as files in this directory, so that "
+             "after a restart a long prompt seen before is read back instead of recomputed "
+             "(files of another model or KV type are ignored) \\[default: memory only]",
+        show_default=False)] = None,
+    cache_disk_size: Annotated[str, typer.Option(
+        "--cache-disk-size", envvar="EMBER_CACHE_DISK_SIZE",
+        help="the --cache-dir files at most (K, M, G, T: powers of 1024); the least recently "
+             "used go first")] = f"{_D.cache_disk_bytes >> 30}G",
+    slot_save_path: Annotated[Optional[str], typer.Option(
+        "--slot-save-path", envvar="EMBER_SLOT_SAVE_PATH",
+        help="directory of the files POST /slots/{id}?action=save|restore writes and reads "
+             "(a slot's prompt and its K/V) \\[default: slot saving off]",
+        show_default=False)] = None,
     draft_min: Annotated[int, typer.Option(
         "--draft-min", envvar="EMBER_DRAFT_MIN",
         help="a request given fewer drafts than this gets none")] = _D.draft_min,
@@ -213,7 +246,8 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget)
+        reasoning_budget=reasoning_budget, cache_dir=cache_dir,
+        cache_disk_bytes=_byte_size(cache_disk_size), slot_save_path=slot_save_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,6 +63,7 @@ class SlotView:
     n_prompt_tokens: int = 0
     n_decoded: int = 0
     n_cached_tokens: int = 0         # tokens whose KV the slot left for prefix reuse
+    tokens: list[int] = field(default_factory=list)  # those tokens (what a slot save writes)
 
     def as_json(self, n_ctx: int) -> dict[str, Any]:
         busy = self.request is not None
@@ -93,6 +94,7 @@ class Slots:
                 view.request = None
                 view.n_decoded = len(request.tokens)
                 view.n_cached_tokens = view.n_prompt_tokens + view.n_decoded
+                view.tokens = [*request.prompt_tokens, *request.tokens]
                 waiting = [r for r in self.live if not any(v.request is r for v in self.views)]
                 if waiting:
                     self._assign(waiting[0], self.live[waiting[0]])
