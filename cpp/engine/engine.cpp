@@ -116,7 +116,8 @@ void Engine::loop() {
     {
       std::unique_lock lock(mutex_);
       if (!scheduler_.has_unfinished()) {
-        wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !tasks_.empty(); });
+        wake_.wait(lock,
+                   [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !tasks_.empty(); });
       }
       tasks.swap(tasks_);
       arrived.swap(inbox_);
@@ -256,7 +257,8 @@ Engine::StateIO Engine::load_state(const std::string& path) {
   run_on_loop([&] {
     std::vector<std::pair<int64_t, BlockId>> to_write;
     std::vector<BlockId> held;
-    const int64_t n_blocks = kv_.adopt_prefix(state.tokens, static_cast<int64_t>(state.blocks.size()), to_write, held);
+    const int64_t n_blocks = kv_.adopt_prefix(state.tokens, static_cast<int64_t>(state.blocks.size()),
+                                              to_write, held);
     for (const auto& [i, block] : to_write) runner_->write_block(block, state.blocks[static_cast<size_t>(i)]);
     kv_.release_adopted(held);
     io.n_restored = n_blocks * kv_.block_size();

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -53,8 +53,8 @@ struct EngineStats {
   double kv_usage = 0.0;  // fraction of KV blocks referenced
   int64_t n_prefix_query_tokens = 0;
   int64_t n_prefix_hit_tokens = 0;
-  int64_t n_disk_hit_tokens = 0;  // of them, read from the disk cache
-  DiskCache::Stats disk;          // the disk cache's files (all 0 without one)
+  int64_t n_disk_hit_tokens = 0;          // of them, read from the disk cache
+  DiskCache::Stats disk;                  // the disk cache's files (all 0 without one)
   int64_t n_prompt_tokens_total = 0;      // of every request added
   int64_t n_generation_tokens_total = 0;  // tokens sampled
   int64_t n_preemptions = 0;

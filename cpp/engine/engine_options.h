@@ -24,10 +24,6 @@ struct EngineOptions {
                                     // 0: no limit
   bool prefix_caching = true;       // prompts with equal prefixes share their K/V (full blocks by
                                     // reference, a partly filled last block by a copy)
-  std::optional<std::string> cache_dir;  // full prefix-cache blocks also go to files here, and a
-                                         // later engine (a restart) reads a prompt's back from it
-  int64_t cache_disk_bytes = int64_t{2} << 30;  // the files in cache_dir at most (2 GiB); the least
-                                                // recently used go first
   std::string kv_type = "f16";      // KV cache rows: "f16", or "q8_0" (34 bytes per 32 values
                                     // instead of 64: ~1.9x the tokens in a byte budget, slightly
                                     // less exact; needs head_dim % 32 == 0)
@@ -44,6 +40,12 @@ struct EngineOptions {
   std::optional<int> n_threads;            // CPU threads; unset: the physical cores
   std::string device = "auto";             // "cpu", "vulkan" / "vulkan:N", or "auto" (the first GPU, else
                                            // the CPU)
+
+  // The prefix cache's disk tier (kv/disk_cache.h): full blocks also go to files in cache_dir,
+  // and a later engine (a restart) reads a prompt's blocks back from them.
+  std::optional<std::string> cache_dir;         // unset: memory only
+  int64_t cache_disk_bytes = int64_t{2} << 30;  // the files in cache_dir at most (2 GiB); the least
+                                                // recently used go first
 
   // Throws InvalidArgument naming the first bad value ("[engine] parallel must be >= 1, got 0"),
   // before any model is loaded. A model-dependent check (the backend's KV types, head_dim) is

@@ -33,7 +33,8 @@ uint64_t model_identity(const GGUFFile& file) {
     h = payload_checksum({reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size()}, h);
     const int32_t type = static_cast<int32_t>(t.type);
     h = payload_checksum(bytes(type), h);
-    h = payload_checksum({reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t)}, h);
+    h = payload_checksum({reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t)},
+                         h);
     h = payload_checksum(bytes(t.offset), h);
     h = payload_checksum({t.data, static_cast<size_t>(std::min<uint64_t>(t.n_bytes, 4096))}, h);
   }

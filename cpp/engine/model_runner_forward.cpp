@@ -113,7 +113,8 @@ std::vector<uint8_t> ForwardRunner::read_block(int32_t block) {
 }
 
 void ForwardRunner::write_block(int32_t block, std::span<const uint8_t> payload) {
-  if (block < 0 || block >= config_.n_blocks || static_cast<int64_t>(payload.size()) != block_payload_bytes()) {
+  if (block < 0 || block >= config_.n_blocks ||
+      static_cast<int64_t>(payload.size()) != block_payload_bytes()) {
     throw std::logic_error(cat("[engine] write of ", payload.size(), " bytes to block ", block, " of ",
                                config_.n_blocks, " (blocks take ", block_payload_bytes(), ")"));
   }

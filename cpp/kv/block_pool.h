@@ -108,7 +108,9 @@ class BlockPool {
   BlockHash hash_of(PrefixLink link) const {
     return link.block == kNoBlock ? kRootBlockHash : blocks_[link.block].hash;
   }
-  BlockHash hash_after(BlockHash parent, std::span<const int32_t> tokens) const { return hash_(parent, tokens); }
+  BlockHash hash_after(BlockHash parent, std::span<const int32_t> tokens) const {
+    return hash_(parent, tokens);
+  }
   int32_t ref_count(BlockId block) const { return blocks_.at(block).ref_count; }
   bool is_cached(BlockId block) const { return blocks_.at(block).cached; }
   // Tokens a cached block holds: block_size when full, fewer when partial; 0 when not cached.

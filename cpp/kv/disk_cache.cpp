@@ -62,7 +62,8 @@ uint64_t payload_checksum(std::span<const uint8_t> bytes, uint64_t seed) {
   }
   uint64_t h = bytes.size() * kHashPrime4;
   for (int l = 0; l < 4; ++l) h = rotl64(h ^ avalanche64(lane[l]), 27) * kHashPrime1 + kHashPrime4;
-  for (size_t off = i * 8; off < bytes.size(); ++off) h = rotl64(h ^ (bytes[off] * kHashPrime1), 11) * kHashPrime2;
+  for (size_t off = i * 8; off < bytes.size(); ++off)
+    h = rotl64(h ^ (bytes[off] * kHashPrime1), 11) * kHashPrime2;
   return avalanche64(h);
 }
 
@@ -106,7 +107,9 @@ DiskCache::~DiskCache() {
   writer_.join();
 }
 
-std::string DiskCache::path_of(BlockHash hash) const { return (fs::path(config_.dir) / (hex(hash) + kSuffix)).string(); }
+std::string DiskCache::path_of(BlockHash hash) const {
+  return (fs::path(config_.dir) / (hex(hash) + kSuffix)).string();
+}
 
 void DiskCache::warn(const std::string& what) const {
   if (config_.warn) {
@@ -178,14 +181,15 @@ std::optional<std::vector<uint8_t>> DiskCache::read(BlockHash hash, BlockHash pa
   if (h.version != kDiskCacheVersion)
     return reject(cat("format version ", h.version, ", this build reads ", kDiskCacheVersion));
   if (h.model_id != want.model_id)
-    return reject(cat("written for another model (id ", hex(h.model_id), ", this one is ", hex(want.model_id), ")"));
+    return reject(
+        cat("written for another model (id ", hex(h.model_id), ", this one is ", hex(want.model_id), ")"));
   if (h.kv_type != want.kv_type)
     return reject(cat("KV type ", h.kv_type, ", the cache holds type ", want.kv_type));
   if (h.block_size != want.block_size || h.n_layer != want.n_layer || h.n_head_kv != want.n_head_kv ||
       h.head_dim != want.head_dim || static_cast<int64_t>(h.payload_bytes) != want.payload_bytes) {
-    return reject(cat("blocks of ", h.block_size, " tokens, ", h.n_layer, " layers, ", h.n_head_kv, "x", h.head_dim,
-                      " KV heads, ", h.payload_bytes, " bytes; expected ", want.block_size, ", ", want.n_layer,
-                      ", ", want.n_head_kv, "x", want.head_dim, ", ", want.payload_bytes));
+    return reject(cat("blocks of ", h.block_size, " tokens, ", h.n_layer, " layers, ", h.n_head_kv, "x",
+                      h.head_dim, " KV heads, ", h.payload_bytes, " bytes; expected ", want.block_size, ", ",
+                      want.n_layer, ", ", want.n_head_kv, "x", want.head_dim, ", ", want.payload_bytes));
   }
   if (h.hash != hash || h.parent_hash != parent) return reject("holds another block (its hashes differ)");
   std::vector<int32_t> file_tokens(static_cast<size_t>(want.block_size));
@@ -208,7 +212,8 @@ std::optional<std::vector<uint8_t>> DiskCache::read(BlockHash hash, BlockHash pa
   return payload;
 }
 
-void DiskCache::write(BlockHash hash, BlockHash parent, std::vector<int32_t> tokens, std::vector<uint8_t> payload) {
+void DiskCache::write(BlockHash hash, BlockHash parent, std::vector<int32_t> tokens,
+                      std::vector<uint8_t> payload) {
   if (static_cast<int64_t>(payload.size()) != config_.layout.payload_bytes ||
       static_cast<int64_t>(tokens.size()) != config_.layout.block_size) {
     throw std::logic_error(cat("[kv] a disk block of ", tokens.size(), " tokens and ", payload.size(),
@@ -281,10 +286,12 @@ void DiskCache::write_file(const Job& job) {
   if (ok) fs::rename(tmp, path, ec);
   if (!ok || ec) {
     fs::remove(tmp, ec);
-    warn(cat("[kv] cache file ", path, " could not be written (disk full or not writable); the block stays in memory only"));
+    warn(cat("[kv] cache file ", path,
+             " could not be written (disk full or not writable); the block stays in memory only"));
     return;
   }
-  const int64_t n_bytes = static_cast<int64_t>(sizeof h + job.tokens.size() * sizeof(int32_t) + job.payload.size());
+  const int64_t n_bytes = static_cast<int64_t>(sizeof h + job.tokens.size() * sizeof(int32_t) +
+                                               job.payload.size());
   std::lock_guard lock(mutex_);
   touch_locked(job.hash, n_bytes);
   entries_[job.hash].rejected = false;

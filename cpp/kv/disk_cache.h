@@ -60,8 +60,8 @@ inline constexpr uint32_t kDiskCacheVersion = 1;
 uint64_t payload_checksum(std::span<const uint8_t> bytes, uint64_t seed = 0);
 
 struct DiskCacheConfig {
-  std::string dir;                            // created if absent
-  int64_t max_bytes = 0;                      // files in dir at most, headers included (>= 1)
+  std::string dir;                                 // created if absent
+  int64_t max_bytes = 0;                           // files in dir at most, headers included (>= 1)
   int64_t max_pending_bytes = int64_t{256} << 20;  // writes queued at most; more are dropped
   DiskCacheLayout layout;
   // Where warnings go (a file ignored, a write that failed); unset: stderr.

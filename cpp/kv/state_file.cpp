@@ -45,7 +45,8 @@ int64_t write_state_file(const std::string& path, const DiskCacheLayout& l, cons
   bool ok = false;
   if (File f{std::fopen(tmp.c_str(), "wb")}) {
     ok = std::fwrite(&h, sizeof h, 1, f.get()) == 1 &&
-         std::fwrite(state.tokens.data(), sizeof(int32_t), state.tokens.size(), f.get()) == state.tokens.size();
+         std::fwrite(state.tokens.data(), sizeof(int32_t), state.tokens.size(), f.get()) ==
+             state.tokens.size();
     for (const auto& b : state.blocks) {
       ok = ok && static_cast<int64_t>(b.size()) == l.payload_bytes &&
            std::fwrite(b.data(), 1, b.size(), f.get()) == b.size();
@@ -63,13 +64,16 @@ int64_t write_state_file(const std::string& path, const DiskCacheLayout& l, cons
 }
 
 PrefixState read_state_file(const std::string& path, const DiskCacheLayout& want, int64_t* n_bytes) {
-  const auto bad = [&](const auto&... why) { return InvalidArgument(cat("[kv] state file '", path, "': ", why...)); };
+  const auto bad = [&](const auto&... why) {
+    return InvalidArgument(cat("[kv] state file '", path, "': ", why...));
+  };
   File f{std::fopen(path.c_str(), "rb")};
   if (!f) throw bad("cannot be opened (", std::strerror(errno), ")");
   StateFileHeader h;
   if (std::fread(&h, sizeof h, 1, f.get()) != 1) throw bad("shorter than its header (truncated)");
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw bad("not an ember state file");
-  if (h.version != kDiskCacheVersion) throw bad("format version ", h.version, ", this build reads ", kDiskCacheVersion);
+  if (h.version != kDiskCacheVersion)
+    throw bad("format version ", h.version, ", this build reads ", kDiskCacheVersion);
   if (h.model_id != want.model_id) throw bad("written for another model");
   if (h.kv_type != want.kv_type) throw bad("KV type ", h.kv_type, ", the cache holds type ", want.kv_type);
   if (h.block_size != want.block_size || h.n_layer != want.n_layer || h.n_head_kv != want.n_head_kv ||

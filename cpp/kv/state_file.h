@@ -39,6 +39,7 @@ static_assert(sizeof(StateFileHeader) == 72);
 int64_t write_state_file(const std::string& path, const DiskCacheLayout& layout, const PrefixState& state);
 // Reads a state file written for `layout`. Throws InvalidArgument naming the file and what is
 // wrong with it (missing, truncated, corrupt, another model, KV type or shape).
-PrefixState read_state_file(const std::string& path, const DiskCacheLayout& layout, int64_t* n_bytes = nullptr);
+PrefixState read_state_file(const std::string& path, const DiskCacheLayout& layout,
+                            int64_t* n_bytes = nullptr);
 
 }  // namespace ember

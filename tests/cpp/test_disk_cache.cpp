@@ -175,7 +175,8 @@ TEST(disk_cache_ignores_truncated_corrupt_foreign_and_colliding_files) {
 TEST(disk_cache_bound_evicts_the_least_recently_used_files) {
   const std::string dir = fresh_dir("bound");
   Warnings w;
-  const int64_t file_bytes = static_cast<int64_t>(sizeof(DiskBlockHeader)) + kBlock * 4 + layout().payload_bytes;
+  const int64_t file_bytes = static_cast<int64_t>(sizeof(DiskBlockHeader)) + kBlock * 4 +
+                             layout().payload_bytes;
   std::vector<std::vector<int32_t>> blocks;
   std::vector<BlockHash> hashes;
   for (int32_t i = 0; i < 4; ++i) {
@@ -184,7 +185,8 @@ TEST(disk_cache_bound_evicts_the_least_recently_used_files) {
   }
   {
     DiskCache disk(config(dir, layout(), w, 3 * file_bytes));  // room for 3 files
-    for (int i = 0; i < 3; ++i) disk.write(hashes[i], kRootBlockHash, blocks[i], payload(i, layout().payload_bytes));
+    for (int i = 0; i < 3; ++i)
+      disk.write(hashes[i], kRootBlockHash, blocks[i], payload(i, layout().payload_bytes));
     disk.flush();
     CHECK(disk.read(hashes[0], kRootBlockHash, blocks[0]).has_value());  // 0 is now the newest
     disk.write(hashes[3], kRootBlockHash, blocks[3], payload(3, layout().payload_bytes));
@@ -211,7 +213,9 @@ TEST(manager_serves_a_prompt_from_disk_after_a_restart) {
   const std::string dir = fresh_dir("manager");
   Warnings w;
   const auto prompt = iota_tokens(22, 100);  // 5 full blocks of 4, then 2 tokens
-  const auto block_bytes = [](BlockId b) { return payload(static_cast<uint8_t>(b + 1), layout().payload_bytes); };
+  const auto block_bytes = [](BlockId b) {
+    return payload(static_cast<uint8_t>(b + 1), layout().payload_bytes);
+  };
   std::vector<std::vector<uint8_t>> saved;
   {
     KVCacheConfig c = kv_config(16, kBlock);
