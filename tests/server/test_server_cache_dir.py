@@ -43,6 +43,9 @@ def test_a_restarted_server_serves_a_long_prompt_from_its_cache_dir(
     assert len(block_files(cache)) == 40
     with serve_process(stories_path, args, tmp_path) as (url, _):
         warm = complete(url, PROMPT)
+        metrics = httpx.get(url + "/metrics").text.splitlines()
+    assert "ember_disk_cache_files 40.0" in metrics
+    assert f"ember_disk_cache_bytes {sum(f.stat().st_size for f in block_files(cache))}.0" in metrics
     # All 40 blocks came from disk (the 5 tokens after them are computed), same greedy output.
     assert warm["tokens_cached"] == 640
     assert warm["timings"]["cache_n"] == 640
