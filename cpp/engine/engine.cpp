@@ -209,9 +209,14 @@ void Engine::step() {
 void Engine::save_to_disk() {
   DiskCache* disk = kv_.disk();
   if (!disk) return;
-  for (BlockSave& s : kv_.take_block_saves()) {
-    std::vector<uint8_t> payload = runner_->read_block(s.block);
-    if (!payload.empty()) disk->write(s.hash, s.parent_hash, std::move(s.tokens), std::move(payload));
+  std::vector<BlockSave> saves = kv_.take_block_saves();
+  if (saves.empty()) return;
+  std::vector<BlockId> blocks;
+  for (const BlockSave& s : saves) blocks.push_back(s.block);
+  std::vector<std::vector<uint8_t>> payloads = runner_->read_blocks(blocks);
+  for (size_t i = 0; i < saves.size(); ++i) {
+    if (payloads[i].empty()) continue;  // a runner without K/V (tests' fake)
+    disk->write(saves[i].hash, saves[i].parent_hash, std::move(saves[i].tokens), std::move(payloads[i]));
   }
 }
 
@@ -237,8 +242,7 @@ void Engine::run_on_loop(std::function<void()> task) {
 Engine::StateIO Engine::save_state(std::vector<int32_t> tokens, const std::string& path) {
   PrefixState state;
   run_on_loop([&] {
-    for (BlockId b : kv_.cached_prefix(tokens)) {
-      std::vector<uint8_t> payload = runner_->read_block(b);
+    for (std::vector<uint8_t>& payload : runner_->read_blocks(kv_.cached_prefix(tokens))) {
       if (payload.empty()) break;  // a runner without K/V (tests' fake)
       state.blocks.push_back(std::move(payload));
     }
@@ -259,7 +263,11 @@ Engine::StateIO Engine::load_state(const std::string& path) {
     std::vector<BlockId> held;
     const int64_t n_blocks = kv_.adopt_prefix(state.tokens, static_cast<int64_t>(state.blocks.size()),
                                               to_write, held);
-    for (const auto& [i, block] : to_write) runner_->write_block(block, state.blocks[static_cast<size_t>(i)]);
+    std::vector<BlockLoad> loads;
+    for (const auto& [i, block] : to_write) {
+      loads.push_back({block, std::make_shared<const std::vector<uint8_t>>(std::move(state.blocks[i]))});
+    }
+    runner_->write_blocks(loads);
     kv_.release_adopted(held);
     io.n_restored = n_blocks * kv_.block_size();
   });
