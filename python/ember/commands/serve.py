@@ -19,8 +19,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ember.chat import builtin
-from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.commands.generation_options import CHAT_TEMPLATE_HELP, CONTEXT_OVERFLOW_HELP
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import EngineOptions
 from ember.server.config import ServerConfig
 
@@ -217,6 +218,24 @@ def serve(
         "--reasoning-budget", envvar="EMBER_REASONING_BUDGET",
         help="tokens of thinking a request gets at most, then </think> is forced (-1: no "
         "limit)")] = -1,
+    json_int_digits: Annotated[int, typer.Option(
+        "--json-int-digits", envvar="EMBER_JSON_INT_DIGITS",
+        help="JSON constraints (response_format, json_schema, tool calls): digits before the "
+        "point of a number whose schema gives no minimum/maximum (1-18; a weak model can "
+        "otherwise write \"1111...\" until max_tokens)")] = BOUNDS.int_digits,
+    json_frac_digits: Annotated[int, typer.Option(
+        "--json-frac-digits", envvar="EMBER_JSON_FRAC_DIGITS",
+        help="JSON constraints: digits after the point of a number whose schema gives no "
+        "multipleOf (0-10)")] = BOUNDS.frac_digits,
+    json_indent: Annotated[int, typer.Option(
+        "--json-indent", envvar="EMBER_JSON_INDENT",
+        help="JSON constraints: between two tokens one space, or a line break and at most this "
+        "many spaces or tabs (-1: compact JSON, no whitespace)")] = BOUNDS.indent,
+    context_overflow: Annotated[str, typer.Option(
+        "--context-overflow", envvar="EMBER_CONTEXT_OVERFLOW",
+        help=CONTEXT_OVERFLOW_HELP + ". The default answers as OpenAI and llama-server do "
+        "(400 context_length_exceeded); what was dropped is in the usage (dropped_tokens, "
+        "dropped_messages) and the X-Context-Dropped-Tokens/-Messages headers")] = "error",
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub.models import resolve_model
@@ -246,8 +265,10 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget, cache_dir=cache_dir,
-        cache_disk_bytes=_byte_size(cache_disk_size), slot_save_path=slot_save_path)
+        reasoning_budget=reasoning_budget, context_overflow=context_overflow,
+        json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent),
+        cache_dir=cache_dir, cache_disk_bytes=_byte_size(cache_disk_size),
+        slot_save_path=slot_save_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
@@ -47,6 +48,9 @@ class ServerConfig:
     # of thinking a request gets at most (-1: no limit), as llama-server's flags.
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    # JSON constraints' bounds where a schema does not give its own (ember.grammar.JsonBounds):
+    # number digits and the whitespace between tokens.
+    json_bounds: JsonBounds = BOUNDS
     webui: bool = True                # GET / serves the bundled chat page
     # /v1/embeddings, /embedding: an encoder (bert) serves only those; a decoder keeps its chat
     # routes beside them (llama-server's --embedding, which embeds with any model).
@@ -60,6 +64,9 @@ class ServerConfig:
     cache_dir: str | None = None      # prefix-cache blocks also go to files here (restarts reuse them)
     cache_disk_bytes: int = _ENGINE.cache_disk_bytes  # those files at most
     slot_save_path: str | None = None  # where /slots/{id}?action=save|restore files live
+    # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
+    # "truncate-middle" (ember.context_fit)
+    context_overflow: str = "error"
 
     def __post_init__(self) -> None:
         if self.rerank:
@@ -88,6 +95,9 @@ class ServerConfig:
         if self.reasoning_budget < -1:
             raise ValueError(f"reasoning_budget must be >= -1 (-1: no limit), got "
                              f"{self.reasoning_budget}")
+        from ember.context_fit import check_policy
+
+        check_policy(self.context_overflow)
         if self.n_predict is not None and self.n_predict < -1:
             raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
         from ember.sampling import SamplingParams

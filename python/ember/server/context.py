@@ -313,7 +313,7 @@ class AppContext:
         tokenize = None if engine is None else (
             lambda text: list(engine.tokenizer.encode(text, False, False)))
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
-                        max_n=c.max_n, tokenize=tokenize)
+                        max_n=c.max_n, tokenize=tokenize, json_bounds=c.json_bounds)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
                       **kwargs: Any) -> T:
