@@ -16,7 +16,7 @@ FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key"
          "--max-queue", "--alias", "--ctx-size", "--threads", "--max-connections", "--header-timeout",
          "--body-timeout", "--idle-timeout", "--host-allow", "--n-predict", "--temp", "--top-k",
          "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui",  # --webui/--no-webui
-         "--context-overflow"]
+         "--context-overflow", "--models-dir", "--keep-alive", "--max-memory"]
 
 
 def ember(*args: str, env: dict[str, str] | None = None,

@@ -13,9 +13,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ember.server.context import AppContext, SlotView
+from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.fields import Fields
+from ember.server.slots import SlotView
 
 ACTIONS = ("save", "restore", "erase")
 
