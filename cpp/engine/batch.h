@@ -56,6 +56,8 @@ struct Batch {
   // Copies of K/V rows between cache blocks, run before any row of the batch is written (the
   // rows a newly admitted sequence shares with a partially filled cached block).
   std::vector<BlockCopy> block_copies;
+  // Blocks read from the disk cache, written (all their slots, every layer) before any row too.
+  std::vector<BlockLoad> block_loads;
 
   int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_outputs() const { return static_cast<int64_t>(output_rows.size()); }

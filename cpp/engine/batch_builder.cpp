@@ -16,6 +16,7 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
   batch.slot_mapping.resize(plan.n_tokens);
   batch.seqs.reserve(plan.seqs.size());
   batch.block_copies = plan.block_copies;
+  batch.block_loads = plan.block_loads;
   for (const ScheduledSequence& p : plan.seqs) {
     const Request* r = scheduler.find(p.id);
     const int64_t n_known = p.n_tokens - p.n_drafts();  // rows of known tokens, then the drafts

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "engine/batch_builder.h"
+#include "kv/state_file.h"
 
 namespace ember {
 
@@ -16,7 +18,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner,
       speculator_(config.speculation, std::move(draft_model)),
       max_queue_(config.max_queue),
       max_live_(config.max_queue > 0 ? config.scheduler.parallel + config.max_queue : 0),
-      max_model_len_(scheduler_.max_model_len()) {
+      max_model_len_(scheduler_.max_model_len()),
+      block_layout_(config.block_layout) {
   if (!runner_) throw InvalidArgument("[engine] no model runner");
   if (config.max_queue < 0)
     throw InvalidArgument(cat("[engine] max_queue must be >= 0, got ", config.max_queue));
@@ -33,6 +36,7 @@ void Engine::shutdown() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (DiskCache* disk = kv_.disk()) disk->flush();  // a restart finds every block written
 }
 
 Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions options,
@@ -86,6 +90,8 @@ void Engine::publish_stats() {
   s.kv_usage = kv_.usage();
   s.n_prefix_query_tokens = kv_.n_prefix_query_tokens();
   s.n_prefix_hit_tokens = kv_.n_prefix_hit_tokens();
+  s.n_disk_hit_tokens = kv_.n_disk_hit_tokens();
+  if (const DiskCache* disk = kv_.disk()) s.disk = disk->stats();
   s.n_prompt_tokens_total = n_prompt_tokens_total_;
   s.n_generation_tokens_total = n_generation_tokens_total_;
   s.n_preemptions = scheduler_.n_preemptions();
@@ -105,12 +111,15 @@ void Engine::loop() {
   while (true) {
     std::vector<Pending> arrived;
     std::vector<RequestId> cancelled;
+    std::vector<std::function<void()>> tasks;
     bool stop;
     {
       std::unique_lock lock(mutex_);
       if (!scheduler_.has_unfinished()) {
-        wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty(); });
+        wake_.wait(lock,
+                   [&] { return stop_ || !inbox_.empty() || !cancel_inbox_.empty() || !tasks_.empty(); });
       }
+      tasks.swap(tasks_);
       arrived.swap(inbox_);
       // They wait in the scheduler from here on: counted now, or stats() would see them in
       // neither place until publish_stats() recounts after the step.
@@ -132,6 +141,7 @@ void Engine::loop() {
       }
     }
     for (RequestId id : cancelled) end_request(id, FinishReason::cancelled, "");
+    for (auto& task : tasks) task();  // before a stop too: their callers wait
     if (stop) {
       std::vector<RequestId> live;
       for (const auto& [id, stream] : streams_) live.push_back(id);
@@ -167,6 +177,7 @@ void Engine::step() {
     speculator_.observe(plan, sampled, took.count());
     speculator_.catch_up(plan, scheduler_);
     outputs = scheduler_.update_from_output(plan, sampled);
+    save_to_disk();
   } catch (const std::exception& e) {
     // The step's requests can't trust their cache any more: fail them, keep serving the rest.
     for (const ScheduledSequence& s : plan.seqs) {
@@ -191,6 +202,78 @@ void Engine::step() {
     const SampledTokens* got = sampled_of.at(out.id);
     emit(out, j < got->logprobs.size() ? &got->logprobs[j] : nullptr);
   }
+}
+
+// The blocks this step registered go to the disk cache: their rows are copied here (the next
+// step may overwrite them), the files are written by the cache's own thread.
+void Engine::save_to_disk() {
+  DiskCache* disk = kv_.disk();
+  if (!disk) return;
+  std::vector<BlockSave> saves = kv_.take_block_saves();
+  if (saves.empty()) return;
+  std::vector<BlockId> blocks;
+  for (const BlockSave& s : saves) blocks.push_back(s.block);
+  std::vector<std::vector<uint8_t>> payloads = runner_->read_blocks(blocks);
+  for (size_t i = 0; i < saves.size(); ++i) {
+    if (payloads[i].empty()) continue;  // a runner without K/V (tests' fake)
+    disk->write(saves[i].hash, saves[i].parent_hash, std::move(saves[i].tokens), std::move(payloads[i]));
+  }
+}
+
+void Engine::run_on_loop(std::function<void()> task) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw EngineBusy("[engine] the engine has shut down");
+    tasks_.push_back([task = std::move(task), done] {
+      try {
+        task();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  wake_.notify_all();
+  finished.get();
+}
+
+Engine::StateIO Engine::save_state(std::vector<int32_t> tokens, const std::string& path) {
+  PrefixState state;
+  run_on_loop([&] {
+    for (std::vector<uint8_t>& payload : runner_->read_blocks(kv_.cached_prefix(tokens))) {
+      if (payload.empty()) break;  // a runner without K/V (tests' fake)
+      state.blocks.push_back(std::move(payload));
+    }
+  });
+  state.tokens = std::move(tokens);
+  StateIO io;
+  io.n_bytes = write_state_file(path, block_layout_, state);
+  io.n_tokens = static_cast<int64_t>(state.blocks.size()) * kv_.block_size();
+  io.tokens = std::move(state.tokens);
+  return io;
+}
+
+Engine::StateIO Engine::load_state(const std::string& path) {
+  StateIO io;
+  PrefixState state = read_state_file(path, block_layout_, &io.n_bytes);
+  run_on_loop([&] {
+    std::vector<std::pair<int64_t, BlockId>> to_write;
+    std::vector<BlockId> held;
+    const int64_t n_blocks = kv_.adopt_prefix(state.tokens, static_cast<int64_t>(state.blocks.size()),
+                                              to_write, held);
+    std::vector<BlockLoad> loads;
+    for (const auto& [i, block] : to_write) {
+      loads.push_back({block, std::make_shared<const std::vector<uint8_t>>(std::move(state.blocks[i]))});
+    }
+    runner_->write_blocks(loads);
+    kv_.release_adopted(held);
+    io.n_restored = n_blocks * kv_.block_size();
+  });
+  io.n_tokens = static_cast<int64_t>(state.blocks.size()) * kv_.block_size();
+  io.tokens = std::move(state.tokens);
+  return io;
 }
 
 void Engine::release(std::span<const RequestId> ids) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,8 @@ struct EngineConfig {
   SpeculationConfig speculation;
   int64_t max_queue = EngineOptions{}.max_queue;  // requests beyond the scheduler's `parallel`
                                                   // slots at most; 0: no limit ("--max-queue")
+  // What state files (and the disk cache's files) must match: the model and its K/V shape.
+  DiskCacheLayout block_layout;
 };
 
 // A snapshot taken after each step (for /metrics and /slots).
@@ -50,6 +53,8 @@ struct EngineStats {
   double kv_usage = 0.0;  // fraction of KV blocks referenced
   int64_t n_prefix_query_tokens = 0;
   int64_t n_prefix_hit_tokens = 0;
+  int64_t n_disk_hit_tokens = 0;          // of them, read from the disk cache
+  DiskCache::Stats disk;                  // the disk cache's files (all 0 without one)
   int64_t n_prompt_tokens_total = 0;      // of every request added
   int64_t n_generation_tokens_total = 0;  // tokens sampled
   int64_t n_preemptions = 0;
@@ -87,6 +92,23 @@ class Engine {
   // `cancelled` event. Unknown or finished ids are ignored.
   void cancel(RequestId id);
   EngineStats stats() const;
+
+  // A state file's tokens and what of them went to or came from the file.
+  struct StateIO {
+    std::vector<int32_t> tokens;  // the sequence's tokens (load_state: the file's)
+    int64_t n_tokens = 0;         // tokens whose K/V the file holds (whole blocks)
+    int64_t n_restored = 0;       // load_state: of them, now in the prefix cache
+    int64_t n_bytes = 0;          // the file's size
+  };
+  // Writes `tokens` and the K/V of their leading full blocks still in the prefix cache (the
+  // blocks of a request that just ran) to a state file at path (kv/state_file.h). The blocks are
+  // read between two steps; the file is written on the caller's thread. Throws EngineBusy after
+  // shutdown, InvalidArgument when the file cannot be written.
+  StateIO save_state(std::vector<int32_t> tokens, const std::string& path);
+  // Reads a state file (on the caller's thread) and puts its blocks into the prefix cache
+  // (between two steps), so that a prompt starting with its tokens reuses them. Throws
+  // InvalidArgument naming what is wrong with a bad file (another model, corrupt, truncated).
+  StateIO load_state(const std::string& path);
   // min(max_model_len, KV capacity): the longest a request may grow.
   int64_t max_model_len() const { return max_model_len_; }
   // Stops the loop (idempotent); later submissions throw EngineBusy.
@@ -100,6 +122,9 @@ class Engine {
 
   void loop();
   void step();
+  void save_to_disk();
+  // Runs `task` on the loop thread between two steps and waits for it; rethrows what it throws.
+  void run_on_loop(std::function<void()> task);
   void emit(const RequestOutput& out, const TokenLogprobs* logprobs);
   void release(std::span<const RequestId> ids);  // tells the runner and the speculator
   void end_request(RequestId id, FinishReason reason, const std::string& error);  // cancel/fail, close stream
@@ -127,9 +152,11 @@ class Engine {
   std::condition_variable wake_;
   std::vector<Pending> inbox_;
   std::vector<RequestId> cancel_inbox_;
+  std::vector<std::function<void()>> tasks_;
   bool stop_ = false;
   EngineStats stats_;
   std::atomic<RequestId> next_id_{1};
+  const DiskCacheLayout block_layout_;
 
   std::thread thread_;  // last: starts after everything above is built
 };

@@ -33,6 +33,9 @@ void EngineOptions::check() const {
   at_least("block_size", block_size, 1);
   at_least<int64_t>("max_batch_tokens", max_batch_tokens, 1);
   at_least<int64_t>("max_queue", max_queue, 0);
+  at_least<int64_t>("cache_disk_bytes", cache_disk_bytes, 1);
+  if (cache_dir && cache_dir->empty())
+    throw InvalidArgument("[engine] cache_dir is empty (unset it for none)");
   positive_if_set("n_threads", n_threads);
   check_kv_type(kv_type);
   if (spec != "none" && spec != "ngram" && spec != "draft") {

@@ -41,6 +41,12 @@ struct EngineOptions {
   std::string device = "auto";             // "cpu", "vulkan" / "vulkan:N", or "auto" (the first GPU, else
                                            // the CPU)
 
+  // The prefix cache's disk tier (kv/disk_cache.h): full blocks also go to files in cache_dir,
+  // and a later engine (a restart) reads a prompt's blocks back from them.
+  std::optional<std::string> cache_dir;         // unset: memory only
+  int64_t cache_disk_bytes = int64_t{2} << 30;  // the files in cache_dir at most (2 GiB); the least
+                                                // recently used go first
+
   // Throws InvalidArgument naming the first bad value ("[engine] parallel must be >= 1, got 0"),
   // before any model is loaded. A model-dependent check (the backend's KV types, head_dim) is
   // model_engine_kv_type's.

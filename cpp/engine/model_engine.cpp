@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "engine/draft_model.h"
@@ -20,6 +21,24 @@ DType model_engine_kv_type(const Model& model, const std::string& name) {
   }
   PagedKVCache::check_type(type, model.config().head_dim);
   return type;
+}
+
+uint64_t model_identity(const GGUFFile& file) {
+  const auto bytes = [](const auto& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&v), sizeof v);
+  };
+  const uint64_t n_file_bytes = file.file_bytes();
+  uint64_t h = payload_checksum(bytes(n_file_bytes));
+  for (const GGUFTensorInfo& t : file.tensors()) {
+    h = payload_checksum({reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size()}, h);
+    const int32_t type = static_cast<int32_t>(t.type);
+    h = payload_checksum(bytes(type), h);
+    h = payload_checksum({reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t)},
+                         h);
+    h = payload_checksum(bytes(t.offset), h);
+    h = payload_checksum({t.data, static_cast<size_t>(std::min<uint64_t>(t.n_bytes, 4096))}, h);
+  }
+  return h;
 }
 
 namespace {
@@ -76,13 +95,27 @@ EngineConfig model_engine_config(const Model& model, const EngineOptions& o) {
   config.scheduler.max_model_len = n_ctx;
   config.max_queue = o.max_queue;
   config.speculation = speculation_config(o);
+  config.block_layout.model_id = model_identity(model.file());
+  config.block_layout.kv_type = static_cast<uint32_t>(kv_type);
+  config.block_layout.block_size = o.block_size;
+  config.block_layout.n_layer = static_cast<int32_t>(c.n_layer);
+  config.block_layout.n_head_kv = static_cast<int32_t>(c.n_head_kv);
+  config.block_layout.head_dim = static_cast<int32_t>(c.head_dim);
+  config.block_layout.payload_bytes = c.n_layer * 2 * o.block_size * ember::row_bytes(kv_type, c.n_kv_dim());
   return config;
 }
 
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
                                           std::shared_ptr<const Model> draft) {
   if (!model) throw InvalidArgument("[engine] no model");
-  const EngineConfig config = model_engine_config(*model, options);
+  EngineConfig config = model_engine_config(*model, options);
+  if (options.cache_dir) {
+    DiskCacheConfig disk;
+    disk.dir = *options.cache_dir;
+    disk.max_bytes = options.cache_disk_bytes;
+    disk.layout = config.block_layout;
+    config.kv.disk = std::make_shared<DiskCache>(std::move(disk));
+  }
   std::unique_ptr<DraftModel> drafter;
   if (draft) {
     check_same_vocabulary(*model, *draft);
@@ -101,8 +134,12 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.parallel = config.scheduler.parallel;
   runner.batch_invariant = options.batch_invariant;
   runner.kv_type = model_engine_kv_type(*model, options.kv_type);
-  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner),
-                                  std::move(drafter));
+  auto forward = std::make_unique<ForwardRunner>(std::move(model), runner);
+  if (forward->block_payload_bytes() != config.block_layout.payload_bytes) {
+    throw std::logic_error(cat("[engine] a block's K/V takes ", forward->block_payload_bytes(),
+                               " bytes, the disk layout says ", config.block_layout.payload_bytes));
+  }
+  return std::make_unique<Engine>(config, std::move(forward), std::move(drafter));
 }
 
 }  // namespace ember

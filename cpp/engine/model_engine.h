@@ -22,12 +22,19 @@ inline constexpr double kDeviceKVShare = 0.8;
 // backend lacks it or the model's head_dim is not a multiple of 32.
 DType model_engine_kv_type(const Model& model, const std::string& name);
 
+// The model's identity in disk cache and state files: a 64-bit hash of the GGUF's size, of every
+// tensor's name, type, shape and offset, and of the first 4 KiB of each tensor's data — cheap
+// (about 1 MB read for SmolLM2's 272 tensors, pages loading maps anyway) and different for
+// another model, another quantization or another fine-tune of the same architecture.
+uint64_t model_identity(const GGUFFile& file);
+
 // The engine's configuration for `model` and `options` (no memory allocated). Throws like
 // options.check() and model_engine_kv_type. options.draft_model is a path this does not open.
 EngineConfig model_engine_config(const Model& model, const EngineOptions& options);
 
 // Starts an engine with a ForwardRunner over `model`, and with `draft` (may be null) as the
-// draft model of speculation, over a KV cache with as many blocks as the model's. Throws like
+// draft model of speculation, over a KV cache with as many blocks as the model's, and with a
+// DiskCache in options.cache_dir when set (warnings on stderr). Throws like
 // model_engine_config, and InvalidArgument for a draft model of another vocabulary.
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
                                           std::shared_ptr<const Model> draft = nullptr);

@@ -27,6 +27,15 @@ class ModelRunner {
   // fails the batch's requests with the message.
   virtual std::vector<SampledTokens> execute(const Batch& batch) = 0;
 
+  // The K/V of each cache block of `blocks` (out[i] of blocks[i]), every layer, in the runner's
+  // own layout: what the disk cache and state files store. Empty payloads when the runner keeps
+  // no K/V (a test's fake).
+  virtual std::vector<std::vector<uint8_t>> read_blocks(std::span<const int32_t> blocks) {
+    return std::vector<std::vector<uint8_t>>(blocks.size());
+  }
+  // Writes payloads read_blocks() gave (of the same model and cache) into their blocks.
+  virtual void write_blocks(std::span<const BlockLoad> loads) {}
+
   // Requests that left the engine (finished, cancelled, failed): drop any state kept for them.
   virtual void release(std::span<const SequenceId> ids) {}
 

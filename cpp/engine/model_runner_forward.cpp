@@ -3,6 +3,7 @@
 #include "engine/model_runner_forward.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -99,6 +100,71 @@ void ForwardRunner::release(std::span<const SequenceId> ids) {
   for (SequenceId id : ids) samplers_.erase(id);
 }
 
+namespace {
+
+// Calls f(first, count) for each run blocks[first .. first + count) of consecutive ids.
+template <typename F>
+void for_each_run(std::span<const int32_t> blocks, F f) {
+  for (size_t first = 0, end; first < blocks.size(); first = end) {
+    for (end = first + 1; end < blocks.size() && blocks[end] == blocks[end - 1] + 1;) ++end;
+    f(first, end - first);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<uint8_t>> ForwardRunner::read_blocks(std::span<const int32_t> blocks) {
+  for (int32_t b : blocks) {
+    if (b < 0 || b >= config_.n_blocks)
+      throw std::logic_error(cat("[engine] read of block ", b, " of ", config_.n_blocks));
+  }
+  const size_t n = static_cast<size_t>(cache_.block_size * cache_.row_bytes);  // one block, one layer's K
+  std::vector<std::vector<uint8_t>> out(blocks.size(), std::vector<uint8_t>(block_payload_bytes()));
+  Backend& be = model_->backend();
+  for_each_run(blocks, [&](size_t first, size_t count) {
+    run_bytes_.resize(count * n);
+    for (int64_t il = 0; il < cache_.n_layer; ++il) {
+      const size_t at = static_cast<size_t>(il * cache_.layer_bytes()) +
+                        static_cast<size_t>(blocks[first]) * n;
+      for (int side = 0; side < 2; ++side) {
+        be.download(side == 0 ? cache_.k : cache_.v, at, run_bytes_.data(), count * n);
+        for (size_t j = 0; j < count; ++j) {
+          std::memcpy(out[first + j].data() + (2 * il + side) * n, run_bytes_.data() + j * n, n);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+void ForwardRunner::write_blocks(std::span<const BlockLoad> loads) {
+  std::vector<int32_t> blocks;
+  for (const BlockLoad& l : loads) {
+    if (l.dst < 0 || l.dst >= config_.n_blocks || !l.payload ||
+        static_cast<int64_t>(l.payload->size()) != block_payload_bytes()) {
+      throw std::logic_error(cat("[engine] write of ", l.payload ? l.payload->size() : 0, " bytes to block ",
+                                 l.dst, " of ", config_.n_blocks, " (blocks take ", block_payload_bytes(),
+                                 ")"));
+    }
+    blocks.push_back(l.dst);
+  }
+  const size_t n = static_cast<size_t>(cache_.block_size * cache_.row_bytes);
+  Backend& be = model_->backend();
+  for_each_run(blocks, [&](size_t first, size_t count) {
+    run_bytes_.resize(count * n);
+    for (int64_t il = 0; il < cache_.n_layer; ++il) {
+      const size_t at = static_cast<size_t>(il * cache_.layer_bytes()) +
+                        static_cast<size_t>(blocks[first]) * n;
+      for (int side = 0; side < 2; ++side) {
+        for (size_t j = 0; j < count; ++j) {
+          std::memcpy(run_bytes_.data() + j * n, loads[first + j].payload->data() + (2 * il + side) * n, n);
+        }
+        be.upload(side == 0 ? cache_.k : cache_.v, at, run_bytes_.data(), count * n);
+      }
+    }
+  });
+}
+
 std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   const int64_t n_vocab = model_->config().n_vocab;
   if (batch.block_size != cache_.block_size) {
@@ -116,6 +182,8 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
       model_->backend().copy_kv(cache_.layer(il, nullptr), c.src, c.dst, c.n_slots);
     }
   }
+  // Blocks of disk prefix hits: fresh blocks, so no copy above reads or writes them.
+  write_blocks(batch.block_loads);
   const int64_t n_rows = batch.n_rows(), n_outputs = batch.n_outputs();
   tokens_.assign(batch.tokens.begin(), batch.tokens.end());
   positions_.assign(batch.positions.begin(), batch.positions.end());

@@ -52,6 +52,14 @@ class ForwardRunner : public ModelRunner {
   void release(std::span<const SequenceId> ids) override;
   void validate(std::span<const int32_t> prompt, const RequestOptions& options) const override;
   void add(RequestId id, const RequestOptions& options) override;
+  // Payload layout: per layer, the block's K then its V, each [n_head_kv][block_size][head_bytes]
+  // as KVView lays a block out: n_layer * 2 * block_size * row_bytes bytes. A block of one layer
+  // is one range of the cache buffer, and so is a run of blocks with consecutive ids (fresh
+  // pools hand those out): each run moves with 2 * n_layer transfers, not each block (a device
+  // backend waits for every transfer).
+  std::vector<std::vector<uint8_t>> read_blocks(std::span<const int32_t> blocks) override;
+  void write_blocks(std::span<const BlockLoad> loads) override;
+  int64_t block_payload_bytes() const { return cache_.n_layer * 2 * cache_.block_size * cache_.row_bytes; }
 
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
@@ -73,6 +81,7 @@ class ForwardRunner : public ModelRunner {
   PagedKVCache cache_;
   Scratch scratch_;
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
+  std::vector<uint8_t> run_bytes_;  // one layer's K (or V) of a run of blocks, in transit
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
   std::vector<int32_t> pad_table_;  // [ceil(min_rows_ / block_size)]

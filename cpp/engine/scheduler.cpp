@@ -194,6 +194,7 @@ StepPlan Scheduler::schedule() {
     plan_step(r, *n_new);
   }
   plan.block_copies = kv_.take_block_copies();
+  plan.block_loads = kv_.take_block_loads();
   return plan;
 }
 

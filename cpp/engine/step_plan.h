@@ -43,6 +43,8 @@ struct StepPlan {
                                         // cancelled): runners drop any state they keep for them
   std::vector<BlockCopy> block_copies;  // K/V rows to copy before the step runs (partial
                                         // prefix hits of newly admitted requests)
+  std::vector<BlockLoad> block_loads;   // blocks read from the disk cache, to write before the
+                                        // step runs (disk prefix hits of newly admitted requests)
   int64_t n_tokens = 0;                 // sum of seqs[i].n_tokens <= max_batch_tokens
 
   bool empty() const { return seqs.empty(); }

@@ -103,6 +103,14 @@ class BlockPool {
 
   // Whether `link` still names a cached block (with the same contents as when it was made).
   bool is_cached(PrefixLink link) const;
+  // The chained hash of a cached link (kRootBlockHash for the root), and of `tokens` after a
+  // block of hash `parent`: the key of a block's file in the disk cache too.
+  BlockHash hash_of(PrefixLink link) const {
+    return link.block == kNoBlock ? kRootBlockHash : blocks_[link.block].hash;
+  }
+  BlockHash hash_after(BlockHash parent, std::span<const int32_t> tokens) const {
+    return hash_(parent, tokens);
+  }
   int32_t ref_count(BlockId block) const { return blocks_.at(block).ref_count; }
   bool is_cached(BlockId block) const { return blocks_.at(block).cached; }
   // Tokens a cached block holds: block_size when full, fewer when partial; 0 when not cached.
@@ -135,9 +143,6 @@ class BlockPool {
   }
   BlockId& first_child(BlockId parent) { return first_child_[static_cast<size_t>(parent + 1)]; }
   BlockId first_child(BlockId parent) const { return first_child_[static_cast<size_t>(parent + 1)]; }
-  BlockHash hash_of(PrefixLink link) const {
-    return link.block == kNoBlock ? kRootBlockHash : blocks_[link.block].hash;
-  }
   bool matches(BlockId block, PrefixLink parent, std::span<const int32_t> tokens) const;
   void lru_push_back(BlockId block);
   void lru_remove(BlockId block);

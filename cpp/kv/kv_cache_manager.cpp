@@ -22,9 +22,14 @@ int64_t KVCacheConfig::blocks_for_bytes(int64_t n_bytes, int64_t bytes_per_token
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
     : pool_(config.n_blocks, config.block_size),
+      disk_(config.disk),
       prefix_caching_(config.prefix_caching),
       window_(config.window) {
   if (window_ < 0) throw InvalidArgument(cat("[kv] window must be >= 0, got ", window_));
+  if (disk_ && disk_->layout().block_size != config.block_size) {
+    throw InvalidArgument(cat("[kv] the disk cache holds blocks of ", disk_->layout().block_size,
+                              " tokens, the pool's have ", config.block_size));
+  }
 }
 
 std::vector<BlockId> KVCacheManager::held_blocks(std::span<const BlockId> blocks) {
@@ -53,6 +58,32 @@ PrefixHit KVCacheManager::get_computed_blocks(const SequenceState& seq) const {
     if (!link) break;
     hit.links_.push_back(*link);
     parent = *link;
+  }
+  // The disk tier: the blocks after the memory chain whose files hold them.
+  if (disk_) {
+    std::unordered_map<BlockHash, std::shared_ptr<const std::vector<uint8_t>>> reads;
+    BlockHash parent_hash = pool_.hash_of(parent);
+    for (int64_t i = static_cast<int64_t>(hit.links_.size()); i < max_blocks; ++i) {
+      const auto tokens = seq.tokens.subspan(i * bs, bs);
+      const BlockHash hash = pool_.hash_after(parent_hash, tokens);
+      std::shared_ptr<const std::vector<uint8_t>> payload;
+      if (const auto it = disk_reads_.find(hash); it != disk_reads_.end()) {
+        payload = it->second;
+      } else if (auto read = disk_->read(hash, parent_hash, tokens)) {
+        payload = std::make_shared<const std::vector<uint8_t>>(std::move(*read));
+      } else {
+        break;
+      }
+      reads.emplace(hash, payload);
+      hit.loads_.push_back(std::move(payload));
+      parent_hash = hash;
+    }
+    disk_reads_ = std::move(reads);
+    hit.n_disk_tokens_ = static_cast<int64_t>(hit.loads_.size()) * bs;
+    if (!hit.loads_.empty()) {
+      hit.n_tokens_ = static_cast<int64_t>(hit.links_.size()) * bs + hit.n_disk_tokens_;
+      return hit;
+    }
   }
   const int64_t n_full = static_cast<int64_t>(hit.links_.size()) * bs;
   // The next tokens, up to a block and short of the last token: the rows a copy may give.
@@ -103,6 +134,9 @@ std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, 
   auto fresh = pool_.allocate(n_need);  // can't fail: checked above
   // n_need >= 1 with a partial hit: its rows lie past the shared blocks.
   if (hit.has_partial()) pending_copies_.push_back({hit.partial_.block, fresh->front(), hit.n_partial_});
+  // The disk blocks are the first fresh ones: they come right after the shared blocks.
+  for (size_t i = 0; i < hit.loads_.size(); ++i) pending_loads_.push_back({(*fresh)[i], hit.loads_[i]});
+  if (!hit.loads_.empty()) disk_reads_.clear();
   Table& t = is_new ? tables_[seq.id] : it->second;
   for (const PrefixLink& link : hit.links_) {
     t.blocks.push_back(link.block);
@@ -112,6 +146,7 @@ std::optional<int64_t> KVCacheManager::allocate_slots(const SequenceState& seq, 
   if (is_new && prefix_caching_) {
     n_prefix_query_tokens_ += static_cast<int64_t>(seq.tokens.size());
     n_prefix_hit_tokens_ += hit.n_tokens();
+    n_disk_hit_tokens_ += hit.n_disk_tokens();
   }
   return n_need;
 }
@@ -139,6 +174,12 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
     const PrefixLink parent = i == 0 ? PrefixLink{} : t.links[i - 1];
     const auto link = pool_.cache(t.blocks[i], parent, seq.tokens.subspan(i * bs, bs));
     if (link) {
+      const BlockHash hash = pool_.hash_of(*link);
+      if (disk_ && link->block == t.blocks[i] && !disk_->contains(hash)) {
+        const auto tokens = seq.tokens.subspan(i * bs, bs);
+        pending_saves_.push_back(
+            {t.blocks[i], hash, pool_.hash_of(parent), std::vector<int32_t>(tokens.begin(), tokens.end())});
+      }
       t.links.push_back(*link);
     } else {
       t.caching_stopped = true;
@@ -151,6 +192,46 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
     const PrefixLink parent = n_full == 0 ? PrefixLink{} : t.links[n_full - 1];
     pool_.cache_partial(t.blocks[n_full], parent, seq.tokens.subspan(n_full * bs, n_head));
   }
+}
+
+std::vector<BlockId> KVCacheManager::cached_prefix(std::span<const int32_t> tokens) const {
+  std::vector<BlockId> blocks;
+  const int64_t bs = block_size();
+  PrefixLink parent;
+  for (int64_t i = 0; (i + 1) * bs <= static_cast<int64_t>(tokens.size()); ++i) {
+    const auto link = pool_.find_cached(parent, tokens.subspan(i * bs, bs));
+    if (!link) break;
+    blocks.push_back(link->block);
+    parent = *link;
+  }
+  return blocks;
+}
+
+int64_t KVCacheManager::adopt_prefix(std::span<const int32_t> tokens, int64_t n_blocks,
+                                     std::vector<std::pair<int64_t, BlockId>>& to_write,
+                                     std::vector<BlockId>& held) {
+  const int64_t bs = block_size();
+  n_blocks = std::min<int64_t>(n_blocks, static_cast<int64_t>(tokens.size()) / bs);
+  PrefixLink parent;
+  int64_t i = 0;
+  for (; i < n_blocks; ++i) {
+    const auto block_tokens = tokens.subspan(i * bs, bs);
+    std::optional<PrefixLink> link = pool_.find_cached(parent, block_tokens);
+    if (link) {
+      pool_.ref(link->block);  // held, so the blocks allocated after it cannot evict it
+      held.push_back(link->block);
+    } else {
+      auto fresh = pool_.allocate(1);
+      if (!fresh) break;
+      held.push_back(fresh->front());
+      link = pool_.cache(fresh->front(), parent, block_tokens);
+      if (!link) break;
+      if (link->block == fresh->front()) to_write.emplace_back(i, fresh->front());
+    }
+    parent = *link;
+  }
+  std::ranges::reverse(held);  // released back to front, as free() does
+  return i;
 }
 
 void KVCacheManager::release_outside_window(const SequenceState& seq) {

@@ -18,6 +18,7 @@ the CLI and the server all generate through it.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,10 @@ class EngineStats:
     step_per_row_s: float = 0.0
     draft_fixed_s: float = 0.0    # likewise for one pass of the draft model (0 without one)
     draft_per_row_s: float = 0.0
+    disk_hit_tokens: int = 0      # of prefix_hit_tokens, read from the disk cache (cache_dir)
+    # The disk cache's files: files, bytes, written, read, rejected (bad files ignored), dropped
+    # (writes a full queue refused), evicted (for cache_disk_bytes); all 0 without cache_dir.
+    disk_cache: dict[str, int] = field(default_factory=dict)
 
 
 class Request:
@@ -258,6 +263,7 @@ class Request:
     def _finish(self, finish_reason: str, stop_string: str | None) -> Delta:
         """The final Delta, with the text not streamed yet and the whole result."""
         self.done = True
+        self.engine.last_sequence = [*self.prompt_tokens, *self.tokens]
         usage, timings = self._so_far(perf_counter())
         result = GenerationResult(
             text="".join(self._texts),
@@ -300,6 +306,7 @@ class Engine:
             raise FileNotFoundError(f"draft model {draft_model!r}: no such file")
         self._core = _core.Engine(str(self.path), self.options)
         self.tokenizer = _core.Tokenizer(str(self.path))
+        self.last_sequence: list[int] = []  # prompt and output of the request that ended last
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
         self._chat_template: ChatTemplate | None = None
         self._grammars: GrammarCompiler | None = None
@@ -423,6 +430,20 @@ class Engine:
 
     def stats(self) -> EngineStats:
         return EngineStats(**self._core.stats())
+
+    def save_state(self, path: str | os.PathLike[str], tokens: Sequence[int]) -> tuple[int, int]:
+        """Writes `tokens` and the K/V of their leading full blocks still in the prefix cache
+        (those of a request that just ran) to a state file; returns (tokens whose K/V it holds,
+        bytes written). ValueError when it cannot be written."""
+        return self._core.save_state(list(tokens), os.fspath(path))
+
+    def load_state(self, path: str | os.PathLike[str]) -> tuple[list[int], int, int]:
+        """Reads a state file into the prefix cache, so that a prompt starting with its tokens
+        evaluates only what follows them; returns (its tokens, tokens now cached, bytes read).
+        ValueError naming what is wrong with a bad file (another model or KV type, corrupt,
+        truncated)."""
+        tokens, _, n_restored, n_bytes = self._core.load_state(os.fspath(path))
+        return list(tokens), n_restored, n_bytes
 
     def close(self) -> None:
         """Stops the engine thread; unfinished requests end 'cancelled'."""

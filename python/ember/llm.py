@@ -242,6 +242,21 @@ class LLM:
         batch = [inputs] if single else list(inputs)
         return self.embedder.embed(batch, normalize)
 
+    # --- prompt state ------------------------------------------------------------------------
+
+    def save_state(self, path: str | os.PathLike[str], tokens: Sequence[int] | None = None) -> int:
+        """Saves the prompt state of the last generation (its prompt and output tokens and
+        their K/V, whole KV blocks) to a file; `tokens` instead names another sequence whose
+        blocks are still cached. Returns the tokens whose K/V the file holds."""
+        return self.engine.save_state(path, self.engine.last_sequence if tokens is None else tokens)[0]
+
+    def load_state(self, path: str | os.PathLike[str]) -> list[int]:
+        """Loads a saved state into the prefix cache: a prompt that starts with its tokens (the
+        same prompt, or the conversation's next turn) reuses their K/V instead of recomputing
+        them, in this or a later process with the same model and kv_type. Returns the state's
+        tokens. ValueError for a file of another model or KV type, or a corrupt one."""
+        return self.engine.load_state(path)[0]
+
     def close(self) -> None:
         """Stops the engine thread (also done when the LLM is garbage-collected)."""
         if self._engine is not None:

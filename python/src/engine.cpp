@@ -8,6 +8,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <fcntl.h>
@@ -137,6 +138,16 @@ nb::dict stats_dict(const EngineStats& s) {
   d["kv_usage"] = s.kv_usage;
   d["prefix_query_tokens"] = s.n_prefix_query_tokens;
   d["prefix_hit_tokens"] = s.n_prefix_hit_tokens;
+  d["disk_hit_tokens"] = s.n_disk_hit_tokens;
+  nb::dict disk;
+  disk["files"] = s.disk.n_files;
+  disk["bytes"] = s.disk.n_bytes;
+  disk["written"] = s.disk.n_written;
+  disk["read"] = s.disk.n_read;
+  disk["rejected"] = s.disk.n_rejected;
+  disk["dropped"] = s.disk.n_dropped;
+  disk["evicted"] = s.disk.n_evicted;
+  d["disk_cache"] = disk;
   d["prompt_tokens_total"] = s.n_prompt_tokens_total;
   d["generation_tokens_total"] = s.n_generation_tokens_total;
   d["preemptions"] = s.n_preemptions;
@@ -313,6 +324,11 @@ void init_engine(nb::module_& m) {
         "EngineBusy)");
   field("prefix_caching", &ember::EngineOptions::prefix_caching,
         "prompts sharing whole blocks with an earlier one skip their prefill");
+  field("cache_dir", &ember::EngineOptions::cache_dir,
+        "a directory where full prefix-cache blocks also go, so a restarted engine reads a prompt's "
+        "back instead of recomputing it; None: memory only");
+  field("cache_disk_bytes", &ember::EngineOptions::cache_disk_bytes,
+        "the files in cache_dir at most; the least recently used go first");
   field("kv_type", &ember::EngineOptions::kv_type,
         "'f16' or 'q8_0' (K/V rows quantized to 8 bits in blocks of 32: 34 bytes per 32 values instead "
         "of 64, so a byte budget holds ~1.9x the tokens, at slightly less exact attention; needs "
@@ -386,6 +402,28 @@ void init_engine(nb::module_& m) {
           "stats", [](const PyEngine& self) { return stats_dict(self.engine->stats()); },
           "{running, waiting, kv_usage (fraction of blocks referenced), prefix_query_tokens, "
           "prefix_hit_tokens, prompt_tokens_total, generation_tokens_total, preemptions, steps}")
+      .def(
+          "save_state",
+          [](PyEngine& self, const std::vector<int64_t>& tokens, const std::string& path) {
+            std::vector<int32_t> ids = to_tokens(tokens, "state token");
+            nb::gil_scoped_release release;
+            const ember::Engine::StateIO io = self.engine->save_state(std::move(ids), path);
+            return std::make_pair(io.n_tokens, io.n_bytes);
+          },
+          nb::arg("tokens"), nb::arg("path"),
+          "Writes `tokens` and the K/V of their leading full blocks still in the prefix cache to a "
+          "state file; returns (tokens whose K/V it holds, bytes written). ValueError when it cannot "
+          "be written.")
+      .def(
+          "load_state",
+          [](PyEngine& self, const std::string& path) {
+            nb::gil_scoped_release release;
+            ember::Engine::StateIO io = self.engine->load_state(path);
+            return std::make_tuple(std::move(io.tokens), io.n_tokens, io.n_restored, io.n_bytes);
+          },
+          nb::arg("path"),
+          "Reads a state file into the prefix cache; returns (its tokens, tokens whose K/V it holds, "
+          "of them now cached, bytes read). ValueError naming what is wrong with a bad file.")
       .def(
           "shutdown",
           [](PyEngine& self) {

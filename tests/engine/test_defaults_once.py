@@ -25,6 +25,7 @@ PATTERNS = [
     ("draft_min 1", r"\bdraft_min\b(\"\))?" + _ASSIGN + r"1\b"),
     ("the f16 KV cache", r"\bkv_type\b(\"\))?" + _ASSIGN + r"\"f16\""),
     ("no speculation", r"\bspec\b(\"\))?" + _ASSIGN + r"\"none\""),
+    ("the disk cache's 2 GiB", r"int64_t\{2\} << 30|\b2 GiB\b"),
     ("an unbounded queue", r"\bmax_queue\b(\"\))?" + _ASSIGN + r"0\b"),
     ("prefix caching, batch invariance and adaptive drafting on",
      r"\b(prefix_caching|enable_prefix_caching|batch_invariant|rows_independent|spec_adaptive"
@@ -40,6 +41,8 @@ DEFINITIONS = {
     ("cpp/engine/engine_options.h",
      "int parallel = 16;                // requests running at once (\"--parallel\")"),
     ("cpp/engine/engine_options.h", "int block_size = 16;              // tokens per KV block"),
+    ("cpp/engine/engine_options.h",
+     "int64_t cache_disk_bytes = int64_t{2} << 30;  // the files in cache_dir at most (2 GiB); the least"),
     ("cpp/engine/engine_options.h",
      "int draft_max = 16;                      // drafts per request and step at most"),
     ("cpp/engine/engine_options.h",

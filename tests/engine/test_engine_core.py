@@ -1,5 +1,6 @@
 """The model-independent engine core, one C++ program per layer, each driven without a model:
-tests/cpp/test_block_pool.cpp, test_kv_cache_manager.cpp, test_scheduler.cpp, test_thread_pool.cpp
+tests/cpp/test_block_pool.cpp, test_kv_cache_manager.cpp, test_disk_cache.cpp (the prefix cache's files),
+test_scheduler.cpp, test_thread_pool.cpp
 and test_engine.cpp (the scheduler's and engine's with the fake runner of tests/cpp/fake_runner.h).
 This builds each program with CMake into tests/.cache/build-cpp (incrementally, so a second run
 only links what changed), runs it, and checks that every case listed here reported "ok" and no other case ran.
@@ -31,6 +32,13 @@ PROGRAMS = {
         "manager_releases_blocks_behind_the_window",
         "kv_budget_in_tokens_or_bytes",
         "paged_kv_cache_matches_a_contiguous_cache",
+    ],
+    "test_disk_cache": [
+        "disk_cache_round_trips_blocks_by_hash",
+        "disk_cache_ignores_truncated_corrupt_foreign_and_colliding_files",
+        "disk_cache_bound_evicts_the_least_recently_used_files",
+        "manager_serves_a_prompt_from_disk_after_a_restart",
+        "state_file_round_trips_and_rejects_bad_files",
     ],
     "test_scheduler": [
         "scheduler_splits_the_token_budget",

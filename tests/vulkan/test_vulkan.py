@@ -260,6 +260,24 @@ def test_batching_is_invisible_and_prefix_caching_holds(stories_path: Path) -> N
     assert tokens_of(shared) == reference_greedy(model, other, n_gen)
 
 
+def test_cache_dir_blocks_load_into_the_device_cache(stories_path: Path, tmp_path: Path) -> None:
+    """Disk cache blocks go down from and up to the device's KV buffers (Backend::download /
+    upload of a block's range per layer): a restarted Vulkan engine reads a prompt's 9 blocks
+    back, and a CPU engine reads the same files (the f16 rows are laid out alike), both giving
+    the CPU's greedy tokens."""
+    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
+    prompt = prompts_of(model.n_vocab, [150], seed=8)[0]
+    n_gen = 8
+    reference = reference_greedy(model, prompt, n_gen)
+    cache = str(tmp_path / "cache")
+    for device, n_cached in ((DEVICE, 0), (DEVICE, 144), ("cpu", 144)):
+        engine = _core.Engine(str(stories_path), parallel=1, kv_size=1024, cache_dir=cache, device=device)
+        events = run_all(engine, [prompt], n_gen)[0]
+        engine.shutdown()
+        assert events[-1].n_cached_tokens == n_cached, device
+        assert tokens_of(events) == reference, device
+
+
 def test_one_device_submission_per_engine_step(stories_path: Path) -> None:
     engine = _core.Engine(str(stories_path), parallel=4, kv_size=1024, max_batch_tokens=16, device=DEVICE)
     before = engine.device_submissions

@@ -51,7 +51,7 @@ def _seconds(value: str | None) -> float | None:
         raise typer.BadParameter(str(err), param_hint="--keep-alive") from None
 
 
-def _bytes(value: str | None) -> int | None:
+def _bytes(value: str | None, flag: str = "--max-memory") -> int | None:
     from ember.server.models import parse_bytes
 
     if value is None:
@@ -59,7 +59,7 @@ def _bytes(value: str | None) -> int | None:
     try:
         return parse_bytes(value)
     except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--max-memory") from None
+        raise typer.BadParameter(str(err), param_hint=flag) from None
 
 
 def serve(
@@ -169,6 +169,21 @@ def serve(
         "--draft-max", envvar="EMBER_DRAFT_MAX",
         help="drafts per request and step at most (fewer when the batch is compute-bound)")
     ] = _D.draft_max,
+    cache_dir: Annotated[Optional[str], typer.Option(
+        "--cache-dir", envvar="EMBER_CACHE_DIR",
+        help="also keep the prefix cache's full KV blocks as files in this directory, so that "
+             "after a restart a long prompt seen before is read back instead of recomputed "
+             "(files of another model or KV type are ignored) \\[default: memory only]",
+        show_default=False)] = None,
+    cache_disk_size: Annotated[str, typer.Option(
+        "--cache-disk-size", envvar="EMBER_CACHE_DISK_SIZE",
+        help="the --cache-dir files at most (K, M, G, T: powers of 1024); the least recently "
+             "used go first")] = f"{_D.cache_disk_bytes >> 30}G",
+    slot_save_path: Annotated[Optional[str], typer.Option(
+        "--slot-save-path", envvar="EMBER_SLOT_SAVE_PATH",
+        help="directory of the files POST /slots/{id}?action=save|restore writes and reads "
+             "(a slot's prompt and its K/V) \\[default: slot saving off]",
+        show_default=False)] = None,
     draft_min: Annotated[int, typer.Option(
         "--draft-min", envvar="EMBER_DRAFT_MIN",
         help="a request given fewer drafts than this gets none")] = _D.draft_min,
@@ -283,7 +298,9 @@ def serve(
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget, context_overflow=context_overflow,
-        json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent))
+        json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent),
+        cache_dir=cache_dir, cache_disk_bytes=_bytes(cache_disk_size, "--cache-disk-size"),
+        slot_save_path=slot_save_path)
     served_models(config)  # a folder without models, two models of one name: fail now
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)

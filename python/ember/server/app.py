@@ -37,6 +37,7 @@ from ember.server import (
     openai_api,
     rerank,
     responses_api,
+    slot_files,
     tokens,
     webui,
 )
@@ -56,6 +57,7 @@ ROUTES: list[tuple[str, list[str], Handler]] = [
     ("/v1/health", GET, info.health),
     ("/metrics", GET, info.metrics),
     ("/slots", GET, info.slots),
+    ("/slots/{id_slot}", POST, slot_files.slot_action),
     ("/tokenize", POST, tokens.tokenize),
     ("/detokenize", POST, tokens.detokenize),
     ("/v1/completions", POST, openai_api.completions),

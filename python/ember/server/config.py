@@ -70,6 +70,9 @@ class ServerConfig:
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
     draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
+    cache_dir: str | None = None      # prefix-cache blocks also go to files here (restarts reuse them)
+    cache_disk_bytes: int = _ENGINE.cache_disk_bytes  # those files at most
+    slot_save_path: str | None = None  # where /slots/{id}?action=save|restore files live
     # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
     # "truncate-middle" (ember.context_fit)
     context_overflow: str = "error"
@@ -138,4 +141,5 @@ class ServerConfig:
                               kv_type=self.kv_type, n_threads=self.threads, device=self.device,
                               max_queue=self.max_queue, spec=self.spec,
                               draft_model=self.draft_model, draft_max=self.draft_max,
-                              draft_min=self.draft_min)
+                              draft_min=self.draft_min, cache_dir=self.cache_dir,
+                              cache_disk_bytes=self.cache_disk_bytes)

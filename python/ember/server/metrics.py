@@ -70,6 +70,13 @@ class ServerMetrics:
         self.device_memory_free = Gauge(
             "ember_device_memory_free_bytes", "GPU memory the driver says is left (0 on the CPU).",
             registry=r)
+        self.disk_cache_files = Gauge(
+            "ember_disk_cache_files", "KV block files in --cache-dir (0 without one).", registry=r)
+        self.disk_cache_bytes = Gauge(
+            "ember_disk_cache_bytes", "Bytes of the KV block files in --cache-dir.", registry=r)
+        self.disk_cache_rejected = Gauge(
+            "ember_disk_cache_rejected_files", "Block files ignored as bad (corrupt, truncated, "
+            "another model's or KV type's) since the server started.", registry=r)
         # prometheus_client adds the _total suffix to counters.
         self.prefix_cache_hits = Counter(
             "ember_prefix_cache_hits", "Prompt tokens served from the prefix cache.", registry=r)
@@ -102,6 +109,9 @@ class ServerMetrics:
             self.requests_running.set(stats.running)
             self.requests_waiting.set(stats.waiting)
             self.kv_cache_usage.set(min(1.0, max(0.0, stats.kv_usage)))
+            self.disk_cache_files.set(stats.disk_cache.get("files", 0))
+            self.disk_cache_bytes.set(stats.disk_cache.get("bytes", 0))
+            self.disk_cache_rejected.set(stats.disk_cache.get("rejected", 0))
             self._speculation.stats = stats
         return generate_latest(self.registry)
 

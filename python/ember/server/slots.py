@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.engine import Request
@@ -19,6 +19,7 @@ class SlotView:
     n_prompt_tokens: int = 0
     n_decoded: int = 0
     n_cached_tokens: int = 0         # tokens whose KV the slot left for prefix reuse
+    tokens: list[int] = field(default_factory=list)  # those tokens (what a slot save writes)
 
     def as_json(self, n_ctx: int) -> dict[str, Any]:
         busy = self.request is not None
@@ -49,6 +50,7 @@ class Slots:
                 view.request = None
                 view.n_decoded = len(request.tokens)
                 view.n_cached_tokens = view.n_prompt_tokens + view.n_decoded
+                view.tokens = [*request.prompt_tokens, *request.tokens]
                 waiting = [r for r in self.live if not any(v.request is r for v in self.views)]
                 if waiting:
                     self._assign(waiting[0], self.live[waiting[0]])
