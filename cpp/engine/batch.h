@@ -35,6 +35,8 @@ struct BatchSequence {
                                                          // valid until the scheduler's next update
   std::span<const int32_t> draft_tokens;                 // [n_drafts] guesses run after the known tokens (its
                                                          // last rows); valid like token_history
+  int32_t lora_adapter = -1;  // the request's LoRA adapter (RequestOptions::lora_adapter) and scale
+  float lora_scale = 1.0f;
   int64_t n_keys() const { return start_pos + n_rows; }  // positions attention of the last row sees
   int64_t n_drafts() const { return static_cast<int64_t>(draft_tokens.size()); }
   int64_t n_known_keys() const { return n_keys() - n_drafts(); }  // rows' positions that are not drafts

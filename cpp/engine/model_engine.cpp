@@ -80,7 +80,8 @@ EngineConfig model_engine_config(const Model& model, const EngineOptions& o) {
 }
 
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
-                                          std::shared_ptr<const Model> draft) {
+                                          std::shared_ptr<const Model> draft,
+                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters) {
   if (!model) throw InvalidArgument("[engine] no model");
   const EngineConfig config = model_engine_config(*model, options);
   std::unique_ptr<DraftModel> drafter;
@@ -99,7 +100,7 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.parallel = config.scheduler.parallel;
   runner.batch_invariant = options.batch_invariant;
   runner.kv_type = model_engine_kv_type(*model, options.kv_type);
-  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner),
+  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner, std::move(adapters)),
                                   std::move(drafter));
 }
 

@@ -14,6 +14,7 @@
 #include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "kv/paged_kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/run_state.h"
 #include "sampling/sampler.h"
@@ -44,7 +45,10 @@ class ForwardRunner : public ModelRunner {
   // Allocates the cache [n_layer, n_blocks * block_size, n_kv_dim] (K and V of kv_type) and the
   // scratch. Throws InvalidArgument for non-positive sizes, Unsupported for a kv_type the
   // model's heads cannot use (PagedKVCache::check_type).
-  ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config);
+  // `adapters`: the LoRA adapters requests may pick (RequestOptions::lora_adapter indexes them),
+  // loaded for this model; their buffers are sized here.
+  ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config,
+                std::vector<std::shared_ptr<const LoraAdapter>> adapters = {});
 
   std::vector<SampledTokens> execute(const Batch& batch) override;
   void release(std::span<const SequenceId> ids) override;
@@ -53,6 +57,7 @@ class ForwardRunner : public ModelRunner {
 
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
+  const std::vector<std::shared_ptr<const LoraAdapter>>& adapters() const { return adapters_; }
   int64_t n_samplers() const { return static_cast<int64_t>(samplers_.size()); }
 
  private:
@@ -71,6 +76,9 @@ class ForwardRunner : public ModelRunner {
   PagedKVCache cache_;
   Scratch scratch_;
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters_;
+  std::vector<const LoraAdapter*> adapter_ptrs_;  // [adapters_] as ForwardBatch takes them
+  bool lora_row_at_a_time_ = false;  // batch-invariant, and the f32 matmul's rounding depends on rows
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
   std::vector<int32_t> pad_table_;  // [ceil(min_rows_ / block_size)]

@@ -3,6 +3,7 @@
 // scheduler changes it, everyone else reads it.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -67,6 +68,10 @@ struct RequestOptions {
   // Predicted Outputs: the output the caller expects (an edited file, a form to refill). The
   // engine drafts from it; the output is exactly what it would be without it.
   std::vector<int32_t> prediction;
+  // The LoRA adapter the request runs with: an index into the runner's adapters (-1: none), and
+  // the factor on its low-rank product (llama-server's scale; alpha / rank comes on top).
+  int32_t lora_adapter = -1;
+  float lora_scale = 1.0f;
   // Constrained decoding: every output token is one the grammar allows, and end-of-generation
   // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
   std::shared_ptr<const Grammar> grammar;
@@ -107,7 +112,13 @@ struct Request {
     return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(n_prompt_tokens));
   }
   bool is_finished() const { return status == RequestStatus::finished; }
-  SequenceState kv_state() const { return {id, token_ids, num_computed_tokens}; }
+  SequenceState kv_state() const { return {id, token_ids, num_computed_tokens, cache_namespace()}; }
+  // The prefix-cache namespace of its K/V: 0 without an adapter, else one per (adapter, scale),
+  // so that requests of different adapters or scales never share cached blocks.
+  uint64_t cache_namespace() const {
+    if (options.lora_adapter < 0) return 0;
+    return (static_cast<uint64_t>(options.lora_adapter) + 1) << 32 | std::bit_cast<uint32_t>(options.lora_scale);
+  }
 };
 
 }  // namespace ember

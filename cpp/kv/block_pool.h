@@ -32,12 +32,17 @@ inline constexpr BlockId kNoBlock = -1;
 
 // A cached block as a link of a prefix chain: its id and the generation it was cached in. A
 // block's generation changes when it is evicted, so a link to a block whose contents were
-// replaced never matches again. The root link (block == kNoBlock) stands before a first block.
+// replaced never matches again. A root link (block == kNoBlock) stands before a first block; its
+// generation is the chain's namespace (root_link): sequences whose K/V differ for the same
+// tokens (another LoRA adapter, or scale) start from different roots, so they never share a block.
 struct PrefixLink {
   BlockId block = kNoBlock;
-  uint32_t generation = 0;
+  uint64_t generation = 0;
   bool operator==(const PrefixLink&) const = default;
 };
+
+// The root of the prefix chains of namespace `ns` (0: the plain model's).
+constexpr PrefixLink root_link(uint64_t ns) { return PrefixLink{kNoBlock, ns}; }
 
 // The cached block after a link whose tokens share the longest common prefix with a lookup's.
 struct PrefixMatch {
@@ -136,7 +141,7 @@ class BlockPool {
   BlockId& first_child(BlockId parent) { return first_child_[static_cast<size_t>(parent + 1)]; }
   BlockId first_child(BlockId parent) const { return first_child_[static_cast<size_t>(parent + 1)]; }
   BlockHash hash_of(PrefixLink link) const {
-    return link.block == kNoBlock ? kRootBlockHash : blocks_[link.block].hash;
+    return link.block == kNoBlock ? root_block_hash(link.generation) : blocks_[link.block].hash;
   }
   bool matches(BlockId block, PrefixLink parent, std::span<const int32_t> tokens) const;
   void lru_push_back(BlockId block);
