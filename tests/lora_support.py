@@ -91,6 +91,17 @@ def build_lora_case(tmp: Path) -> LoraCase:
     return LoraCase(base, peft, base_dir, dirs, base_gguf, ggufs)
 
 
-@pytest.fixture(scope="session")
-def lora_case(tmp_path_factory: pytest.TempPathFactory) -> LoraCase:
-    return build_lora_case(tmp_path_factory.mktemp("lora"))
+_BUILT: list[LoraCase] = []  # built once per test session, whichever module asks first
+
+
+def lora_case_fixture():
+    """A module's `lora_case` fixture (`lora_case = lora_case_fixture()`): the case, built on
+    first use in the session."""
+
+    @pytest.fixture(scope="module")
+    def lora_case(tmp_path_factory: pytest.TempPathFactory) -> LoraCase:
+        if not _BUILT:
+            _BUILT.append(build_lora_case(tmp_path_factory.mktemp("lora")))
+        return _BUILT[0]
+
+    return lora_case

@@ -100,8 +100,9 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.parallel = config.scheduler.parallel;
   runner.batch_invariant = options.batch_invariant;
   runner.kv_type = model_engine_kv_type(*model, options.kv_type);
-  return std::make_unique<Engine>(config, std::make_unique<ForwardRunner>(std::move(model), runner, std::move(adapters)),
-                                  std::move(drafter));
+  return std::make_unique<Engine>(
+      config, std::make_unique<ForwardRunner>(std::move(model), runner, std::move(adapters)),
+      std::move(drafter));
 }
 
 }  // namespace ember

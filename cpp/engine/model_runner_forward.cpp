@@ -139,7 +139,8 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   positions_.assign(batch.positions.begin(), batch.positions.end());
   output_rows_.assign(batch.output_rows.begin(), batch.output_rows.end());
   rows_.clear();
-  const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table, int32_t lora, float scale) {
+  const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table, int32_t lora,
+                            float scale) {
     const KVView kv = cache_.layer(0, table);
     if (config_.batch_invariant) {
       for (int64_t r = row_begin; r < row_begin + count; ++r) rows_.push_back({r, 1, kv, lora, scale});

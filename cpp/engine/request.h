@@ -117,7 +117,8 @@ struct Request {
   // so that requests of different adapters or scales never share cached blocks.
   uint64_t cache_namespace() const {
     if (options.lora_adapter < 0) return 0;
-    return (static_cast<uint64_t>(options.lora_adapter) + 1) << 32 | std::bit_cast<uint32_t>(options.lora_scale);
+    return (static_cast<uint64_t>(options.lora_adapter) + 1) << 32 |
+           std::bit_cast<uint32_t>(options.lora_scale);
   }
 };
 

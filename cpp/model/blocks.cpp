@@ -32,8 +32,8 @@ void add_lora_of(ForwardPass& p, int64_t il, LoraTarget target, const float* x, 
   if (p.lora) add_lora(p.be, p.batch, p.s.lora, *p.lora, il, target, x, n_in, y, n_out);
 }
 
-void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x, int64_t n_rows,
-             float* y) {
+void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
+             int64_t n_rows, float* y) {
   p.be.matmul(w.type, w.data, w.ne0, w.ne1, x, n_rows, y);
   add_lora_of(p, il, target, x, w.ne0, y, w.ne1);
 }

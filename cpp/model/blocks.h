@@ -59,8 +59,8 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope);
 
 // matmul of layer il's projection `target` into y [rows, n_out] from x [rows, n_in], then each
 // adapted row's LoRA product added (add_lora over p.lora).
-void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x, int64_t n_rows,
-             float* y);
+void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
+             int64_t n_rows, float* y);
 // The LoRA products of an output of a matmul_many (no-op without adapted rows).
 void add_lora_of(ForwardPass& p, int64_t il, LoraTarget target, const float* x, int64_t n_in, float* y,
                  int64_t n_out);

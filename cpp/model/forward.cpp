@@ -46,14 +46,16 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
                                 model.config().n_ctx_train, " tokens"));
     }
     if (s.lora < -1 || s.lora >= b.n_adapters) {
-      throw InvalidArgument(cat("[model] sequence ", is, " names LoRA adapter ", s.lora, " of ", b.n_adapters));
+      throw InvalidArgument(
+          cat("[model] sequence ", is, " names LoRA adapter ", s.lora, " of ", b.n_adapters));
     }
     next_row += s.n_rows;
   }
   for (int64_t i = 0; i < b.n_adapters; ++i) {
     if (b.adapters[i]->max_rank() > scratch.lora.max_rank) {
       throw InvalidArgument(cat("[model] LoRA adapter ", b.adapters[i]->path(), " has rank ",
-                                b.adapters[i]->max_rank(), "; the scratch was sized for ", scratch.lora.max_rank));
+                                b.adapters[i]->max_rank(), "; the scratch was sized for ",
+                                scratch.lora.max_rank));
     }
   }
   if (next_row != b.n_tokens) {

@@ -64,14 +64,16 @@ std::vector<float> read_f32(const GGUFTensorInfo& info, const std::string& where
 
 }  // namespace
 
-std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, std::shared_ptr<const Model> model) {
+std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path,
+                                                     std::shared_ptr<const Model> model) {
   if (!model) throw InvalidArgument("[lora] no model to load an adapter for");
   const std::shared_ptr<GGUFFile> file = GGUFFile::open(path);
   const std::string at = cat("[lora] ", path, ": ");
   const std::string type = file->get_string("general.type");
   if (type != "adapter") {
-    throw FormatError(cat(at, "general.type is '", type, "', expected 'adapter' (a LoRA GGUF, as `ember convert "
-                                                          "--lora` or llama.cpp's convert_lora_to_gguf.py write)"));
+    throw FormatError(cat(at, "general.type is '", type,
+                          "', expected 'adapter' (a LoRA GGUF, as `ember convert "
+                          "--lora` or llama.cpp's convert_lora_to_gguf.py write)"));
   }
   const std::string adapter_type = file->get_string("adapter.type");
   if (adapter_type != "lora") {
@@ -147,9 +149,10 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, st
     ++adapter->n_weights_;
   }
   for (const GGUFTensorInfo& info : file->tensors()) {
-    if (info.name.ends_with(".lora_b") && !file->find_tensor(info.name.substr(0, info.name.size() - 7) + ".lora_a")) {
-      throw FormatError(cat(at, "tensor '", info.name, "': its pair '", info.name.substr(0, info.name.size() - 7),
-                            ".lora_a' is missing"));
+    if (info.name.ends_with(".lora_b") &&
+        !file->find_tensor(info.name.substr(0, info.name.size() - 7) + ".lora_a")) {
+      throw FormatError(cat(at, "tensor '", info.name, "': its pair '",
+                            info.name.substr(0, info.name.size() - 7), ".lora_a' is missing"));
     }
   }
   if (adapter->n_weights_ == 0) throw FormatError(cat(at, "no LoRA tensors"));

@@ -57,7 +57,8 @@ class LoraAdapter {
   int64_t max_rank_ = 0;
   int64_t n_weights_ = 0;
   std::vector<std::array<LoraWeight, kLoraTargets>> layers_;  // [n_layer]
-  std::shared_ptr<const Model> model_;  // its backend holds the prepared weights
+
+  std::shared_ptr<const Model> model_;    // its backend holds the prepared weights
   std::vector<std::vector<float>> host_;  // the f32 values the prepared weights may view
   std::vector<Buffer> prepared_;          // Backend::prepare_matmul_weight of each A and B
 };
@@ -67,8 +68,8 @@ class LoraAdapter {
 // n_batch once (Scratch), so building never allocates.
 struct LoraRows {
   struct Group {
-    int32_t adapter = -1;     // index into the batch's adapters
-    int64_t begin = 0;        // its rows are ids[begin, begin + n_rows)
+    int32_t adapter = -1;  // index into the batch's adapters
+    int64_t begin = 0;     // its rows are ids[begin, begin + n_rows)
     int64_t n_rows = 0;
     bool contiguous = false;  // ids are consecutive: the rows are read in place, not gathered
   };

@@ -31,6 +31,7 @@ struct Scratch {
   Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
                     // (with `states`: their final states [n_batch, n_embd])
   MoeScratch moe;   // mixture-of-experts layers' buffers; empty for dense models
+
   LoraScratch lora;  // LoRA adapters' buffers and row groups; empty without adapters
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
   std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
@@ -48,6 +49,7 @@ struct SequenceRows {
   int64_t n_rows = 0;
   KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
               // bytes further (as in kv/PagedKVCache)
+
   int32_t lora = -1;        // its LoRA adapter: an index into ForwardBatch::adapters, or -1
   float lora_scale = 1.0f;  // the factor on that adapter's product (alpha / rank comes on top)
 

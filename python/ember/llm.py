@@ -43,6 +43,7 @@ class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, options: EngineOptions | None = None,
                  chat_template: str | None = None, pooling: str | None = None,
+                 lora: Mapping[str, str | os.PathLike[str]] | None = None,
                  **engine_fields: Any) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
@@ -59,7 +60,10 @@ class LLM:
         llama3) or a Jinja file, instead of the model's (see ember.chat.builtin). pooling: how
         embed() pools token states (none, mean, cls, last, rank), instead of the file's
         pooling_type; a generation model embeds too, with an Embedder of the same file
-        loaded on the first embed (a second copy of the weights the CPU backend repacks)."""
+        loaded on the first embed (a second copy of the weights the CPU backend repacks). lora:
+        LoRA adapters by name, {"french": "french.gguf"} (`ember convert --lora` makes them); a
+        call picks one with lora="french" (and lora_scale=0.5, default 1), e.g.
+        llm.generate(prompt, lora="french"); without it the plain model answers."""
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         options = engine_options(options, n_threads=n_threads, n_ctx=n_ctx, **engine_fields)
@@ -70,9 +74,12 @@ class LLM:
         self._embedder_args = {"n_threads": options.n_threads, "device": options.device,
                                "pooling": pooling}
         if is_embedding_model(self.path):
+            if lora:
+                raise ValueError(f"{self.path.name} is an embedding model; LoRA adapters apply "
+                                 "to generation models only")
             self.embedder = Embedder(self.path, **self._embedder_args)
         else:
-            self._engine = Engine(self.path, options, chat_template=chat_template)
+            self._engine = Engine(self.path, options, chat_template=chat_template, lora=lora)
         self._metadata: dict[str, Any] | None = None
 
     @property

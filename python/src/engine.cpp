@@ -184,7 +184,8 @@ void init_engine_object(PyEngine* self, const std::string& path, std::optional<e
     std::shared_ptr<ember::Model> draft;
     if (o.draft_model) draft = ember::Model::load_on(*o.draft_model, *engine.model);
     std::vector<std::shared_ptr<const ember::LoraAdapter>> adapters;
-    for (const std::string& adapter : lora) adapters.push_back(ember::LoraAdapter::load(adapter, engine.model));
+    for (const std::string& adapter : lora)
+      adapters.push_back(ember::LoraAdapter::load(adapter, engine.model));
     engine.adapters = adapters;
     engine.engine = ember::make_model_engine(engine.model, o, draft, std::move(adapters));
   }

@@ -12,10 +12,12 @@ import sys
 import gguf
 import numpy as np
 import pytest
-from lora_support import ADAPTERS, LoraCase, lora_case  # noqa: F401 (the fixture)
+from lora_support import ADAPTERS, LoraCase, lora_case_fixture
 
 from ember.convert import ConvertError, convert_lora
 from ember.convert.base import permute
+
+lora_case = lora_case_fixture()
 
 
 def fields(reader: gguf.GGUFReader) -> dict:

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from checkpoints import F32_REL
 from engine_support import prompts_of, settled_stats
-from lora_support import ADAPTERS, LoraCase, lora_case  # noqa: F401 (the fixture)
+from lora_support import ADAPTERS, LoraCase, lora_case_fixture
 
 from ember import _core
+
+lora_case = lora_case_fixture()
 
 N_VOCAB = 512
 N_GEN = 6
@@ -179,3 +181,51 @@ def test_adapter_equals_its_merged_weights(lora_case: LoraCase, tmp_path) -> Non
         merged_tokens, merged_logprobs, _ = collect(submit(plain, prompt, None))
         assert tokens == merged_tokens
         assert np.abs(logprobs - merged_logprobs).max() < 1e-3
+
+
+def test_llm_and_ember_run_pick_adapters_by_name(lora_case: LoraCase) -> None:
+    """ember.LLM(path, lora={name: file}) with per-call lora=NAME, and `ember run --lora FILE
+    --lora-scale S`, give PEFT's greedy tokens."""
+    import json
+    import subprocess
+    import sys
+
+    from ember import LLM
+
+    prompt = prompts_of(N_VOCAB, [15], seed=9)[0]
+
+    def greedy(adapter: str | None, scale: float = 1.0) -> list[int]:
+        tokens = list(prompt)
+        for _ in range(N_GEN):
+            tokens.append(int(lora_case.hf_logits(adapter, tokens, scale)[-1].argmax()))
+        return tokens[len(prompt):]
+
+    files = {name: lora_case.adapter_ggufs[name] for name in ADAPTERS}
+    llm = LLM(str(lora_case.base_gguf), n_threads=2, parallel=2, kv_size=512, lora=files)
+    try:
+        for adapter, scale in [(None, 1.0), ("all", 1.0), ("qvd", 0.5)]:
+            result = llm.generate(prompt, max_tokens=N_GEN, temperature=0.0, lora=adapter,
+                                  lora_scale=scale, ignore_eos=True)
+            assert result.tokens == greedy(adapter, scale), (adapter, scale)
+        with pytest.raises(ValueError, match=r"unknown LoRA adapter 'nope' \(loaded: all, qvd\)"):
+            llm.generate(prompt, max_tokens=2, lora="nope")
+    finally:
+        llm.close()
+    with pytest.raises(FileNotFoundError, match="LoRA adapter 'x': no such file"):
+        LLM(str(lora_case.base_gguf), n_threads=1, lora={"x": "/nonexistent.gguf"})
+
+    run = subprocess.run(
+        [sys.executable, "-m", "ember.cli", "run", str(lora_case.base_gguf), "-p", "Once upon",
+         "-n", str(N_GEN), "--temp", "0", "--json", "--lora",
+         str(lora_case.adapter_ggufs["all"]), "--lora-scale", "0.5", "-t", "2"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    tokens = json.loads(run.stdout)["tokens"]
+    llm = LLM(str(lora_case.base_gguf), n_threads=2, parallel=1, kv_size=512, lora=files)
+    try:
+        expected = llm.generate("Once upon", max_tokens=N_GEN, temperature=0.0, lora="all",
+                                lora_scale=0.5)
+        plain = llm.generate("Once upon", max_tokens=N_GEN, temperature=0.0)
+    finally:
+        llm.close()
+    assert tokens == expected.tokens != plain.tokens

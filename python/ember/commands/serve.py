@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -184,6 +185,9 @@ def serve(
         "--reasoning-budget", envvar="EMBER_REASONING_BUDGET",
         help="tokens of thinking a request gets at most, then </think> is forced (-1: no "
         "limit)")] = -1,
+    lora: Annotated[Optional[list[str]], typer.Option(
+        "--lora", help="NAME=FILE: a LoRA adapter .gguf of the model (ember convert --lora), "
+        "picked by a request's model \"<served name>:NAME\" or its lora field; repeatable")] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from ember.hub.models import resolve_model
@@ -213,12 +217,29 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget)
+        reasoning_budget=reasoning_budget, lora=_adapters(lora or []))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)
     if status:
         raise typer.Exit(status)
+
+
+def _adapters(values: list[str]) -> dict[str, str]:
+    """--lora NAME=FILE flags as {NAME: FILE}; a bad or repeated name, or a missing file, fails
+    before the server listens."""
+    adapters: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path or ":" in name:
+            raise typer.BadParameter(f"{value!r}: expected NAME=FILE (a name without ':')",
+                                     param_hint="--lora")
+        if name in adapters:
+            raise typer.BadParameter(f"adapter {name!r} is given twice", param_hint="--lora")
+        if not Path(path).expanduser().is_file():
+            raise typer.BadParameter(f"{path}: no such file", param_hint="--lora")
+        adapters[name] = str(Path(path).expanduser())
+    return adapters
 
 
 def register(app: typer.Typer) -> None:

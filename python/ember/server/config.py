@@ -57,6 +57,7 @@ class ServerConfig:
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
     draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
+    lora: dict[str, str] = field(default_factory=dict)  # LoRA adapters by name (--lora NAME=FILE)
 
     def __post_init__(self) -> None:
         if self.rerank:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from ember.engine import Engine, Request
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
 from ember.server.fim import FimTokens
+from ember.server.lora import LoraTable
 from ember.server.metrics import ServerMetrics
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import Defaults
@@ -136,6 +137,9 @@ class AppContext:
         self.responses = ResponseStore()       # /v1/responses created with store: true
         self.metrics = ServerMetrics()
         self.slots = Slots(config.parallel)
+        # The LoRA adapters and their global scales (POST /lora-adapters; 0 at start).
+        self.lora = LoraTable(tuple(config.lora), tuple(config.lora.values()),
+                              (0.0,) * len(config.lora))
         self.created = int(time.time())
         self.loop: asyncio.AbstractEventLoop | None = None
         self.load_error: str | None = None
@@ -152,7 +156,8 @@ class AppContext:
         from ember.hub.models import resolve_model
 
         c = self.config
-        return Engine(resolve_model(c.model), c.engine_options(), chat_template=c.chat_template)
+        return Engine(resolve_model(c.model), c.engine_options(), chat_template=c.chat_template,
+                      lora=c.lora)
 
     def load(self) -> None:
         """Runs in a background thread: loads the model; on failure logs it and tells the
@@ -302,7 +307,11 @@ class AppContext:
     @property
     def model_names(self) -> list[str]:
         """The served model's id, then the other names of --alias (listed in /v1/models)."""
-        return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+        names = [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+        return names + [f"{self.model_name}:{adapter}" for adapter in self.lora.names]
+
+    def set_lora_scales(self, scales: list[float]) -> None:
+        self.lora = replace(self.lora, scales=tuple(scales))
 
     @property
     def defaults(self) -> Defaults:
@@ -311,7 +320,7 @@ class AppContext:
         tokenize = None if engine is None else (
             lambda text: list(engine.tokenizer.encode(text, False, False)))
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
-                        max_n=c.max_n, tokenize=tokenize)
+                        max_n=c.max_n, tokenize=tokenize, lora=self.lora)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
                       **kwargs: Any) -> T:

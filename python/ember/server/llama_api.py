@@ -28,7 +28,7 @@ from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.fields import SAMPLER_ORDER, Fields, show
+from ember.server.fields import SAMPLER_ORDER, Fields
 from ember.server.prompts import infill_tokens, prompt_tokens, render_chat
 from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
 from ember.server.reasoning import parse_request as parse_reasoning
@@ -299,24 +299,3 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "build_info": build_info(),
         "is_sleeping": False,
     })
-
-
-async def lora_adapters(request: HTTPRequest, ctx: AppContext) -> Response:
-    """llama-server's GET /lora-adapters: the adapters loaded with the model (ember loads none)."""
-    ctx.require_ready()
-    return json_response([])
-
-
-async def set_lora_adapters(request: HTTPRequest, ctx: AppContext) -> Response:
-    """llama-server's POST /lora-adapters ([{"id", "scale"}]): with no adapter loaded, only the
-    empty list is valid; any id is a 400 naming it."""
-    body = await ctx.read_json(request, top=list)
-    ctx.require_ready()
-    for i, entry in enumerate(body):
-        param = f"[{i}].id"
-        if not isinstance(entry, Mapping) or "id" not in entry:
-            raise bad_request(f"'{param}': each entry must be {{\"id\": adapter id, \"scale\": "
-                              "number}}", param=param, code="invalid_type")
-        raise bad_request(f"'{param}': no LoRA adapter {show(entry['id'])} is loaded (ember "
-                          "loads none)", param=param, code="invalid_value")
-    return json_response([])
