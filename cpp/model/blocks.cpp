@@ -27,15 +27,16 @@ ForwardPass::ForwardPass(const Model& model, Scratch& scratch, const ForwardBatc
   }
 }
 
-void add_lora_of(ForwardPass& p, int64_t il, LoraTarget target, const float* x, int64_t n_in, float* y,
-                 int64_t n_out) {
-  if (p.lora) add_lora(p.be, p.batch, p.s.lora, *p.lora, il, target, x, n_in, y, n_out);
+void add_lora_of(ForwardPass& p, int64_t il, std::initializer_list<LoraOut> outs, const float* x,
+                 int64_t n_in) {
+  if (p.lora)
+    add_lora(p.be, p.batch, p.s.lora, *p.lora, il, outs.begin(), static_cast<int>(outs.size()), x, n_in);
 }
 
 void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
              int64_t n_rows, float* y) {
   p.be.matmul(w.type, w.data, w.ne0, w.ne1, x, n_rows, y);
-  add_lora_of(p, il, target, x, w.ne0, y, w.ne1);
+  add_lora_of(p, il, {{target, y, w.ne1}}, x, w.ne0);
 }
 
 AttentionParams attention_params(const ModelConfig& c, int64_t il) {
@@ -83,9 +84,13 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   const bool cache_only = last && p.batch.n_outputs == 0;
   const MatmulOut kvq[] = {l.wk.into(p.k), l.wv.into(p.v), l.wq.into(p.q)};
   be.matmul_many(kvq, cache_only ? 2 : 3, p.n_embd, p.xn, n);
-  add_lora_of(p, il, LoraTarget::k, p.xn, p.n_embd, p.k, p.n_kv);
-  add_lora_of(p, il, LoraTarget::v, p.xn, p.n_embd, p.v, p.n_kv);
-  if (!cache_only) add_lora_of(p, il, LoraTarget::q, p.xn, p.n_embd, p.q, p.n_q);
+  if (cache_only) {
+    add_lora_of(p, il, {{LoraTarget::k, p.k, p.n_kv}, {LoraTarget::v, p.v, p.n_kv}}, p.xn, p.n_embd);
+  } else {
+    add_lora_of(p, il,
+                {{LoraTarget::k, p.k, p.n_kv}, {LoraTarget::v, p.v, p.n_kv}, {LoraTarget::q, p.q, p.n_q}},
+                p.xn, p.n_embd);
+  }
   if (l.bk) be.add_bias(p.k, l.bk.f32(), n, p.n_kv);
   if (l.bv) be.add_bias(p.v, l.bv.f32(), n, p.n_kv);
   if (l.k_norm) be.rms_norm(p.k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, p.k);
@@ -124,8 +129,7 @@ void gated_feed_forward(ForwardPass& p, int64_t il, int64_t n_rows, GatedUnit un
   const int64_t n_ff = p.c.n_ff;
   const MatmulOut gate_up[] = {l.ffn_gate.into(p.gate), l.ffn_up.into(p.up)};
   p.be.matmul_many(gate_up, 2, p.n_embd, p.xn, n_rows);
-  add_lora_of(p, il, LoraTarget::gate, p.xn, p.n_embd, p.gate, n_ff);
-  add_lora_of(p, il, LoraTarget::up, p.xn, p.n_embd, p.up, n_ff);
+  add_lora_of(p, il, {{LoraTarget::gate, p.gate, n_ff}, {LoraTarget::up, p.up, n_ff}}, p.xn, p.n_embd);
   if (unit == GatedUnit::silu) {
     p.be.silu_mul(p.gate, p.up, n_rows * n_ff, p.gate);
   } else {

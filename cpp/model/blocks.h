@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend.h"
 #include "model/config.h"
@@ -61,9 +62,9 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope);
 // adapted row's LoRA product added (add_lora over p.lora).
 void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
              int64_t n_rows, float* y);
-// The LoRA products of an output of a matmul_many (no-op without adapted rows).
-void add_lora_of(ForwardPass& p, int64_t il, LoraTarget target, const float* x, int64_t n_in, float* y,
-                 int64_t n_out);
+// The LoRA products of the outputs of a matmul_many of x [rows, n_in] (no-op without adapted rows).
+void add_lora_of(ForwardPass& p, int64_t il, std::initializer_list<LoraOut> outs, const float* x,
+                 int64_t n_in);
 
 // The rows a layer's projection and feed-forward still need: every row, except in the last layer,
 // where only the batch's output rows matter; there p.x and p.attn become copies of those rows,

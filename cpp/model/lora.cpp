@@ -195,26 +195,45 @@ LoraScratch::LoraScratch(Backend& backend, const ModelConfig& c, int64_t n_batch
     : max_rank(max_rank_) {
   auto floats = [&](int64_t n_cols) { return backend.alloc(sizeof(float) * n_batch * n_cols); };
   x = floats(std::max({c.n_embd, c.n_q_dim(), c.n_ff}));
-  t = floats(max_rank);
+  t = floats(kMaxLoraOuts * max_rank);
   y = floats(std::max({c.n_embd, c.n_q_dim(), c.n_kv_dim(), c.n_ff}));
   all_rows.reserve(n_batch);
   output_rows.reserve(n_batch);
 }
 
 void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const LoraRows& rows, int64_t il,
-              LoraTarget target, const float* x, int64_t n_in, float* y, int64_t n_out) {
+              const LoraOut* outs, int n_outs, const float* x, int64_t n_in) {
+  const int64_t t_stride = s.t.n_bytes() / sizeof(float) / kMaxLoraOuts;  // one output's share of t
   for (const LoraRows::Group& g : rows.groups) {
-    const LoraWeight& w = batch.adapters[g.adapter]->weight(il, target);
-    if (!w) continue;
+    const LoraAdapter& adapter = *batch.adapters[g.adapter];
+    const LoraWeight* pairs[kMaxLoraOuts];
+    float* ts[kMaxLoraOuts];
+    MatmulOut a_outs[kMaxLoraOuts];
+    int n = 0;
+    for (int j = 0; j < n_outs; ++j) {
+      const LoraWeight& w = adapter.weight(il, outs[j].target);
+      if (!w) continue;
+      pairs[n] = &w;
+      ts[n] = s.t.as<float>() + j * t_stride;
+      a_outs[n] = MatmulOut{DType::f32, w.a.data, w.rank, ts[n]};
+      ++n;
+    }
+    if (n == 0) continue;
     const int32_t* ids = rows.ids.data() + g.begin;
     const float* xg = x + int64_t{ids[0]} * n_in;
     if (!g.contiguous) {
       be.get_rows(DType::f32, x, n_in, ids, g.n_rows, s.x.as<float>());
       xg = s.x.as<float>();
     }
-    be.matmul(DType::f32, w.a.data, n_in, w.rank, xg, g.n_rows, s.t.as<float>());
-    be.matmul(DType::f32, w.b.data, w.rank, n_out, s.t.as<float>(), g.n_rows, s.y.as<float>());
-    be.add_rows_scaled(s.y.as<float>(), ids, rows.scales.data() + g.begin, g.n_rows, n_out, y);
+    be.matmul_many(a_outs, n, n_in, xg, g.n_rows);
+    for (int j = 0, k = 0; j < n_outs; ++j) {
+      if (!adapter.weight(il, outs[j].target)) continue;
+      const LoraWeight& w = *pairs[k];
+      be.matmul(DType::f32, w.b.data, w.rank, outs[j].n_out, ts[k], g.n_rows, s.y.as<float>());
+      be.add_rows_scaled(s.y.as<float>(), ids, rows.scales.data() + g.begin, g.n_rows, outs[j].n_out,
+                         outs[j].y);
+      ++k;
+    }
   }
 }
 

@@ -88,7 +88,7 @@ struct LoraRows {
 // LoRA buffers of a scratch: the gathered inputs, the rank-wide middle and the product.
 struct LoraScratch {
   Buffer x;  // f32 [n_batch, max(n_embd, n_q_dim, n_ff)] a group's input rows
-  Buffer t;  // f32 [n_batch, max_rank] A · x
+  Buffer t;  // f32 [kMaxLoraOuts][n_batch, max_rank] A · x of each output
   Buffer y;  // f32 [n_batch, max(n_embd, n_q_dim, n_kv_dim, n_ff)] B · (A · x)
   int64_t max_rank = 0;
   LoraRows all_rows, output_rows;  // the pass's groups, and those of the last layer's output rows
@@ -97,10 +97,20 @@ struct LoraScratch {
   LoraScratch(Backend& backend, const ModelConfig& c, int64_t n_batch, int64_t max_rank);
 };
 
-// y[r] += scale[r] · B · (A · x[r]) for the rows r of `rows`, with each group's adapter's pair of
-// `target` in layer il (a group whose adapter leaves it alone adds nothing); x [*, n_in] and
-// y [*, n_out] are rows of the pass's buffers.
+// One projection add_lora changes: its target and output rows y [*, n_out].
+struct LoraOut {
+  LoraTarget target;
+  float* y;
+  int64_t n_out;
+};
+
+// y[r] += scale[r] · B · (A · x[r]) for the rows r of `rows` and each of outs[n_outs] (at most
+// kMaxLoraOuts projections of the same input: q, k and v; gate and up), with each group's
+// adapter's pair of the output's target in layer il (a group whose adapter leaves it alone adds
+// nothing); x [*, n_in] and the y are rows of the pass's buffers. A group's rows are gathered
+// once and their A products taken in one matmul_many.
+inline constexpr int kMaxLoraOuts = 3;
 void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const LoraRows& rows, int64_t il,
-              LoraTarget target, const float* x, int64_t n_in, float* y, int64_t n_out);
+              const LoraOut* outs, int n_outs, const float* x, int64_t n_in);
 
 }  // namespace ember
