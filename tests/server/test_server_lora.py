@@ -67,6 +67,8 @@ def test_requests_pick_adapters_by_field_and_model_name(server: RunningServer,
     assert completion_tokens(server, lora=[{"id": 1, "scale": 0.5}]) == \
         peft_greedy(lora_case, "qvd", 0.5)
     assert completion_tokens(server, model="base.gguf:all") == all_
+    settings = ok(server, "/completion", {"prompt": PROMPT, "n_predict": 1, "model": "x:qvd"})
+    assert settings["generation_settings"]["lora"] == [{"id": 1, "scale": 1.0}]
     assert completion_tokens(server, model="anything:qvd") == qvd
     # OpenAI's /v1/completions: the same text as llama-server's field gives.
     text = ok(server, "/v1/completions", {"model": "base.gguf:qvd", "prompt": PROMPT,

@@ -41,9 +41,11 @@ _LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
 # --- responses ---------------------------------------------------------------------------------
 
 def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: bool,
-                        n_probs: int, timings_per_token: bool = False) -> dict[str, Any]:
+                        n_probs: int, timings_per_token: bool = False,
+                        adapters: tuple[str, ...] = ()) -> dict[str, Any]:
     """llama-server's generation_settings (and /props' params) for ember's parameters; the
-    features ember lacks show their "off" values."""
+    features ember lacks show their "off" values. `adapters`: the served LoRA adapters' names,
+    in id order (params.lora is one of them)."""
     n_predict = params.max_tokens if params.max_tokens is not None else -1
     stages = [_LLAMA_STAGE_NAMES[s] for s in SAMPLER_ORDER if {
         "top_k": params.top_k > 0, "typical_p": params.typical_p < 1, "top_p": params.top_p < 1,
@@ -63,7 +65,9 @@ def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: 
         "max_tokens": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": params.ignore_eos,
         "stream": stream, "n_probs": n_probs, "min_keep": 0,
         "post_sampling_probs": params.post_sampling_probs, "timings_per_token": timings_per_token,
-        "lora": [], "grammar": "", "grammar_lazy": False,
+        "lora": ([{"id": adapters.index(params.lora), "scale": params.lora_scale}]
+                 if params.lora in adapters else []),
+        "grammar": "", "grammar_lazy": False,
         "samplers": stages,
         # As llama-server lists them; a banned token's -inf is null there (JSON has no -inf).
         "logit_bias": [{"bias": b if math.isfinite(b) else None, "token": t}
@@ -123,6 +127,7 @@ class NativeShape:
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self._options = options
         self._model = ctx.model_name
+        self._adapters = ctx.lora.names
         self._prompts = prompt_texts  # one per choice
         self._n_prompt_tokens = n_prompt_tokens
         self._n_ctx = n_ctx
@@ -143,7 +148,8 @@ class NativeShape:
             "tokens_predicted": usage.completion_tokens,
             "tokens_evaluated": usage.prompt_tokens,
             "generation_settings": generation_settings(
-                o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token),
+                o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token,
+                self._adapters),
             "prompt": self._prompts[index], "has_new_line": "\n" in result.text,
             "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx,
             "stop_type": stop_type, "stopping_word": result.stop_string or "",
