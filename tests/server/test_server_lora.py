@@ -29,11 +29,17 @@ def server(lora_case: LoraCase) -> Iterator[RunningServer]:
         yield running
 
 
+_GREEDY: dict[tuple[str | None, float], list[int]] = {}
+
+
 def peft_greedy(case: LoraCase, adapter: str | None, scale: float = 1.0) -> list[int]:
-    tokens = list(PROMPT)
-    for _ in range(N_GEN):
-        tokens.append(int(case.hf_logits(adapter, tokens, scale)[-1].argmax()))
-    return tokens[len(PROMPT):]
+    """transformers + PEFT's greedy tokens after PROMPT (computed once per adapter and scale)."""
+    if (adapter, scale) not in _GREEDY:
+        tokens = list(PROMPT)
+        for _ in range(N_GEN):
+            tokens.append(int(case.hf_logits(adapter, tokens, scale)[-1].argmax()))
+        _GREEDY[adapter, scale] = tokens[len(PROMPT):]
+    return _GREEDY[adapter, scale]
 
 
 def completion_tokens(server: RunningServer, **fields) -> list[int]:
