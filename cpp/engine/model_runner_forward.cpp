@@ -58,6 +58,7 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   // Room for the largest step plus its throwaway rows.
   const int64_t n_batch = config.max_batch_tokens + n_pad_rows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
+  scratch_.long_rope = model_->uses_long_rope(config.n_ctx);
   int64_t max_rank = 0;
   for (const auto& adapter : adapters_) {
     if (!adapter) throw InvalidArgument("[engine] a LoRA adapter is null");

@@ -132,3 +132,18 @@ def test_global_scales_serve_requests_that_pick_none(server: RunningServer,
         assert ok(server, "/lora-adapters", []) == {"success": True}
     assert [a["scale"] for a in httpx.get(server.url + "/lora-adapters").json()] == [0.0, 0.0]
     assert np.array_equal(completion_tokens(server), peft_greedy(lora_case, None))
+
+
+def test_serve_refuses_adapters_beside_several_models(lora_case: LoraCase, tmp_path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    other = shutil.copy(lora_case.base_gguf, tmp_path / "other.gguf")
+    for flags, message in (([str(other), "--lora", f"all={lora_case.adapter_ggufs['all']}"],
+                            "LoRA adapters go with one served model"),
+                           (["--lora", "all"], "'all': expected NAME=FILE"),
+                           (["--lora", "x=/nonexistent.gguf"], "/nonexistent.gguf: no such file")):
+        run = subprocess.run([sys.executable, "-m", "ember.cli", "serve", str(lora_case.base_gguf),
+                              *flags], capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and message in " ".join(run.stderr.split()), run.stderr
