@@ -28,6 +28,8 @@ struct BatchSequence {
   int64_t n_rows = 0;             // rows it computes this step (>= 1)
   int64_t start_pos = 0;          // position of its first row; the cache holds 0 .. start_pos-1
   int64_t block_table_begin = 0;  // its table is block_tables[block_table_begin, + n_blocks)
+  int32_t lora_adapter = -1;      // the request's LoRA adapter (RequestOptions::lora_adapter), or -1
+  float lora_scale = 1.0f;        // and the factor on its product
   int64_t n_blocks = 0;
   int64_t output_index = -1;                             // its first row in output_rows / the logits, or -1
                                                          // (mid-prefill chunk)

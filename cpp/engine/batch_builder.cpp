@@ -31,6 +31,8 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
     s.start_pos = p.start_pos;
     s.token_history = r->token_ids;
     s.draft_tokens = p.draft_tokens;
+    s.lora_adapter = r->options.lora_adapter;
+    s.lora_scale = r->options.lora_scale;
     const auto table = kv.block_table(p.id);
     s.n_blocks = (s.n_keys() + batch.block_size - 1) / batch.block_size;
     if (s.n_blocks > static_cast<int64_t>(table.size())) {

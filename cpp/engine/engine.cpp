@@ -57,7 +57,9 @@ Engine::Submission Engine::submit(std::vector<int32_t> prompt, RequestOptions op
     }
     ++n_live_;
     id = next_id_++;
-    inbox_.push_back({Request(id, prompt, std::move(options)), events});
+    Request request(id, prompt, std::move(options));
+    request.cache_namespace = runner_->cache_namespace(request.options);
+    inbox_.push_back({std::move(request), events});
   }
   wake_.notify_all();
   return {id, std::move(events)};

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace ember {
@@ -34,9 +36,12 @@ EngineConfig model_engine_config(const Model& model, const EngineOptions& option
 
 // Starts an engine with a ForwardRunner over `model`, and with `draft` (may be null) as the
 // draft model of speculation, over a KV cache with as many blocks as the model's, and with a
-// DiskCache in options.cache_dir when set (warnings on stderr). Throws like
-// model_engine_config, and InvalidArgument for a draft model of another vocabulary.
+// DiskCache in options.cache_dir when set (warnings on stderr); requests may pick one of
+// `adapters` (LoRA adapters loaded for `model`; the draft model runs without them: its guesses
+// are checked by the target anyway). Throws like model_engine_config, and InvalidArgument for a
+// draft model of another vocabulary.
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
-                                          std::shared_ptr<const Model> draft = nullptr);
+                                          std::shared_ptr<const Model> draft = nullptr,
+                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters = {});
 
 }  // namespace ember

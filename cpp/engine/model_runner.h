@@ -44,6 +44,10 @@ class ModelRunner {
   // must only read state fixed at construction.
   virtual void validate(std::span<const int32_t> prompt, const RequestOptions& options) const {}
 
+  // The prefix-cache namespace of a validated request's K/V: requests share cached blocks (in
+  // memory, and on disk across restarts) only within one. 0: the model's own K/V.
+  virtual uint64_t cache_namespace(const RequestOptions& options) const { return 0; }
+
   // A request entered the engine (loop thread, before its first execute): set up its sampler.
   virtual void add(RequestId id, const RequestOptions& options) {}
 };

@@ -3,10 +3,13 @@
 #include "engine/model_runner_forward.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/error.h"
+#include "kv/block_hash.h"
 #include "model/forward.h"
 
 namespace ember {
@@ -31,8 +34,9 @@ int64_t matmul_exact_min_rows(const Model& model) {
 
 }  // namespace
 
-ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config)
-    : model_(std::move(model)), config_(config) {
+ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config,
+                             std::vector<std::shared_ptr<const LoraAdapter>> adapters)
+    : model_(std::move(model)), config_(config), adapters_(std::move(adapters)) {
   if (!model_) throw InvalidArgument("[engine] the runner has no model");
   if (config.max_batch_tokens < 1 || config.parallel < 1) {
     throw InvalidArgument(cat("[engine] max_batch_tokens (", config.max_batch_tokens, ") and parallel (",
@@ -58,6 +62,16 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   const int64_t n_batch = config.max_batch_tokens + n_pad_rows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
   scratch_.long_rope = model_->uses_long_rope(config.n_ctx);
+  int64_t max_rank = 0;
+  for (const auto& adapter : adapters_) {
+    if (!adapter) throw InvalidArgument("[engine] a LoRA adapter is null");
+    max_rank = std::max(max_rank, adapter->max_rank());
+    adapter_ptrs_.push_back(adapter.get());
+  }
+  if (!adapters_.empty()) {
+    scratch_.lora = LoraScratch(model_->backend(), c, n_batch, max_rank);
+    lora_row_at_a_time_ = config.batch_invariant && model_->backend().matmul_exact_min_rows(DType::f32) > 1;
+  }
   rows_.reserve(n_batch);
   logits_.reserve(static_cast<size_t>(config.parallel + n_pad_rows) * c.n_vocab);
 }
@@ -80,11 +94,26 @@ void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptio
     throw InvalidRequest(
         cat("[request] n_logprobs must be <= n_vocab (", n_vocab, "), got ", options.n_logprobs));
   }
+  if (options.lora_adapter < -1 || options.lora_adapter >= static_cast<int32_t>(adapters_.size())) {
+    throw InvalidRequest(cat("[request] LoRA adapter ", options.lora_adapter, " does not exist; ",
+                             adapters_.size(), " adapters are loaded"));
+  }
+  if (!std::isfinite(options.lora_scale)) {
+    throw InvalidRequest(cat("[request] the LoRA scale must be a finite number, got ", options.lora_scale));
+  }
   ember::validate(options.sampling, n_vocab);
   if (options.grammar && options.grammar->n_vocab() > n_vocab) {
     throw InvalidRequest(cat("[request] the grammar was compiled for ", options.grammar->n_vocab(),
                              " tokens, the model has ", n_vocab));
   }
+}
+
+uint64_t ForwardRunner::cache_namespace(const RequestOptions& options) const {
+  if (options.lora_adapter < 0) return 0;
+  const int32_t scale = std::bit_cast<int32_t>(options.lora_scale);
+  const BlockHash ns = hash_block(adapters_[static_cast<size_t>(options.lora_adapter)]->identity(),
+                                  {&scale, 1});
+  return ns == 0 ? 1 : ns;  // 0 is the model's own
 }
 
 void ForwardRunner::add(RequestId id, const RequestOptions& options) {
@@ -189,12 +218,13 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   positions_.assign(batch.positions.begin(), batch.positions.end());
   output_rows_.assign(batch.output_rows.begin(), batch.output_rows.end());
   rows_.clear();
-  const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table) {
+  const auto add_rows = [&](int64_t row_begin, int64_t count, const int32_t* table, int32_t lora,
+                            float scale) {
     const KVView kv = cache_.layer(0, table);
     if (config_.batch_invariant) {
-      for (int64_t r = row_begin; r < row_begin + count; ++r) rows_.push_back({r, 1, kv});
+      for (int64_t r = row_begin; r < row_begin + count; ++r) rows_.push_back({r, 1, kv, lora, scale});
     } else {
-      rows_.push_back({row_begin, count, kv});
+      rows_.push_back({row_begin, count, kv, lora, scale});
     }
   };
   for (const BatchSequence& s : batch.seqs) {
@@ -206,7 +236,8 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
             cat("[engine] request ", s.id, " has block ", block, " of ", config_.n_blocks));
       }
     }
-    add_rows(s.row_begin, s.n_rows, batch.block_tables.data() + s.block_table_begin);
+    add_rows(s.row_begin, s.n_rows, batch.block_tables.data() + s.block_table_begin, s.lora_adapter,
+             s.lora_scale);
   }
   // Throwaway rows (token 0 at positions 0, 1, ... of the padding blocks) lift the batch, and its
   // outputs when it has any, to min_rows_; their logits are ignored.
@@ -217,9 +248,10 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
     positions_.push_back(static_cast<int32_t>(i));
     if (n_outputs > 0) output_rows_.push_back(static_cast<int32_t>(n_rows + i));
   }
-  if (n_pad > 0) add_rows(n_rows, n_pad, pad_table_.data());
+  if (n_pad > 0) add_rows(n_rows, n_pad, pad_table_.data(), -1, 1.0f);
 
-  forward_rows(*model_, scratch_, tokens_, positions_, rows_, cache_.layer_bytes(), output_rows_, logits_);
+  forward_rows(*model_, scratch_, tokens_, positions_, rows_, cache_.layer_bytes(), output_rows_, logits_, 0,
+               nullptr, adapter_ptrs_, lora_row_at_a_time_);
 
   std::vector<SampledTokens> sampled;
   for (const BatchSequence& s : batch.seqs) {

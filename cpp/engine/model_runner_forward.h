@@ -14,6 +14,7 @@
 #include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "kv/paged_kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/run_state.h"
 #include "sampling/sampler.h"
@@ -46,11 +47,17 @@ class ForwardRunner : public ModelRunner {
   // Allocates the cache [n_layer, n_blocks * block_size, n_kv_dim] (K and V of kv_type) and the
   // scratch. Throws InvalidArgument for non-positive sizes, Unsupported for a kv_type the
   // model's heads cannot use (PagedKVCache::check_type).
-  ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config);
+  // `adapters`: the LoRA adapters requests may pick (RequestOptions::lora_adapter indexes them),
+  // loaded for this model; their buffers are sized here.
+  ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config,
+                std::vector<std::shared_ptr<const LoraAdapter>> adapters = {});
 
   std::vector<SampledTokens> execute(const Batch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   void validate(std::span<const int32_t> prompt, const RequestOptions& options) const override;
+  // One per (adapter content, scale): a restart that loads the adapters in another order, or
+  // another file under the same name, never reads the K/V another adapter wrote.
+  uint64_t cache_namespace(const RequestOptions& options) const override;
   void add(RequestId id, const RequestOptions& options) override;
   // Payload layout: per layer, the block's K then its V, each [n_head_kv][block_size][head_bytes]
   // as KVView lays a block out: n_layer * 2 * block_size * row_bytes bytes. A block of one layer
@@ -63,6 +70,7 @@ class ForwardRunner : public ModelRunner {
 
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
+  const std::vector<std::shared_ptr<const LoraAdapter>>& adapters() const { return adapters_; }
   int64_t n_samplers() const { return static_cast<int64_t>(samplers_.size()); }
 
  private:
@@ -82,6 +90,9 @@ class ForwardRunner : public ModelRunner {
   Scratch scratch_;
   std::unordered_map<SequenceId, SequenceSampler> samplers_;
   std::vector<uint8_t> run_bytes_;  // one layer's K (or V) of a run of blocks, in transit
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters_;
+  std::vector<const LoraAdapter*> adapter_ptrs_;  // [adapters_] as ForwardBatch takes them
+  bool lora_row_at_a_time_ = false;  // batch-invariant, and the f32 matmul's rounding depends on rows
   // Throwaway rows write their K/V here: blocks [n_blocks, n_blocks + n_pad_blocks) of the
   // cache, which the KVCacheManager never hands out.
   std::vector<int32_t> pad_table_;  // [ceil(min_rows_ / block_size)]

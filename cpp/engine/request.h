@@ -3,6 +3,7 @@
 // scheduler changes it, everyone else reads it.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -67,6 +68,10 @@ struct RequestOptions {
   // Predicted Outputs: the output the caller expects (an edited file, a form to refill). The
   // engine drafts from it; the output is exactly what it would be without it.
   std::vector<int32_t> prediction;
+  // The LoRA adapter the request runs with: an index into the runner's adapters (-1: none), and
+  // the factor on its low-rank product (llama-server's scale; alpha / rank comes on top).
+  int32_t lora_adapter = -1;
+  float lora_scale = 1.0f;
   // Constrained decoding: every output token is one the grammar allows, and end-of-generation
   // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
   std::shared_ptr<const Grammar> grammar;
@@ -90,6 +95,9 @@ struct Request {
   std::vector<int32_t> draft_token_ids;
   int64_t n_drafted_tokens = 0;   // drafts verified so far
   int64_t n_accepted_tokens = 0;  // of them, kept
+  // The prefix-cache namespace of its K/V (ModelRunner::cache_namespace; set by Engine::submit):
+  // 0 for the model's own, else one per LoRA adapter content and scale.
+  uint64_t cache_namespace = 0;
 
   Request() = default;
   Request(RequestId id_, std::span<const int32_t> prompt, RequestOptions options_)
@@ -107,7 +115,7 @@ struct Request {
     return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(n_prompt_tokens));
   }
   bool is_finished() const { return status == RequestStatus::finished; }
-  SequenceState kv_state() const { return {id, token_ids, num_computed_tokens}; }
+  SequenceState kv_state() const { return {id, token_ids, num_computed_tokens, cache_namespace}; }
 };
 
 }  // namespace ember

@@ -31,6 +31,10 @@ constexpr uint64_t avalanche64(uint64_t h) {
 }
 }  // namespace detail
 
+// The "parent" hash of the first block of a chain in namespace ns (see PrefixLink): the root's
+// for ns 0, a far-away seed for every other.
+constexpr BlockHash root_block_hash(uint64_t ns) { return kRootBlockHash ^ detail::avalanche64(ns); }
+
 // hash(parent, tokens): xxHash64-style rounds over the token ids, seeded with the parent's hash
 // and finished with a full avalanche, so neighbouring prefixes land far apart in the table.
 constexpr BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens) {

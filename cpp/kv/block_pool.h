@@ -32,12 +32,17 @@ inline constexpr BlockId kNoBlock = -1;
 
 // A cached block as a link of a prefix chain: its id and the generation it was cached in. A
 // block's generation changes when it is evicted, so a link to a block whose contents were
-// replaced never matches again. The root link (block == kNoBlock) stands before a first block.
+// replaced never matches again. A root link (block == kNoBlock) stands before a first block; its
+// generation is the chain's namespace (root_link): sequences whose K/V differ for the same
+// tokens (another LoRA adapter, or scale) start from different roots, so they never share a block.
 struct PrefixLink {
   BlockId block = kNoBlock;
-  uint32_t generation = 0;
+  uint64_t generation = 0;
   bool operator==(const PrefixLink&) const = default;
 };
+
+// The root of the prefix chains of namespace `ns` (0: the plain model's).
+constexpr PrefixLink root_link(uint64_t ns) { return PrefixLink{kNoBlock, ns}; }
 
 // The cached block after a link whose tokens share the longest common prefix with a lookup's.
 struct PrefixMatch {
@@ -103,10 +108,11 @@ class BlockPool {
 
   // Whether `link` still names a cached block (with the same contents as when it was made).
   bool is_cached(PrefixLink link) const;
-  // The chained hash of a cached link (kRootBlockHash for the root), and of `tokens` after a
-  // block of hash `parent`: the key of a block's file in the disk cache too.
+  // The chained hash of a cached link (root_block_hash of its namespace for a root: kRootBlockHash
+  // for namespace 0), and of `tokens` after a block of hash `parent`: the key of a block's file in
+  // the disk cache too.
   BlockHash hash_of(PrefixLink link) const {
-    return link.block == kNoBlock ? kRootBlockHash : blocks_[link.block].hash;
+    return link.block == kNoBlock ? root_block_hash(link.generation) : blocks_[link.block].hash;
   }
   BlockHash hash_after(BlockHash parent, std::span<const int32_t> tokens) const {
     return hash_(parent, tokens);

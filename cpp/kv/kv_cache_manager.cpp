@@ -52,7 +52,7 @@ PrefixHit KVCacheManager::get_computed_blocks(const SequenceState& seq) const {
   const int64_t bs = block_size();
   // At most n - 1 tokens: the last token's row must run to produce logits.
   const int64_t max_blocks = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;
-  PrefixLink parent;
+  PrefixLink parent = root_link(seq.cache_namespace);
   for (int64_t i = 0; i < max_blocks; ++i) {
     const auto link = pool_.find_cached(parent, seq.tokens.subspan(i * bs, bs));
     if (!link) break;
@@ -171,7 +171,7 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
       t.caching_stopped = true;
       break;
     }
-    const PrefixLink parent = i == 0 ? PrefixLink{} : t.links[i - 1];
+    const PrefixLink parent = i == 0 ? root_link(seq.cache_namespace) : t.links[i - 1];
     const auto link = pool_.cache(t.blocks[i], parent, seq.tokens.subspan(i * bs, bs));
     if (link) {
       const BlockHash hash = pool_.hash_of(*link);
@@ -189,7 +189,7 @@ void KVCacheManager::cache_computed_blocks(const SequenceState& seq) {
   const int64_t n_head = n_computed - n_full * bs;
   if (n_head > 0 && !t.caching_stopped && static_cast<int64_t>(t.links.size()) == n_full &&
       n_full < static_cast<int64_t>(t.blocks.size()) && t.blocks[n_full] != kNoBlock) {
-    const PrefixLink parent = n_full == 0 ? PrefixLink{} : t.links[n_full - 1];
+    const PrefixLink parent = n_full == 0 ? root_link(seq.cache_namespace) : t.links[n_full - 1];
     pool_.cache_partial(t.blocks[n_full], parent, seq.tokens.subspan(n_full * bs, n_head));
   }
 }

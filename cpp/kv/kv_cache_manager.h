@@ -48,11 +48,13 @@ struct KVCacheConfig {
 };
 
 // What the manager needs to know of a sequence: every token known so far (prompt, then
-// output) and how many of the leading ones have their K/V in the cache.
+// output), how many of the leading ones have their K/V in the cache, and the prefix-cache
+// namespace its K/V belong to (0: the plain model; a LoRA adapter and scale have their own).
 struct SequenceState {
   SequenceId id = 0;
   std::span<const int32_t> tokens;
   int64_t n_computed_tokens = 0;
+  uint64_t cache_namespace = 0;
 };
 
 // K/V rows to copy before a step's forward pass: slots [0, n_slots) of block src into the same

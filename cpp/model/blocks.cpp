@@ -20,7 +20,24 @@ ForwardPass::ForwardPass(const Model& model, Scratch& scratch, const ForwardBatc
       v(scratch.v.as<float>()),
       attn(scratch.attn.as<float>()),
       gate(scratch.ffn_gate.as<float>()),
-      up(scratch.ffn_up.as<float>()) {}
+      up(scratch.ffn_up.as<float>()) {
+  if (forward_batch.n_adapters > 0) {
+    scratch.lora.all_rows.build(forward_batch, nullptr, n, forward_batch.lora_row_at_a_time);
+    if (!scratch.lora.all_rows.empty()) lora = &scratch.lora.all_rows;
+  }
+}
+
+void add_lora_of(ForwardPass& p, int64_t il, std::initializer_list<LoraOut> outs, const float* x,
+                 int64_t n_in) {
+  if (p.lora)
+    add_lora(p.be, p.batch, p.s.lora, *p.lora, il, outs.begin(), static_cast<int>(outs.size()), x, n_in);
+}
+
+void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
+             int64_t n_rows, float* y) {
+  p.be.matmul(w.type, w.data, w.ne0, w.ne1, x, n_rows, y);
+  add_lora_of(p, il, {{target, y, w.ne1}}, x, w.ne0);
+}
 
 AttentionParams attention_params(const ModelConfig& c, int64_t il) {
   AttentionParams params;
@@ -67,6 +84,13 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   const bool cache_only = last && p.batch.n_outputs == 0;
   const MatmulOut kvq[] = {l.wk.into(p.k), l.wv.into(p.v), l.wq.into(p.q)};
   be.matmul_many(kvq, cache_only ? 2 : 3, p.n_embd, p.xn, n);
+  if (cache_only) {
+    add_lora_of(p, il, {{LoraTarget::k, p.k, p.n_kv}, {LoraTarget::v, p.v, p.n_kv}}, p.xn, p.n_embd);
+  } else {
+    add_lora_of(p, il,
+                {{LoraTarget::k, p.k, p.n_kv}, {LoraTarget::v, p.v, p.n_kv}, {LoraTarget::q, p.q, p.n_q}},
+                p.xn, p.n_embd);
+  }
   if (l.bk) be.add_bias(p.k, l.bk.f32(), n, p.n_kv);
   if (l.bv) be.add_bias(p.v, l.bv.f32(), n, p.n_kv);
   if (l.k_norm) be.rms_norm(p.k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, p.k);
@@ -81,7 +105,7 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   attend_sequences(be, p.batch, il, p.n_q, attention_params(c, il), p.q, p.attn);
 
   const int64_t n_rows = keep_output_rows(p, last);
-  be.matmul(l.wo.type, l.wo.data, p.n_q, p.n_embd, p.attn, n_rows, p.xn);
+  project(p, il, LoraTarget::o, l.wo, p.attn, n_rows, p.xn);
   if (l.post_attn_norm) be.rms_norm(p.xn, l.post_attn_norm.f32(), n_rows, p.n_embd, c.rms_eps, p.xn);
   be.add(p.x, p.xn, n_rows * p.n_embd, p.x);
   return n_rows;
@@ -94,19 +118,25 @@ int64_t keep_output_rows(ForwardPass& p, bool last) {
   p.be.get_rows(DType::f32, p.x, p.n_embd, p.batch.output_rows, n_rows, p.s.x_out.as<float>());
   p.attn = p.q;
   p.x = p.s.x_out.as<float>();
+  if (p.lora) {  // the output rows' groups, numbered as the rows now are
+    p.s.lora.output_rows.build(p.batch, p.batch.output_rows, n_rows, p.batch.lora_row_at_a_time);
+    p.lora = p.s.lora.output_rows.empty() ? nullptr : &p.s.lora.output_rows;
+  }
   return n_rows;
 }
 
-void gated_feed_forward(ForwardPass& p, const LayerWeights& l, int64_t n_rows, GatedUnit unit) {
+void gated_feed_forward(ForwardPass& p, int64_t il, int64_t n_rows, GatedUnit unit) {
+  const LayerWeights& l = p.w.layers[il];
   const int64_t n_ff = p.c.n_ff;
   const MatmulOut gate_up[] = {l.ffn_gate.into(p.gate), l.ffn_up.into(p.up)};
   p.be.matmul_many(gate_up, 2, p.n_embd, p.xn, n_rows);
+  add_lora_of(p, il, {{LoraTarget::gate, p.gate, n_ff}, {LoraTarget::up, p.up, n_ff}}, p.xn, p.n_embd);
   if (unit == GatedUnit::silu) {
     p.be.silu_mul(p.gate, p.up, n_rows * n_ff, p.gate);
   } else {
     p.be.gelu_mul(p.gate, p.up, n_rows * n_ff, p.gate);
   }
-  p.be.matmul(l.ffn_down.type, l.ffn_down.data, n_ff, p.n_embd, p.gate, n_rows, p.xn);
+  project(p, il, LoraTarget::down, l.ffn_down, p.gate, n_rows, p.xn);
   if (l.post_ffn_norm) p.be.rms_norm(p.xn, l.post_ffn_norm.f32(), n_rows, p.n_embd, p.c.rms_eps, p.xn);
   p.be.add(p.x, p.xn, n_rows * p.n_embd, p.x);
 }

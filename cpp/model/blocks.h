@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend.h"
 #include "model/config.h"
@@ -31,6 +32,9 @@ struct ForwardPass {
   float* attn;  // [n, n_q] attention output, heads concatenated
   float* gate;  // [n, n_ff]
   float* up;    // [n, n_ff]
+  // The rows that run with a LoRA adapter, grouped (all rows, then the last layer's output
+  // rows: keep_output_rows); nullptr when no row has one.
+  const LoraRows* lora = nullptr;
 
   ForwardPass(const Model& model, Scratch& scratch, const ForwardBatch& forward_batch);
 };
@@ -55,15 +59,24 @@ void attend_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_
 // with (keep_output_rows), 0 where a last layer that wants no logits only filled the cache.
 int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope);
 
+// matmul of layer il's projection `target` into y [rows, n_out] from x [rows, n_in], then each
+// adapted row's LoRA product added (add_lora over p.lora).
+void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& w, const float* x,
+             int64_t n_rows, float* y);
+// The LoRA products of the outputs of a matmul_many of x [rows, n_in] (no-op without adapted rows).
+void add_lora_of(ForwardPass& p, int64_t il, std::initializer_list<LoraOut> outs, const float* x,
+                 int64_t n_in);
+
 // The rows a layer's projection and feed-forward still need: every row, except in the last layer,
 // where only the batch's output rows matter; there p.x and p.attn become copies of those rows,
 // in order (so the output head reads exactly them).
 int64_t keep_output_rows(ForwardPass& p, bool last);
 
-// x[n_rows] += post_ffn_norm(down(act(gate · h) * (up · h))), h = xn[n_rows] (the normed x); act
-// is SwiGLU's silu or GeGLU's gelu_tanh; without post_ffn_norm that step is left out.
+// x[n_rows] += post_ffn_norm(down(act(gate · h) * (up · h))) of layer il, with the rows' LoRA
+// products, h = xn[n_rows] (the normed x); act is SwiGLU's silu or GeGLU's gelu_tanh; without
+// post_ffn_norm that step is left out.
 enum class GatedUnit { silu, gelu };
-void gated_feed_forward(ForwardPass& p, const LayerWeights& l, int64_t n_rows, GatedUnit unit);
+void gated_feed_forward(ForwardPass& p, int64_t il, int64_t n_rows, GatedUnit unit);
 
 // The output head of x's rows, exactly the batch's output rows in order: the final norm (into xn),
 // logits of the first batch.vocab_rows() tokens into host `logits` (soft-capped where the model

@@ -45,7 +45,18 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
                                 "; an encoder's sequence must be whole, from position 0, and shorter than ",
                                 model.config().n_ctx_train, " tokens"));
     }
+    if (s.lora < -1 || s.lora >= b.n_adapters) {
+      throw InvalidArgument(
+          cat("[model] sequence ", is, " names LoRA adapter ", s.lora, " of ", b.n_adapters));
+    }
     next_row += s.n_rows;
+  }
+  for (int64_t i = 0; i < b.n_adapters; ++i) {
+    if (b.adapters[i]->max_rank() > scratch.lora.max_rank) {
+      throw InvalidArgument(cat("[model] LoRA adapter ", b.adapters[i]->path(), " has rank ",
+                                b.adapters[i]->max_rank(), "; the scratch was sized for ",
+                                scratch.lora.max_rank));
+    }
   }
   if (next_row != b.n_tokens) {
     throw InvalidArgument(
@@ -78,7 +89,8 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
 void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
                   std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
                   int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out,
-                  int64_t n_vocab_rows, std::vector<float>* hidden) {
+                  int64_t n_vocab_rows, std::vector<float>* hidden,
+                  std::span<const LoraAdapter* const> adapters, bool lora_row_at_a_time) {
   if (positions.size() != tokens.size()) {
     throw InvalidArgument(
         cat("[model] a batch has ", tokens.size(), " tokens and ", positions.size(), " positions"));
@@ -93,6 +105,9 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
   batch.output_rows = output_rows.data();
   batch.n_outputs = static_cast<int64_t>(output_rows.size());
   batch.n_vocab_rows = n_vocab_rows;
+  batch.adapters = adapters.data();
+  batch.n_adapters = static_cast<int64_t>(adapters.size());
+  batch.lora_row_at_a_time = lora_row_at_a_time;
   validate_batch(model, scratch, batch);
   const ModelConfig& c = model.config();
   if (hidden) {

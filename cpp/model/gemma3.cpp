@@ -26,7 +26,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
 
     // --- feed-forward: x += post_norm(down(gelu(gate(h)) * up(h))), h = norm(x) ---
     p.be.rms_norm(p.x, l.ffn_norm.f32(), n_rows, p.n_embd, c.rms_eps, p.xn);
-    gated_feed_forward(p, l, n_rows, GatedUnit::gelu);
+    gated_feed_forward(p, il, n_rows, GatedUnit::gelu);
   }
   if (batch.n_outputs == 0) return;
 

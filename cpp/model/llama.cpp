@@ -28,7 +28,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
       moe_feed_forward(p.be, c, l.moe, s.moe, p.xn, n_rows, p.x);
       continue;
     }
-    gated_feed_forward(p, l, n_rows, GatedUnit::silu);
+    gated_feed_forward(p, il, n_rows, GatedUnit::silu);
   }
   if (batch.n_outputs == 0) return;
 

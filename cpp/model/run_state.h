@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/moe.h"
 
 namespace ember {
@@ -33,6 +34,8 @@ struct Scratch {
   Buffer logits;    // f32 [n_batch, n_vocab] logits of the output rows, before they go to the host
                     // (with `states`: their final states [n_batch, n_embd])
   MoeScratch moe;   // mixture-of-experts layers' buffers; empty for dense models
+
+  LoraScratch lora;  // LoRA adapters' buffers and row groups; empty without adapters
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
   std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to
@@ -49,6 +52,9 @@ struct SequenceRows {
   int64_t n_rows = 0;
   KVView kv;  // layer 0 of the sequence's cache; layer il's K and V start il * kv_layer_stride
               // bytes further (as in kv/PagedKVCache)
+
+  int32_t lora = -1;        // its LoRA adapter: an index into ForwardBatch::adapters, or -1
+  float lora_scale = 1.0f;  // the factor on that adapter's product (alpha / rank comes on top)
 
   KVView layer(int64_t il, int64_t kv_layer_stride) const {
     KVView view = kv;
@@ -75,6 +81,14 @@ struct ForwardBatch {
   // When set: the output rows' final normalized states too, [n_outputs, n_embd] (host memory),
   // which score tokens past n_vocab_rows against their rows of the output head.
   float* hidden = nullptr;
+
+  // The LoRA adapters rows may name (SequenceRows::lora), [n_adapters]; the scratch must have
+  // LoRA buffers for the largest rank among them (Scratch::lora).
+  const LoraAdapter* const* adapters = nullptr;
+  int64_t n_adapters = 0;
+  // Each adapted row's low-rank product on its own (the runner's batch invariance, where the
+  // backend's f32 matmul rounds a row differently with other rows beside it).
+  bool lora_row_at_a_time = false;
 
   int64_t vocab_rows(int64_t n_vocab) const { return n_vocab_rows > 0 ? n_vocab_rows : n_vocab; }
 };

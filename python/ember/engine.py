@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -291,11 +291,22 @@ class Engine:
     raises EngineBusy), prefix_caching, kv_type, batch_invariant, speculative decoding (spec,
     draft_model, draft_max, draft_min, spec_adaptive: the output is the same, only sooner; a
     request whose SamplingParams carry a prediction drafts from it), n_threads and device (None
-    reads $EMBER_DEVICE)."""
+    reads $EMBER_DEVICE). lora: LoRA adapters by name ({"french": "french.gguf"}, see `ember
+    convert --lora`), loaded once; each request picks one (or none) with SamplingParams' lora
+    and lora_scale, and requests of different adapters share the engine's batches."""
 
     def __init__(self, model_path: str | Path, options: EngineOptions | None = None, *,
-                 chat_template: str | None = None, **fields: Any) -> None:
+                 chat_template: str | None = None,
+                 lora: Mapping[str, str | Path] | None = None, **fields: Any) -> None:
         self.path = Path(model_path)
+        # LoRA adapters by name (-> .gguf, see `ember convert --lora`), loaded once; a request
+        # picks one with SamplingParams(lora=NAME, lora_scale=...).
+        self.lora: dict[str, Path] = {str(k): Path(v) for k, v in (lora or {}).items()}
+        for name, adapter in self.lora.items():
+            if not name:
+                raise ValueError("a LoRA adapter needs a name")
+            if not adapter.is_file():
+                raise FileNotFoundError(f"LoRA adapter {name!r}: no such file {str(adapter)!r}")
         # A built-in template's name or a template file (ember.chat.builtin), resolved now so
         # that a bad one fails before the model loads.
         self._chat_template_override = (builtin.resolve(chat_template)
@@ -304,7 +315,9 @@ class Engine:
         draft_model = self.options.draft_model
         if draft_model is not None and not Path(draft_model).is_file():
             raise FileNotFoundError(f"draft model {draft_model!r}: no such file")
-        self._core = _core.Engine(str(self.path), self.options)
+        self._core = _core.Engine(str(self.path), self.options,
+                                  lora=[str(p) for p in self.lora.values()])
+        self._lora_index = {name: i for i, name in enumerate(self.lora)}
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.last_sequence: list[int] = []  # prompt and output of the request that ended last
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
@@ -380,9 +393,20 @@ class Engine:
             tokens, core_params, max_tokens=max_tokens, stop_token_ids=stop_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
             grammar=grammar, prediction=self._prediction_tokens(params.prediction),
-            post_sampling_probs=params.post_sampling_probs, reuse_prefix=params.cache_prompt)
+            post_sampling_probs=params.post_sampling_probs, reuse_prefix=params.cache_prompt,
+            lora_adapter=self.lora_index(params.lora), lora_scale=params.lora_scale)
         request._id = handle.id
         return request
+
+    def lora_index(self, name: str | None) -> int:
+        """The engine's index of LoRA adapter `name` (-1 for None); ValueError naming an
+        unknown one and the loaded ones."""
+        if name is None:
+            return -1
+        if name not in self._lora_index:
+            loaded = ", ".join(self._lora_index) or "none"
+            raise ValueError(f"unknown LoRA adapter {name!r} (loaded: {loaded})")
+        return self._lora_index[name]
 
     def _prediction_tokens(self, prediction: str | Sequence[int] | None) -> list[int]:
         if prediction is None:

@@ -44,7 +44,9 @@ class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, options: EngineOptions | None = None,
                  chat_template: str | None = None, pooling: str | None = None,
-                 context_overflow: str = "error", **engine_fields: Any) -> None:
+                 context_overflow: str = "error",
+                 lora: Mapping[str, str | os.PathLike[str]] | None = None,
+                 **engine_fields: Any) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
         model, on the engine with `options` (an ember.EngineOptions, else the defaults) and
@@ -64,7 +66,10 @@ class LLM:
         context_overflow: what a prompt longer than the context (with the room kept for its
         answer) becomes (ember.context_fit): "error" (PromptTooLong), "shift" (a chat's oldest
         whole turns dropped) or "truncate-middle" (its first and last tokens kept); the
-        result's usage.dropped_tokens and dropped_messages say what went."""
+        result's usage.dropped_tokens and dropped_messages say what went. lora: LoRA adapters
+        by name, {"french": "french.gguf"} (`ember convert --lora` makes them); a call picks
+        one with lora="french" (and lora_scale=0.5, default 1), e.g. llm.generate(prompt,
+        lora="french"); without it the plain model answers."""
         self.context_overflow = check_policy(context_overflow)
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
@@ -76,9 +81,12 @@ class LLM:
         self._embedder_args = {"n_threads": options.n_threads, "device": options.device,
                                "pooling": pooling}
         if is_embedding_model(self.path):
+            if lora:
+                raise ValueError(f"{self.path.name} is an embedding model; LoRA adapters apply "
+                                 "to generation models only")
             self.embedder = Embedder(self.path, **self._embedder_args)
         else:
-            self._engine = Engine(self.path, options, chat_template=chat_template)
+            self._engine = Engine(self.path, options, chat_template=chat_template, lora=lora)
         self._metadata: dict[str, Any] | None = None
 
     @property

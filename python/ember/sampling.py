@@ -8,6 +8,7 @@ logprobs, and seed=None meaning "a fresh random seed". Defaults follow llama.cpp
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -73,6 +74,11 @@ class SamplingParams:
     post_sampling_probs: bool = False
     # False: the prompt is computed in full, no prefix-cache hit (llama-server's cache_prompt).
     cache_prompt: bool = True
+    # A LoRA adapter of the engine's (a name given to ember.Engine / ember.LLM's lora=), and the
+    # factor on its low-rank product (llama-server's scale; alpha / rank comes on top); None:
+    # the plain model. Requests of different adapters share the engine's batches.
+    lora: str | None = None
+    lora_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -107,6 +113,10 @@ class SamplingParams:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
         if self.constraint is not None and not isinstance(self.constraint, Constraint):
             raise ValueError(f"constraint must be an ember.grammar.Constraint, got {self.constraint!r}"[:200])
+        if self.lora is not None and not isinstance(self.lora, str):
+            raise ValueError(f"lora must be an adapter's name, got {self.lora!r}"[:200])
+        if not isinstance(self.lora_scale, (int, float)) or not math.isfinite(self.lora_scale):
+            raise ValueError(f"lora_scale must be a finite number, got {self.lora_scale!r}"[:200])
         # JSON object keys are strings: accept {"123": -100} as OpenAI clients send it.
         try:
             self.logit_bias = {int(k): float(v) for k, v in dict(self.logit_bias).items()}

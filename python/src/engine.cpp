@@ -91,6 +91,7 @@ struct PyEngine {
   std::unique_ptr<ember::Engine> engine;
   ember::EngineConfig config;
   ember::DType kv_type = ember::DType::f16;
+  std::vector<std::shared_ptr<const ember::LoraAdapter>> adapters;  // the engine's, in index order
 };
 
 std::optional<std::string> finish_reason(const TokenEvent& e) {
@@ -182,7 +183,7 @@ ember::EngineOptions options_from(std::optional<ember::EngineOptions> options, c
 }
 
 void init_engine_object(PyEngine* self, const std::string& path, std::optional<ember::EngineOptions> options,
-                        const nb::kwargs& fields) {
+                        const std::vector<std::string>& lora, const nb::kwargs& fields) {
   const ember::EngineOptions o = options_from(std::move(options), fields);
   o.check();  // before the model loads
   PyEngine engine;
@@ -193,7 +194,11 @@ void init_engine_object(PyEngine* self, const std::string& path, std::optional<e
     engine.kv_type = ember::model_engine_kv_type(*engine.model, o.kv_type);
     std::shared_ptr<ember::Model> draft;
     if (o.draft_model) draft = ember::Model::load_on(*o.draft_model, *engine.model);
-    engine.engine = ember::make_model_engine(engine.model, o, draft);
+    std::vector<std::shared_ptr<const ember::LoraAdapter>> adapters;
+    for (const std::string& adapter : lora)
+      adapters.push_back(ember::LoraAdapter::load(adapter, engine.model));
+    engine.adapters = adapters;
+    engine.engine = ember::make_model_engine(engine.model, o, draft, std::move(adapters));
   }
   new (self) PyEngine(std::move(engine));
 }
@@ -212,7 +217,8 @@ std::vector<int32_t> to_tokens(const std::vector<int64_t>& ids, const char* what
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
                  int priority, std::shared_ptr<ember::Grammar> grammar,
-                 const std::vector<int64_t>& prediction, bool post_sampling_probs, bool reuse_prefix) {
+                 const std::vector<int64_t>& prediction, bool post_sampling_probs, bool reuse_prefix,
+                 int32_t lora_adapter, float lora_scale) {
   std::vector<int32_t> tokens = to_tokens(prompt, "prompt token");
   ember::RequestOptions o;
   o.max_tokens = max_tokens;
@@ -224,6 +230,8 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   o.reuse_prefix = reuse_prefix;
   o.grammar = std::move(grammar);
   o.prediction = to_tokens(prediction, "prediction token");
+  o.lora_adapter = lora_adapter;
+  o.lora_scale = lora_scale;
 
   PyRequest r;
   r.wake = std::make_shared<WakeFd>();
@@ -368,9 +376,10 @@ void init_engine(nb::module_& m) {
                        "submitted request in shared batched steps over a paged KV cache with prefix "
                        "caching. Thread-safe.")
       .def("__init__", &init_engine_object, nb::arg("model_path"), nb::arg("options") = nb::none(),
-           nb::arg("fields"),
+           nb::arg("lora") = std::vector<std::string>{}, nb::arg("fields"),
            "Loads the model and starts the engine thread. `options` (an EngineOptions, else the "
-           "defaults) with any EngineOptions field given as a keyword on top.")
+           "defaults) with any EngineOptions field given as a keyword on top; `lora`: paths of LoRA "
+           "adapter GGUFs for this model, which requests pick by index (submit's lora_adapter).")
       .def(
           "check_prompt",
           [](const PyEngine& self, const std::vector<int64_t>& prompt) {
@@ -384,7 +393,7 @@ void init_engine(nb::module_& m) {
            nb::arg("stop_token_ids") = std::vector<int64_t>{}, nb::arg("logprobs") = -1,
            nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
            nb::arg("prediction") = std::vector<int64_t>{}, nb::arg("post_sampling_probs") = false,
-           nb::arg("reuse_prefix") = true,
+           nb::arg("reuse_prefix") = true, nb::arg("lora_adapter") = -1, nb::arg("lora_scale") = 1.0f,
            "Queues a request and returns its EngineRequest. Raises InvalidRequest (a ValueError; "
            "PromptTooLong for a prompt over the context) for a request that can never run (empty or "
            "too long prompt, bad ids), ValueError for bad sampling values, and EngineBusy when the "
@@ -393,7 +402,8 @@ void init_engine(nb::module_& m) {
            "every output token to it; prediction: token ids of the output the caller expects "
            "(OpenAI's Predicted Outputs), drafted from (the output stays the same); post_sampling_probs: "
            "the logprobs are of the distribution after the sampler chain; reuse_prefix=False computes "
-           "the whole prompt, no prefix-cache hit.")
+           "the whole prompt, no prefix-cache hit; lora_adapter: the index of a loaded LoRA adapter "
+           "(-1: none) and lora_scale the factor on its product.")
       .def(
           "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "
@@ -432,6 +442,14 @@ void init_engine(nb::module_& m) {
           },
           "Stops the engine thread; unfinished requests end 'cancelled', later submits raise EngineBusy.")
       .def_prop_ro("n_vocab", [](const PyEngine& self) { return self.model->config().n_vocab; })
+      .def_prop_ro(
+          "lora_adapters",
+          [](const PyEngine& self) {
+            std::vector<std::string> paths;
+            for (const auto& a : self.adapters) paths.push_back(a->path());
+            return paths;
+          },
+          "Paths of the loaded LoRA adapters, in index order.")
       .def_prop_ro(
           "n_ctx", [](const PyEngine& self) { return self.engine->max_model_len(); },
           "Tokens one request may reach (prompt and output).")

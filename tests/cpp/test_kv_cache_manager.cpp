@@ -21,6 +21,30 @@ using namespace ember;
 
 namespace {
 
+// Sequences of another namespace (a LoRA adapter, or another scale of it) hold other K/V for the
+// same tokens: they never hit each other's blocks, full or partial; in their own namespace they do.
+TEST(manager_prefix_namespaces_never_share_blocks) {
+  KVCacheManager kv(kv_config(64, 16));
+  const auto prompt = iota_tokens(40, 1);  // 2 full blocks and 8 rows
+  SequenceState a{1, prompt, 0, 0};
+  CHECK(kv.allocate_slots(a, 40).has_value());
+  a.n_computed_tokens = 40;
+  kv.cache_computed_blocks(a);
+  const uint64_t adapter = (uint64_t{1} << 32) | 0x3f800000u;  // adapter 0 at scale 1
+  SequenceState b{2, prompt, 0, adapter};
+  CHECK_EQ(kv.get_computed_blocks(b).n_tokens(), 0);
+  CHECK(kv.allocate_slots(b, 40).has_value());
+  b.n_computed_tokens = 40;
+  kv.cache_computed_blocks(b);
+  CHECK_EQ(kv.pool().n_cached(), 4);  // each namespace its own two full blocks
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{3, prompt, 0, adapter}).n_tokens(), 39);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{4, prompt, 0, 0}).n_tokens(), 39);
+  CHECK_EQ(kv.get_computed_blocks(SequenceState{5, prompt, 0, adapter + 1}).n_tokens(), 0);
+  const auto ta = kv.block_table(1), tb = kv.block_table(2);
+  for (int i = 0; i < 3; ++i) CHECK(ta[i] != tb[i]);
+  kv.check_invariants();
+}
+
 TEST(manager_prefix_hit_counts_full_blocks_and_never_the_whole_prompt) {
   KVCacheManager kv(kv_config(64, 16));
   const auto prompt = iota_tokens(160, 1);  // 10 full blocks

@@ -23,6 +23,7 @@ PROGRAMS = {
         "pool_partial_blocks_match_the_longest_common_prefix",
     ],
     "test_kv_cache_manager": [
+        "manager_prefix_namespaces_never_share_blocks",
         "manager_prefix_hit_counts_full_blocks_and_never_the_whole_prompt",
         "manager_partial_hit_copies_the_rows_past_the_last_full_block",
         "copy_kv_copies_the_leading_rows_of_every_head",

@@ -374,3 +374,16 @@ def test_the_server_contract_tests_pass_on_vulkan() -> None:
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_lora_adapters_are_refused_on_vulkan(tmp_path: Path) -> None:
+    """The adapters' product needs add_rows_scaled, which Vulkan lacks: loading one there is
+    refused, naming the op and the way out."""
+    from lora_support import build_lora_case
+
+    case = build_lora_case(tmp_path)
+    refusal = (r"adapter-all.gguf: the vulkan backend has no f32 add_rows_scaled, which LoRA "
+               r"adapters need; run on the CPU \(--device cpu\)")
+    with pytest.raises(UnsupportedError, match=refusal):
+        Engine(case.base_gguf, device=DEVICE, parallel=1, n_ctx=64,
+               lora={"all": case.adapter_ggufs["all"]})

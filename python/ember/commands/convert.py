@@ -22,9 +22,10 @@ def summary(result: ConvertResult) -> str:
 
 
 def convert(
-    src: Annotated[str, typer.Argument(
-        help="a Hugging Face model folder, or a hub repo id (owner/name)")],
     output: Annotated[Path, typer.Option("--output", "-o", help="the .gguf file to write")],
+    src: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        help="a Hugging Face model folder, or a hub repo id (owner/name); with --lora, the "
+             "adapter's base model (default: its base_model_name_or_path)")] = None,
     out_type: Annotated[str, typer.Option("--type", "-t", help=f"output type: {TYPES}")] = "f16",
     force: Annotated[bool, typer.Option("--force", "-f",
                                         help="overwrite OUTPUT if it exists")] = False,
@@ -32,11 +33,23 @@ def convert(
         "--name", help="general.name (default: the source's name)")] = None,
     revision: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--revision", help="hub revision: branch, tag or commit")] = None,
+    lora: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--lora", help="convert this PEFT LoRA adapter folder (adapter_config.json, "
+                       "adapter_model.safetensors) to a LoRA GGUF instead; --type f32 or f16")] = None,
 ) -> None:
-    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) to a GGUF file."""
+    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) to a GGUF
+    file, or a PEFT LoRA adapter of one (--lora) to the LoRA GGUF that ember and llama.cpp load."""
     from ember.convert import convert as run_convert
+    from ember.convert import convert_lora
 
-    result = run_convert(src, output, out_type, force=force, name=name, revision=revision)
+    if lora is not None:
+        result = convert_lora(lora, output, out_type, base=src, force=force, name=name,
+                              revision=revision)
+    elif src is None:
+        raise typer.BadParameter("give the checkpoint to convert (SRC), or --lora ADAPTER_DIR",
+                                 param_hint="SRC")
+    else:
+        result = run_convert(src, output, out_type, force=force, name=name, revision=revision)
     typer.echo(summary(result), err=True)
 
 

@@ -8,7 +8,8 @@ import functools
 import inspect
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import typer
@@ -195,14 +196,14 @@ def with_generation_flags(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None,
-             context_overflow: str = "error") -> LLM:
+             context_overflow: str = "error", lora: Mapping[str, Path] | None = None) -> LLM:
     from ember.hub.models import resolve_model
     from ember.llm import LLM
 
     if options.draft_model is not None:
         options.draft_model = str(resolve_model(options.draft_model))
     return LLM(model, options=options, chat_template=chat_template,
-               context_overflow=context_overflow)
+               context_overflow=context_overflow, lora=lora)
 
 
 def prediction_text(value: str | None) -> str | None:

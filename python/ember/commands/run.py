@@ -36,6 +36,10 @@ def run(
         "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
     grammar: Annotated[Optional[Path], typer.Option(
         "--grammar", help="a GBNF grammar file (llama.cpp's format): the output matches it")] = None,
+    lora: Annotated[Optional[Path], typer.Option(
+        "--lora", help="a LoRA adapter .gguf of the model (ember convert --lora) to run with")] = None,
+    lora_scale: Annotated[float, typer.Option(
+        "--lora-scale", help="the factor on the adapter's product (alpha / rank comes on top)")] = 1.0,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout."""
     if prompt is None:
@@ -48,7 +52,10 @@ def run(
     if constraint is not None:
         params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
-    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"))
+    if lora is not None:
+        params = replace(params, lora=lora.stem, lora_scale=lora_scale)
+    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"),
+                       {lora.stem: lora} if lora else None)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)

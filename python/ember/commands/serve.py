@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -261,6 +262,10 @@ def serve(
         help=CONTEXT_OVERFLOW_HELP + ". The default answers as OpenAI and llama-server do "
         "(400 context_length_exceeded); what was dropped is in the usage (dropped_tokens, "
         "dropped_messages) and the X-Context-Dropped-Tokens/-Messages headers")] = "error",
+    lora: Annotated[Optional[list[str]], typer.Option(
+        "--lora", help="NAME=FILE: a LoRA adapter .gguf of the model (ember convert --lora), "
+        "picked by a request's model \"<served name>:NAME\" or its lora field; repeatable "
+        "(one model served)")] = None,
 ) -> None:
     """Serve a model, or several, over an OpenAI-compatible HTTP API (/v1/chat/completions,
     ...)."""
@@ -300,13 +305,32 @@ def serve(
         reasoning_budget=reasoning_budget, context_overflow=context_overflow,
         json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent),
         cache_dir=cache_dir, cache_disk_bytes=_bytes(cache_disk_size, "--cache-disk-size"),
-        slot_save_path=slot_save_path)
-    served_models(config)  # a folder without models, two models of one name: fail now
+        slot_save_path=slot_save_path, lora=_adapters(lora or []))
+    if len(served_models(config)) > 1 and config.lora:  # also: a folder without models, ...
+        raise typer.BadParameter("LoRA adapters go with one served model; this serves several",
+                                 param_hint="--lora")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)
     if status:
         raise typer.Exit(status)
+
+
+def _adapters(values: list[str]) -> dict[str, str]:
+    """--lora NAME=FILE flags as {NAME: FILE}; a bad or repeated name, or a missing file, fails
+    before the server listens."""
+    adapters: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path or ":" in name:
+            raise typer.BadParameter(f"{value!r}: expected NAME=FILE (a name without ':')",
+                                     param_hint="--lora")
+        if name in adapters:
+            raise typer.BadParameter(f"adapter {name!r} is given twice", param_hint="--lora")
+        if not Path(path).expanduser().is_file():
+            raise typer.BadParameter(f"{path}: no such file", param_hint="--lora")
+        adapters[name] = str(Path(path).expanduser())
+    return adapters
 
 
 def register(app: typer.Typer) -> None:

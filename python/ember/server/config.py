@@ -76,6 +76,7 @@ class ServerConfig:
     # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
     # "truncate-middle" (ember.context_fit)
     context_overflow: str = "error"
+    lora: dict[str, str] = field(default_factory=dict)  # LoRA adapters by name (--lora NAME=FILE)
 
     def __post_init__(self) -> None:
         if self.rerank:

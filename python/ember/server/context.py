@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from ember.engine import Engine
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
 from ember.server.fim import FimTokens
+from ember.server.lora import LoraTable
 from ember.server.metrics import ServerMetrics
 from ember.server.models import LoadedModel, ModelEntry, ModelRegistry, served_models
 from ember.server.prompt_bound import PromptBound
@@ -96,6 +97,10 @@ class AppContext:
                                     config.max_memory)
         self.responses = ResponseStore()       # /v1/responses created with store: true
         self.metrics = ServerMetrics()
+        # The LoRA adapters of the (single) served model and their global scales (POST
+        # /lora-adapters; 0 at start).
+        self.lora = LoraTable(tuple(config.lora), tuple(config.lora.values()),
+                              (0.0,) * len(config.lora))
         self.created = int(time.time())
         self.loop: asyncio.AbstractEventLoop | None = None
         self.load_error: str | None = None     # the single model's start-up load failed
@@ -119,7 +124,7 @@ class AppContext:
 
         c = self.config
         return Engine(resolve_model(str(path) if path is not None else None), c.engine_options(),
-                      chat_template=c.chat_template)
+                      chat_template=c.chat_template, lora=c.lora)
 
     def _load_model(self, path: Path | None) -> LoadedModel:
         """Loads one model (in a worker thread); raises what went wrong."""
@@ -354,11 +359,15 @@ class AppContext:
 
     @property
     def model_names(self) -> list[str]:
-        """/v1/models' ids: the served model's, then the other names of --alias; with several
-        models, every model's name."""
+        """/v1/models' ids: the served model's, then the other names of --alias and the model's
+        LoRA adapters as "<id>:NAME"; with several models, every model's name."""
         if not self.single:
             return self.models.names
-        return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+        names = [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
+        return names + [f"{self.model_name}:{adapter}" for adapter in self.lora.names]
+
+    def set_lora_scales(self, scales: list[float]) -> None:
+        self.lora = replace(self.lora, scales=tuple(scales))
 
     @property
     def defaults(self) -> Defaults:
@@ -367,7 +376,8 @@ class AppContext:
         tokenize = None if engine is None else (
             lambda text: list(engine.tokenizer.encode(text, False, False)))
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
-                        max_n=c.max_n, tokenize=tokenize, json_bounds=c.json_bounds)
+                        max_n=c.max_n, tokenize=tokenize, json_bounds=c.json_bounds,
+                        lora=self.lora)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
                       **kwargs: Any) -> T:

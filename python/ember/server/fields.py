@@ -225,7 +225,6 @@ OFF_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "t_max_predict_ms": ((0,), "a time limit on generation"),
     "n_cache_reuse": ((0,), "KV shifting of reused chunks (ember's prefix cache reuses whole "
                       "blocks of a shared prefix without it)"),
-    "lora": (([],), "LoRA adapters"),
     "response_fields": (([],), "response_fields (the whole response is sent)"),
 }
 

@@ -30,7 +30,7 @@ from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
-from ember.server.fields import SAMPLER_ORDER, Fields, show
+from ember.server.fields import SAMPLER_ORDER, Fields
 from ember.server.prompts import infill_tokens, prompt_tokens, render_chat, request_fit
 from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
 from ember.server.reasoning import parse_request as parse_reasoning
@@ -43,9 +43,11 @@ _LLAMA_STAGE_NAMES = {"top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p",
 # --- responses ---------------------------------------------------------------------------------
 
 def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: bool,
-                        n_probs: int, timings_per_token: bool = False) -> dict[str, Any]:
+                        n_probs: int, timings_per_token: bool = False,
+                        adapters: tuple[str, ...] = ()) -> dict[str, Any]:
     """llama-server's generation_settings (and /props' params) for ember's parameters; the
-    features ember lacks show their "off" values."""
+    features ember lacks show their "off" values. `adapters`: the served LoRA adapters' names,
+    in id order (params.lora is one of them)."""
     n_predict = params.max_tokens if params.max_tokens is not None else -1
     stages = [_LLAMA_STAGE_NAMES[s] for s in SAMPLER_ORDER if {
         "top_k": params.top_k > 0, "typical_p": params.typical_p < 1, "top_p": params.top_p < 1,
@@ -65,7 +67,9 @@ def generation_settings(params: SamplingParams, n_ctx: int, model: str, stream: 
         "max_tokens": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": params.ignore_eos,
         "stream": stream, "n_probs": n_probs, "min_keep": 0,
         "post_sampling_probs": params.post_sampling_probs, "timings_per_token": timings_per_token,
-        "lora": [], "grammar": "", "grammar_lazy": False,
+        "lora": ([{"id": adapters.index(params.lora), "scale": params.lora_scale}]
+                 if params.lora in adapters else []),
+        "grammar": "", "grammar_lazy": False,
         "samplers": stages,
         # As llama-server lists them; a banned token's -inf is null there (JSON has no -inf).
         "logit_bias": [{"bias": b if math.isfinite(b) else None, "token": t}
@@ -125,6 +129,7 @@ class NativeShape:
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self._options = options
         self._model = ctx.model_name
+        self._adapters = ctx.lora.names
         self._prompts = prompt_texts  # one per choice
         self._n_prompt_tokens = n_prompt_tokens
         self._n_ctx = n_ctx
@@ -145,7 +150,8 @@ class NativeShape:
             "tokens_predicted": usage.completion_tokens,
             "tokens_evaluated": usage.prompt_tokens,
             "generation_settings": generation_settings(
-                o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token),
+                o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token,
+                self._adapters),
             "prompt": self._prompts[index], "has_new_line": "\n" in result.text,
             "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx
             or usage.dropped_tokens > 0,
@@ -311,24 +317,3 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "build_info": build_info(),
         "is_sleeping": False,
     })
-
-
-async def lora_adapters(request: HTTPRequest, ctx: AppContext) -> Response:
-    """llama-server's GET /lora-adapters: the adapters loaded with the model (ember loads none)."""
-    ctx.require_ready()
-    return json_response([])
-
-
-async def set_lora_adapters(request: HTTPRequest, ctx: AppContext) -> Response:
-    """llama-server's POST /lora-adapters ([{"id", "scale"}]): with no adapter loaded, only the
-    empty list is valid; any id is a 400 naming it."""
-    body = await ctx.read_json(request, top=list)
-    ctx.require_ready()
-    for i, entry in enumerate(body):
-        param = f"[{i}].id"
-        if not isinstance(entry, Mapping) or "id" not in entry:
-            raise bad_request(f"'{param}': each entry must be {{\"id\": adapter id, \"scale\": "
-                              "number}}", param=param, code="invalid_type")
-        raise bad_request(f"'{param}': no LoRA adapter {show(entry['id'])} is loaded (ember "
-                          "loads none)", param=param, code="invalid_value")
-    return json_response([])

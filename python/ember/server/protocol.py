@@ -34,6 +34,7 @@ from ember.server.fields import (
     show,
     type_name,
 )
+from ember.server.lora import LoraTable, choose_adapter
 from ember.tools.request import ToolRequest, ToolsError, parse_tools
 
 MAX_STOP_STRINGS = 16
@@ -287,6 +288,7 @@ class Defaults:
     # How a logit_bias text becomes tokens (the model's tokenizer); None: texts are refused.
     tokenize: Callable[[str], list[int]] | None = None
     json_bounds: JsonBounds = BOUNDS  # JSON constraints' number and whitespace bounds (--json-*)
+    lora: LoraTable = field(default_factory=LoraTable)  # the served LoRA adapters
 
 
 def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
@@ -356,6 +358,7 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
     if body.get("samplers") is not None:
         values.update(sampler_overrides(body.get("samplers")))
     bias = _logit_bias(body, n_vocab, defaults)
+    lora, lora_scale = choose_adapter(body, model, defaults.lora)
     try:
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
@@ -365,7 +368,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
             prediction=_prediction(body) if chat else None,
             min_tokens=_min_tokens(body, max_tokens),
             stop_token_ids=_stop_token_ids(body, n_vocab),
-            post_sampling_probs=body.boolean("post_sampling_probs"), cache_prompt=cache_prompt)
+            post_sampling_probs=body.boolean("post_sampling_probs"), cache_prompt=cache_prompt,
+            lora=lora, lora_scale=lora_scale)
         params.check(n_vocab)  # the C++ range checks, before anything is queued
     except ValueError as err:
         raise bad_request(f"invalid sampling parameters: {err}", code="invalid_value") from None
