@@ -3,14 +3,16 @@ quantized to Q4_1, both backends' log-probabilities over 200 teacher-forced posi
 float64 forward pass of the same dequantized weights (tests/float64_llama.py).
 
 Neither backend is exact: both round every activation to 8 bits per block of 32 before a
-quantized matmul (as llama.cpp does) and sum in f32, in different orders. That rounding is the
-CPU's whole distance from float64, and Vulkan, which rounds the activations the same way, must
-stay as close: measured (2 seeds, hidden 128 and 256) Vulkan's mean |Δ logprob|, mean KL and max
-|Δ logprob| over the top 10 are 0.99-1.03 times the CPU's; the test allows 1.25 times, and an
-absolute bound of 4 times the measured CPU figures for the day both drift together. A wrong
-block decode, a reduction losing terms, or f16 sums instead of f32 move Vulkan's figures by
-multiples; benchmarks/vulkan_agreement.py measures the same on the real SmolLM2 file, where the
-two backends' greedy text parts at near-ties of the CPU's top two logits."""
+quantized matmul (as llama.cpp does), keep K/V in f16 and sum in f32 in different orders; that
+is the CPU's distance from float64, and Vulkan must stay as close. Compared: the mean |Δ logprob|
+of the next tokens, the largest |Δ logprob| over any position's top 10, the mean KL. Measured
+(seeds 0 and 1, hidden 128 and 256): Vulkan's figures are 0.99-1.02 times the CPU's, so 1.1
+times is allowed, with absolute bounds of about 4 times the CPU's measured figures. A Vulkan
+q4_1 matmul summing in f16 instead of f32 gives 1.17 times on the top-10 figure (seen once,
+with matmul_mat.comp so broken) and fails; logit noise of 0.02 fails (tested below). On the real
+SmolLM2 file (benchmarks/vulkan_agreement.py) Vulkan is 1.15 times the CPU's mean |Δ logprob| and
+KL, and the two greedy texts part where the CPU's top two logits are within 0.04 and 0.13, with
+float64 on Vulkan's side both times: near-ties, not a defect."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ from ember import _core
 N_TOKENS = 200
 TOP_K = 10
 TeacherForced = tuple[dict[str, np.ndarray], np.ndarray]  # logits by source, next tokens
-RATIO = 1.25  # Vulkan's figure over the CPU's: measured 0.99-1.03
-BOUNDS = {"target": 0.08, "top_k": 0.4, "kl": 1.2e-3}  # 4x the CPU's measured means (0.02, 0.09, 3e-4)
+RATIO = 1.1  # Vulkan's figure over the CPU's (measured 0.99-1.02)
+BOUNDS = {"target": 0.08, "top_k": 0.35, "kl": 1.2e-3}  # the CPU's measured: 0.0197, 0.086, 2.7e-4
 
 
 @pytest.fixture(scope="module")
