@@ -1,5 +1,5 @@
 // cuda/attention.cu: causal attention over a (paged) KV cache in device memory, one block per
-// (row, head). Each of the block's 4 warps takes every 4th key with a running (online) softmax;
+// (row, head). Each of the block's 8 warps takes every 8th key with a running (online) softmax;
 // a warp's lanes split the head: lane l holds dims l, l + 32, ..., so a key's K or V row is read
 // by the warp as whole 32-value runs (for q8_0, one block of the row each). The warps' partial
 // maxima, sums and outputs are merged at the end.
@@ -14,14 +14,14 @@ namespace ember {
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;  // decode has few (row, head) blocks: more warps per block keep more keys in flight
 constexpr int kPerLane = static_cast<int>(kMaxHeadDim / 32);  // dims per lane, at most
 
 struct Params {
-  const float* q;     // [n_rows, n_head * head_dim]
-  float* out;         // [n_rows, n_head * head_dim]
-  const uint8_t* k;   // KVView::k
-  const uint8_t* v;   // KVView::v
+  const float* q;              // [n_rows, n_head * head_dim]
+  float* out;                  // [n_rows, n_head * head_dim]
+  const uint8_t* k;            // KVView::k
+  const uint8_t* v;            // KVView::v
   const int32_t* positions;    // [n_rows]
   const int32_t* block_table;  // nullptr: contiguous
   int64_t n_head, n_head_kv, head_dim, head_bytes, block_size, window;
@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(32 * kWarps) attention_kernel(Params p) {
   float running_max = -INFINITY, running_sum = 0.0f;
   for (int64_t key = first + warp; key <= pos; key += kWarps) {
     const int64_t block = p.block_table ? int64_t{p.block_table[key / p.block_size]} : key / p.block_size;
-    const int64_t offset = ((block * p.n_head_kv + kv_head) * p.block_size + key % p.block_size) * p.head_bytes;
+    const int64_t offset = ((block * p.n_head_kv + kv_head) * p.block_size + key % p.block_size) *
+                           p.head_bytes;
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {

@@ -45,8 +45,8 @@ std::string version_text(int v) { return cat(v / 1000, ".", v % 1000 / 10); }
                           "); update the driver"));
   }
   if (e == cudaErrorNoDevice) throw Unsupported("cuda: the NVIDIA driver lists no devices");
-  throw Unsupported(cat("cuda: the driver cannot list devices: ", cudaGetErrorName(e), " (",
-                        cudaGetErrorString(e), ")"));
+  throw Unsupported(
+      cat("cuda: the driver cannot list devices: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 BackendDevice describe(int index) {
@@ -65,8 +65,9 @@ BackendDevice describe(int index) {
     const cudaError_t image = cuda::probe_kernel_image();
     if (image == cudaErrorNoKernelImageForDevice || image == cudaErrorInvalidDeviceFunction) {
       d.unusable = cat("compute capability ", prop.major, ".", prop.minor, ": this build has kernels for ",
-                       EMBER_CUDA_ARCHITECTURES, " only (rebuild with -C cmake.define.CMAKE_CUDA_ARCHITECTURES=",
-                       prop.major, prop.minor, ")");
+                       EMBER_CUDA_ARCHITECTURES,
+                       " only (rebuild with -C cmake.define.CMAKE_CUDA_ARCHITECTURES=", prop.major,
+                       prop.minor, ")");
     } else if (image != cudaSuccess) {
       d.unusable = cat("the device fails: ", cudaGetErrorName(image), " (", cudaGetErrorString(image), ")");
     }
@@ -244,14 +245,16 @@ const void* CudaBackend::argument_bytes(const void* p, size_t n_bytes) {
     if (u - it->first <= it->second) return p;  // this backend's device memory
   }
   if (n_bytes > kArenaBytes) {
-    throw std::logic_error(cat("[cuda] an op's host table of ", n_bytes, " bytes exceeds the argument arena"));
+    throw std::logic_error(
+        cat("[cuda] an op's host table of ", n_bytes, " bytes exceeds the argument arena"));
   }
   if (arena_used_ + n_bytes > kArenaBytes) finish("argument arena flush");  // frees the arena
   const size_t at = arena_used_;
   if (n_bytes) {
     std::memcpy(host_arena_ + at, p, n_bytes);
-    cuda::check(cudaMemcpyAsync(device_arena_ + at, host_arena_ + at, n_bytes, cudaMemcpyHostToDevice, stream_),
-                "argument copy (cudaMemcpyAsync)", index_);
+    cuda::check(
+        cudaMemcpyAsync(device_arena_ + at, host_arena_ + at, n_bytes, cudaMemcpyHostToDevice, stream_),
+        "argument copy (cudaMemcpyAsync)", index_);
     pending_ = true;
   }
   arena_used_ = (at + n_bytes + 255) / 256 * 256;

@@ -53,7 +53,8 @@ struct Weight<DType::bf16> {
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t n_in, float v[32]) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(row);
 #pragma unroll
-    for (int l = 0; l < 32; ++l) v[l] = 32 * g + l < n_in ? __uint_as_float(uint32_t{w[32 * g + l]} << 16) : 0.0f;
+    for (int l = 0; l < 32; ++l)
+      v[l] = 32 * g + l < n_in ? __uint_as_float(uint32_t{w[32 * g + l]} << 16) : 0.0f;
   }
 };
 
@@ -118,7 +119,8 @@ struct Weight<DType::q5_0> {
     const uint32_t qh = load_qh(b->qh);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int lo = (b->qs[j] & 15) | ((qh >> j) & 1) << 4, hi = (b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+      const int lo = (b->qs[j] & 15) | ((qh >> j) & 1) << 4, hi = (b->qs[j] >> 4) | ((qh >> (j + 16)) & 1)
+                                                                                        << 4;
       v[j] = mul(d, static_cast<float>(lo - 16));
       v[j + 16] = mul(d, static_cast<float>(hi - 16));
     }
@@ -134,7 +136,8 @@ struct Weight<DType::q5_1> {
     const uint32_t qh = load_qh(b->qh);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int lo = (b->qs[j] & 15) | ((qh >> j) & 1) << 4, hi = (b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+      const int lo = (b->qs[j] & 15) | ((qh >> j) & 1) << 4, hi = (b->qs[j] >> 4) | ((qh >> (j + 16)) & 1)
+                                                                                        << 4;
       v[j] = __fadd_rn(mul(d, static_cast<float>(lo)), m);
       v[j + 16] = __fadd_rn(mul(d, static_cast<float>(hi)), m);
     }

@@ -13,8 +13,8 @@ namespace ember::cuda {
 // Throws Error("[cuda] <what> on cuda:<index>: <error name> (<description>)") unless e is success.
 inline void check(cudaError_t e, const char* what, int index) {
   if (e == cudaSuccess) return;
-  throw Error(cat("[cuda] ", what, " on cuda:", index, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
-                  ")"));
+  throw Error(
+      cat("[cuda] ", what, " on cuda:", index, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 inline unsigned blocks_for(int64_t n, int64_t per_block) {

@@ -33,7 +33,8 @@ __global__ void elementwise_kernel(int op, const float* a, const float* b, int64
 
 // y[ids[i], c] += scales[i] * x[i, c] for i in order: one thread per column c.
 __global__ void add_rows_scaled_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids,
-                                       const float* __restrict__ scales, int64_t n_ids, int64_t n_cols, float* y) {
+                                       const float* __restrict__ scales, int64_t n_ids, int64_t n_cols,
+                                       float* y) {
   const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (c >= n_cols) return;
   for (int64_t i = 0; i < n_ids; ++i) {
@@ -79,8 +80,8 @@ void CudaBackend::add_rows_scaled(const float* x, const int32_t* ids, const floa
   use();
   const int32_t* device_ids = argument(ids, n_ids);
   const float* device_scales = argument(scales, n_ids);
-  add_rows_scaled_kernel<<<cuda::blocks_for(n_cols, 256), 256, 0, stream_>>>(x, device_ids, device_scales, n_ids,
-                                                                              n_cols, y);
+  add_rows_scaled_kernel<<<cuda::blocks_for(n_cols, 256), 256, 0, stream_>>>(x, device_ids, device_scales,
+                                                                             n_ids, n_cols, y);
   launched("add_rows_scaled");
 }
 

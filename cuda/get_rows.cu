@@ -36,7 +36,8 @@ void CudaBackend::get_rows(DType type, const void* table, int64_t n_cols, const 
     get_rows_kernel<T><<<static_cast<unsigned>(n_ids), 64, 0, stream_>>>(static_cast<const uint8_t*>(table),
                                                                          device_ids, y, n_cols);
   });
-  if (!known) throw std::logic_error(cat("[cuda] get_rows of a ", dtype_name(type), " table (see supports())"));
+  if (!known)
+    throw std::logic_error(cat("[cuda] get_rows of a ", dtype_name(type), " table (see supports())"));
   launched("get_rows");
 }
 

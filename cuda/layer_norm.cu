@@ -35,8 +35,8 @@ void CudaBackend::layer_norm(const float* x, const float* weight, const float* b
                              int64_t n_cols, float eps, float* y) {
   if (n_rows == 0) return;
   use();
-  layer_norm_kernel<<<static_cast<unsigned>(n_rows), cuda::kRowThreads, 0, stream_>>>(x, weight, bias, y, n_cols,
-                                                                                      eps);
+  layer_norm_kernel<<<static_cast<unsigned>(n_rows), cuda::kRowThreads, 0, stream_>>>(x, weight, bias, y,
+                                                                                      n_cols, eps);
   launched("layer_norm");
 }
 

@@ -52,7 +52,8 @@ void CudaBackend::matmul(DType wtype, const void* w, int64_t n_in, int64_t n_out
   }
   const bool known = n_rows < kMatMatMinRows ? cuda::matmul_vec(wtype, w, n_in, n_out, x, n_rows, y, stream_)
                                              : cuda::matmul_mat(wtype, w, n_in, n_out, x, n_rows, y, stream_);
-  if (!known) throw std::logic_error(cat("[cuda] matmul of ", dtype_name(wtype), " weights (see supports())"));
+  if (!known)
+    throw std::logic_error(cat("[cuda] matmul of ", dtype_name(wtype), " weights (see supports())"));
   launched("matmul");
 }
 

@@ -57,8 +57,8 @@ bool matmul_vec(DType wtype, const void* w, int64_t n_in, int64_t n_out, const f
   const dim3 grid(static_cast<unsigned>((n_out + kWarps - 1) / kWarps),
                   static_cast<unsigned>((n_rows + kRows - 1) / kRows));
   return with_weight_type(wtype, [&]<DType T>() {
-    matmul_vec_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(static_cast<const uint8_t*>(w), x, y, n_in, n_out,
-                                                           n_rows);
+    matmul_vec_kernel<T>
+        <<<grid, 32 * kWarps, 0, stream>>>(static_cast<const uint8_t*>(w), x, y, n_in, n_out, n_rows);
   });
 }
 

@@ -17,7 +17,8 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight
   for (int64_t i = threadIdx.x; i < n_cols; i += cuda::kRowThreads) s = fmaf(xr[i], xr[i], s);
   s = cuda::block_reduce<false>(s, scratch);
   const float inv_rms = 1.0f / sqrtf(s / static_cast<float>(n_cols) + eps);
-  for (int64_t i = threadIdx.x; i < n_cols; i += cuda::kRowThreads) yr[i] = __fmul_rn(xr[i], inv_rms) * weight[i];
+  for (int64_t i = threadIdx.x; i < n_cols; i += cuda::kRowThreads)
+    yr[i] = __fmul_rn(xr[i], inv_rms) * weight[i];
 }
 
 }  // namespace
@@ -26,7 +27,8 @@ void CudaBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, 
                            float* y) {
   if (n_rows == 0) return;
   use();
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), cuda::kRowThreads, 0, stream_>>>(x, weight, y, n_cols, eps);
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), cuda::kRowThreads, 0, stream_>>>(x, weight, y, n_cols,
+                                                                                    eps);
   launched("rms_norm");
 }
 

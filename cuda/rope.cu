@@ -8,8 +8,9 @@ namespace {
 
 // Rotates pair `pair` of head (r, h) of x[n_rows, n_heads, head_dim] by positions[r] *
 // inv_freq[pair] (the f32 product, as on the CPU); the pair is (2i, 2i+1) or, neox, (i, i + n_pairs).
-__global__ void rope_kernel(float* x, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                            int64_t n_rows, int64_t n_heads, int64_t head_dim, int64_t n_pairs, bool neox) {
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t n_rows, int64_t n_heads,
+                            int64_t head_dim, int64_t n_pairs, bool neox) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n_rows * n_heads * n_pairs) return;
   const int64_t pair = i % n_pairs, rh = i / n_pairs, r = rh / n_heads;
@@ -33,7 +34,8 @@ void CudaBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_d
   const int32_t* device_positions = argument(positions, n_rows);
   const float* device_inv_freq = argument(params.inv_freq, n_pairs);
   rope_kernel<<<cuda::blocks_for(n_rows * n_heads * n_pairs, 256), 256, 0, stream_>>>(
-      x, device_positions, device_inv_freq, n_rows, n_heads, head_dim, n_pairs, params.layout == RopeLayout::neox);
+      x, device_positions, device_inv_freq, n_rows, n_heads, head_dim, n_pairs,
+      params.layout == RopeLayout::neox);
   launched("rope");
 }
 

@@ -44,7 +44,8 @@ __device__ void store(const Cache& c, bool q8, const float* src, uint8_t* cache_
   const float d = amax / 127.0f;
   const float id = d == 0.0f ? 0.0f : 1.0f / d;
   const int64_t e = 32 * g;
-  BlockQ8_0* b = reinterpret_cast<BlockQ8_0*>(cache_base + c.offset(pos, e / c.head_dim)) + e % c.head_dim / 32;
+  BlockQ8_0* b = reinterpret_cast<BlockQ8_0*>(cache_base + c.offset(pos, e / c.head_dim)) +
+                 e % c.head_dim / 32;
   b->d = cuda::f32_to_f16(d);
   for (int l = 0; l < 32; ++l) b->qs[l] = static_cast<int8_t>(roundf(__fmul_rn(s[l], id)));
 }
