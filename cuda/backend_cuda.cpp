@@ -225,15 +225,19 @@ Buffer CudaBackend::prepare_matmul_weight(DType wtype, const void* data, int64_t
 
 void CudaBackend::upload(const Buffer& dst, size_t offset, const void* src, size_t n_bytes) {
   use();
-  cuda::check(cudaMemcpyAsync(dst.as<uint8_t>() + offset, src, n_bytes, cudaMemcpyHostToDevice, stream_),
-              "upload (cudaMemcpyAsync)", index_);
+  if (n_bytes) {
+    cuda::check(cudaMemcpyAsync(dst.as<uint8_t>() + offset, src, n_bytes, cudaMemcpyHostToDevice, stream_),
+                "upload (cudaMemcpyAsync)", index_);
+  }
   finish("upload");
 }
 
 void CudaBackend::download(const Buffer& src, size_t offset, void* dst, size_t n_bytes) {
   use();
-  cuda::check(cudaMemcpyAsync(dst, src.as<uint8_t>() + offset, n_bytes, cudaMemcpyDeviceToHost, stream_),
-              "download (cudaMemcpyAsync)", index_);
+  if (n_bytes) {
+    cuda::check(cudaMemcpyAsync(dst, src.as<uint8_t>() + offset, n_bytes, cudaMemcpyDeviceToHost, stream_),
+                "download (cudaMemcpyAsync)", index_);
+  }
   finish("download (a kernel of this step failed)");
 }
 

@@ -3,6 +3,7 @@
 // one rounded multiply, and one rounded add or subtract for types with a minimum; __fmul_rn and
 // __fadd_rn keep nvcc from fusing them into an FMA, which would change the bits).
 //   Weight<T>::row_bytes(n_in): bytes of one row;
+//   Weight<T>::kPartialGroups: rows may end inside a group of 32 (the float types);
 //   Weight<T>::dq32(row, g, n_in, v): values 32g .. 32g+31 of the row at `row` (values past
 //   n_in read as 0: only float types allow n_in not a multiple of 32).
 // Block layouts are quant/blocks.h's structs, read in place from the file's bytes.
@@ -29,6 +30,7 @@ struct Weight;
 
 template <>
 struct Weight<DType::f32> {
+  static constexpr bool kPartialGroups = true;
   static constexpr int64_t row_bytes(int64_t n_in) { return 4 * n_in; }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t n_in, float v[32]) {
     const float* w = reinterpret_cast<const float*>(row);
@@ -39,6 +41,7 @@ struct Weight<DType::f32> {
 
 template <>
 struct Weight<DType::f16> {
+  static constexpr bool kPartialGroups = true;
   static constexpr int64_t row_bytes(int64_t n_in) { return 2 * n_in; }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t n_in, float v[32]) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(row);
@@ -49,6 +52,7 @@ struct Weight<DType::f16> {
 
 template <>
 struct Weight<DType::bf16> {
+  static constexpr bool kPartialGroups = true;
   static constexpr int64_t row_bytes(int64_t n_in) { return 2 * n_in; }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t n_in, float v[32]) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(row);
@@ -65,6 +69,7 @@ __constant__ static const int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, 
 
 template <>
 struct Weight<DType::q4_0> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockQ4_0); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + g;
@@ -79,6 +84,7 @@ struct Weight<DType::q4_0> {
 
 template <>
 struct Weight<DType::iq4_nl> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockIQ4_NL); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockIQ4_NL* b = reinterpret_cast<const BlockIQ4_NL*>(row) + g;
@@ -93,6 +99,7 @@ struct Weight<DType::iq4_nl> {
 
 template <>
 struct Weight<DType::q4_1> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockQ4_1); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ4_1* b = reinterpret_cast<const BlockQ4_1*>(row) + g;
@@ -112,6 +119,7 @@ __device__ __forceinline__ uint32_t load_qh(const uint8_t* qh) {
 
 template <>
 struct Weight<DType::q5_0> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockQ5_0); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ5_0* b = reinterpret_cast<const BlockQ5_0*>(row) + g;
@@ -129,6 +137,7 @@ struct Weight<DType::q5_0> {
 
 template <>
 struct Weight<DType::q5_1> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockQ5_1); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ5_1* b = reinterpret_cast<const BlockQ5_1*>(row) + g;
@@ -146,6 +155,7 @@ struct Weight<DType::q5_1> {
 
 template <>
 struct Weight<DType::q8_0> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 32 * sizeof(BlockQ8_0); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + g;
@@ -163,6 +173,7 @@ __device__ __forceinline__ int low_bits(const uint8_t* qs, int r, int l) {
 
 template <>
 struct Weight<DType::q2_k> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 256 * sizeof(BlockQ2_K); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ2_K* b = reinterpret_cast<const BlockQ2_K*>(row) + g / 8;
@@ -183,6 +194,7 @@ struct Weight<DType::q2_k> {
 
 template <>
 struct Weight<DType::q3_k> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 256 * sizeof(BlockQ3_K); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ3_K* b = reinterpret_cast<const BlockQ3_K*>(row) + g / 8;
@@ -217,6 +229,7 @@ __device__ __forceinline__ void k_scale_min(const uint8_t* scales, int s, int* s
 
 template <>
 struct Weight<DType::q4_k> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 256 * sizeof(BlockQ4_K); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ4_K* b = reinterpret_cast<const BlockQ4_K*>(row) + g / 8;
@@ -235,6 +248,7 @@ struct Weight<DType::q4_k> {
 
 template <>
 struct Weight<DType::q5_k> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 256 * sizeof(BlockQ5_K); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ5_K* b = reinterpret_cast<const BlockQ5_K*>(row) + g / 8;
@@ -253,6 +267,7 @@ struct Weight<DType::q5_k> {
 
 template <>
 struct Weight<DType::q6_k> {
+  static constexpr bool kPartialGroups = false;
   static constexpr int64_t row_bytes(int64_t n_in) { return n_in / 256 * sizeof(BlockQ6_K); }
   __device__ static void dq32(const uint8_t* row, int64_t g, int64_t, float v[32]) {
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + g / 8;

@@ -28,16 +28,17 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int64_t g = lane; g < n_groups; g += 32) {
     float v[32];
     Weight<T>::dq32(row, g, n_in, v);
-    const int n_l = 32 * g + 32 <= n_in ? 32 : static_cast<int>(n_in - 32 * g);
+    // Only float types have rows that end inside a group.
+    const bool whole = !Weight<T>::kPartialGroups || 32 * g + 32 <= n_in;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= n_r) break;
       const float* xr = x + (r0 + r) * n_in + 32 * g;
-      if (n_l == 32) {
+      if (whole) {
 #pragma unroll
         for (int l = 0; l < 32; ++l) acc[r] = fmaf(v[l], xr[l], acc[r]);
       } else {
-        for (int l = 0; l < n_l; ++l) acc[r] = fmaf(v[l], xr[l], acc[r]);
+        for (int l = 0; l < n_in - 32 * g; ++l) acc[r] = fmaf(v[l], xr[l], acc[r]);
       }
     }
   }
