@@ -44,7 +44,7 @@ for n in sys.argv[1:]:
   mkdir -p "$dst/ggml/src" "$dst/tools"
   cp -r "$peer"/{CMakeLists.txt,cmake,include,src,common,vendor,licenses} "$dst/"
   cp -r "$peer"/ggml/{CMakeLists.txt,cmake,include} "$dst/ggml/"
-  cp "$peer"/ggml/src/*.{c,cpp,h} "$peer"/ggml/src/CMakeLists.txt "$dst/ggml/src/" 2>/dev/null || true
+  find "$peer/ggml/src" -maxdepth 1 -type f -exec cp {} "$dst/ggml/src/" \;
   cp -r "$peer"/ggml/src/{ggml-cpu,ggml-cuda} "$dst/ggml/src/"
   cp -r "$peer"/tools/llama-bench "$dst/tools/"
   echo 'add_subdirectory(llama-bench)' >"$dst/tools/CMakeLists.txt"
@@ -93,7 +93,7 @@ if [[ $mode == all || $mode == bench ]]; then
   log "building llama.cpp's llama-bench with GGML_CUDA=ON ($peer)"
   # shellcheck disable=SC2086
   cmake -S "$peer" -B build/llama-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_NATIVE=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$CUDAARCHS" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="$CUDAARCHS" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_SERVER=OFF ${PEER_CMAKE_ARGS:-} >"$RESULTS/llama-configure.log" 2>&1 ||
     { tail -30 "$RESULTS/llama-configure.log"; exit 1; }
   cmake --build build/llama-cuda -j"$JOBS" --target llama-bench >"$RESULTS/llama-build.log" 2>&1 ||
