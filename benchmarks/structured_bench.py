@@ -5,7 +5,7 @@ answers finished (finish_reason stop), how many of those validate (jsonschema), 
 to max_tokens, and how many schemas the server refused (a 4xx: it cannot compile them).
 
     python benchmarks/structured_bench.py [--model M.gguf] [--max-tokens 256] [--servers ember,llama]
-        [--ember-pythonpath DIR] [--json out.json]
+        [--seeds N] [--ember-pythonpath DIR] [--json out.json]
 
 --ember-pythonpath runs another ember (e.g. /work/main/build/dev/pkg, for a before/after).
 
@@ -66,11 +66,15 @@ def ask(url: str, entry: dict, temperature: float, max_tokens: int, seed: int) -
     return out
 
 
-def run_corpus(url: str, corpus: list[dict], max_tokens: int, workers: int) -> list[dict]:
-    jobs = [(entry, t, i) for t in TEMPERATURES for i, entry in enumerate(corpus)]
+def run_corpus(url: str, corpus: list[dict], max_tokens: int, workers: int, seeds: int) -> list[dict]:
+    """Every schema once at temperature 0 (greedy: one answer) and `seeds` times at each other
+    temperature (one sample per schema says little about a sampled finish rate)."""
+    jobs = [(entry, t, i + 1000 * k) for t in TEMPERATURES for k in range(1 if t == 0 else seeds)
+            for i, entry in enumerate(corpus)]
     with ThreadPoolExecutor(workers) as pool:
         outs = list(pool.map(lambda job: ask(url, job[0], job[1], max_tokens, job[2]), jobs))
-    return [{"name": e["name"], "kind": e["kind"], "temperature": t, **o} for (e, t, _), o in zip(jobs, outs)]
+    return [{"name": e["name"], "kind": e["kind"], "temperature": t, "seed": seed, **o}
+            for (e, t, seed), o in zip(jobs, outs)]
 
 
 def table(results: dict[str, list[dict]]) -> str:
@@ -79,10 +83,12 @@ def table(results: dict[str, list[dict]]) -> str:
     kinds = sorted({r["kind"] for rs in results.values() for r in rs})
     head = f"{'kind':<18}" + "".join(f"| {s + ' stop valid len refused':<34}" for s in servers)
     lines = [head, "-" * len(head)]
-    for kind in [*kinds, "ALL"]:
+    rows = [(kind, lambda r, k=kind: r["kind"] == k) for kind in kinds]
+    rows += [(f"ALL t={t}", lambda r, t=t: r["temperature"] == t) for t in TEMPERATURES]
+    for kind, pick in [*rows, ("ALL", lambda r: True)]:
         row = f"{kind:<18}"
         for s in servers:
-            rs = [r for r in results[s] if kind in ("ALL", r["kind"])]
+            rs = [r for r in results[s] if pick(r)]
             c = Counter(r["outcome"] for r in rs)
             valid = sum(1 for r in rs if r.get("valid"))
             row += f"| {c['stop']:>3}/{len(rs):<4} {valid:>4} {c['length']:>4} {c['refused']:>4}{'':<14}"
@@ -99,6 +105,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=8, help="slots of each server and requests in flight")
     ap.add_argument("--ember-pythonpath", default=None, help="PYTHONPATH for the ember server")
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: the peer build)")
+    ap.add_argument("--seeds", type=int, default=1, help="samples per schema at each temperature above 0")
     ap.add_argument("--json", default=None, help="write every outcome to this file")
     args = ap.parse_args()
     corpus = json.loads(CORPUS.read_text())
@@ -119,10 +126,11 @@ def main() -> None:
                    "-np", str(args.parallel), "-c", str(args.parallel * 1024), "--jinja"]
         start = time.time()
         with running_server(cmd, url):
-            results[server] = run_corpus(url, corpus, args.max_tokens, args.parallel)
+            results[server] = run_corpus(url, corpus, args.max_tokens, args.parallel, args.seeds)
         print(f"{server}: {time.time() - start:.0f} s", file=sys.stderr)
         port += 1
-    print(f"{len(corpus)} schemas x temperatures {TEMPERATURES}, max_tokens {args.max_tokens}")
+    print(f"{len(corpus)} schemas x temperatures {TEMPERATURES} ({args.seeds} seeds above 0), "
+          f"max_tokens {args.max_tokens}")
     print(table(results))
     for server, rs in results.items():
         for r in rs:

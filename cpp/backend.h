@@ -100,6 +100,7 @@ struct RopeParams {
   int64_t n_rot = 0;                // leading dims of each head that rotate (even, <= head_dim)
   const float* inv_freq = nullptr;  // [n_rot/2] angle per position of pair i, scaling included:
                                     // freq_scale * freq_base^(-2i/n_rot) / freq_factor[i]
+  float mscale = 1.0f;              // multiplies cos and sin (LongRoPE's attention factor)
 };
 
 // Where one layer's cached keys and values of one sequence live. Each slot holds one K row and

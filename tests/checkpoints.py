@@ -1,5 +1,6 @@
-"""Tiny random Hugging Face checkpoints saved as folders for ember.convert (the MoE models, a
-BERT), the test prompt, and the bounds their converted logits are held to against transformers'.
+"""Tiny random Hugging Face checkpoints saved as folders for ember.convert (the MoE models,
+SmolLM3, Phi-3 with LongRoPE, a BERT), the test prompt, and the bounds their converted logits are
+held to against transformers'.
 tests/tiny_models.py makes the models these folders come from and writes GGUF files by hand."""
 
 from __future__ import annotations
@@ -102,6 +103,49 @@ def make_moe_model(case: str, seed: int = 0):
     config = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))(**{**MOE_COMMON, **spec})
     torch.manual_seed(seed)
     model = getattr(transformers, cls_name)(config).eval()
+    spread_weights(model)
+    return model
+
+
+# --- SmolLM3's NoPE layers, Phi-3's LongRoPE (tests/model/test_model_nope_longrope.py) ---------
+
+# Hidden 64, 4 query heads of 16 dims, 2 kv heads: small enough for 100 tokens in well under a second.
+SMALL_COMMON = {"vocab_size": N_VOCAB, "hidden_size": 64, "intermediate_size": 96,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}
+
+# SmolLM3: 1 = the layer rotates (transformers' no_rope_layers), 0 = NoPE. Not llama.cpp's
+# every-4th pattern, so the file's rope_pattern must be read.
+NOPE_FLAGS = [1, 0, 1, 0]
+
+# Phi-3 LongRoPE: 12 of 16 head dims rotate (partial_rotary_factor 0.75, as Phi-4-mini), so 6
+# pairs, each with its own short and long divisor; an original context of 32 tokens within a
+# 128-token one: attention factor sqrt(1 + ln 4 / ln 32) = 1.18.
+ORIGINAL_CTX = 32
+SHORT = [1.0, 1.3, 1.9, 2.6, 4.1, 7.5]
+LONG = [1.1, 2.2, 4.5, 9.0, 19.0, 41.0]
+
+
+def make_smollm3(flags: list[int] = NOPE_FLAGS, seed: int = 0):
+    """A random SmolLM3 of len(flags) layers, flags[i] == 1 where layer i rotates."""
+    config = transformers.SmolLM3Config(**SMALL_COMMON, num_hidden_layers=len(flags),
+                                        max_position_embeddings=512, no_rope_layers=flags)
+    torch.manual_seed(seed)
+    model = transformers.SmolLM3ForCausalLM(config).eval()
+    spread_weights(model)
+    return model
+
+
+def make_phi3_longrope(seed: int = 0, original_ctx: int = ORIGINAL_CTX):
+    """A random 2-layer Phi-3 with LongRoPE (SHORT and LONG factors), trained for original_ctx
+    tokens and extended to 4 times that."""
+    config = transformers.Phi3Config(
+        **SMALL_COMMON, num_hidden_layers=2, max_position_embeddings=4 * original_ctx,
+        original_max_position_embeddings=original_ctx,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": SHORT, "long_factor": LONG})
+    torch.manual_seed(seed)
+    model = transformers.Phi3ForCausalLM(config).eval()
     spread_weights(model)
     return model
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from ember.chat.template import ChatTemplate
+from ember.context_fit import Dropped
 from ember.engine import EngineBusy, EngineError, EngineStats
 from ember.results import Delta, GenerationResult, Timings, Usage
 from ember.sampling import SamplingParams
@@ -261,7 +262,8 @@ class ScriptedEngine:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
-               keep_tokens: Sequence[int] = ()) -> ScriptedRequest:
+               keep_tokens: Sequence[int] = (), dropped: Dropped | None = None
+               ) -> ScriptedRequest:
         text = "".join(chr(t - 1) for t in prompt_tokens)
         self.prompts.append(text)
         if "bug-in-submit" in text:

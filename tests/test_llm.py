@@ -100,6 +100,34 @@ def test_context_full_ends_with_length(stories_path: Path) -> None:
         small.create_completion(PROMPT, stream=True, top_p=7)
 
 
+def test_context_overflow_fits_prompts_and_chats(stories_path: Path) -> None:
+    """context_overflow (ember.context_fit): a raw prompt's middle cut, a chat's oldest turns
+    dropped, each reported in the usage; with max_tokens 8 of a 128-token context, 120 are the
+    prompt's."""
+    llm = LLM(stories_path, n_threads=1, n_ctx=128, context_overflow="truncate-middle")
+    prompt = [(7 * i) % 500 + 3 for i in range(300)]
+    r = llm.generate(prompt, max_tokens=8, **GREEDY)
+    assert (r.usage.prompt_tokens, r.usage.dropped_tokens, r.usage.dropped_messages) == (120, 180, 0)
+    assert r.text == llm.generate(prompt[:60] + prompt[-60:], max_tokens=8, **GREEDY).text
+    [batched] = llm.generate_batch([prompt], max_tokens=8, **GREEDY)
+    assert batched.text == r.text and batched.usage.dropped_tokens == 180
+    llm.context_overflow = "shift"
+    chat = [{"role": "system", "content": "Be kind."}]
+    for i in range(4):
+        chat += [{"role": "user", "content": f"Cat {i}?"}, {"role": "assistant", "content": "Ran."}]
+    chat.append({"role": "user", "content": "Dog?"})
+    kept = chat[:1] + chat[-1:]  # ~73 tokens; one more pair (~55) would not fit 120
+    r = llm.chat(chat, max_tokens=8, **GREEDY)
+    want = llm.tokenize_chat(kept)
+    assert r.usage.prompt_tokens == len(want)
+    assert r.usage.dropped_tokens == len(llm.tokenize_chat(chat)) - len(want)
+    assert r.usage.dropped_messages == 8
+    assert r.text == llm.chat(kept, max_tokens=8, **GREEDY).text
+    out = llm.create_chat_completion(chat, max_tokens=8, temperature=0.0)
+    assert out["usage"]["dropped_messages"] == 8
+    llm.close()
+
+
 # --- sampling ------------------------------------------------------------------------------------
 
 def test_same_seed_same_text(stories: LLM) -> None:

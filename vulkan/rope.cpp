@@ -9,6 +9,7 @@ namespace {
 struct RopePush {
   uint64_t x, positions, inv_freq;
   uint32_t n_rows, n_heads, head_dim, n_pairs, neox;
+  float mscale;
 };
 
 }  // namespace
@@ -24,7 +25,8 @@ void VulkanBackend::rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head
                       static_cast<uint32_t>(n_heads),
                       static_cast<uint32_t>(head_dim),
                       static_cast<uint32_t>(n_pairs),
-                      params.layout == RopeLayout::neox ? 1u : 0u};
+                      params.layout == RopeLayout::neox ? 1u : 0u,
+                      params.mscale};
   const vk::Grid g = vk::grid((n_rows * n_heads * n_pairs + 255) / 256);
   device_.dispatch("rope", &push, sizeof(push), g.x, g.y);
 }

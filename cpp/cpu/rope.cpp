@@ -22,8 +22,8 @@ void rope(float* x, int64_t n_rows, int64_t n_heads, int64_t head_dim, const int
       const float pos = static_cast<float>(positions[r]);
       for (int64_t i = 0; i < n_pairs; ++i) {
         const float theta = pos * params.inv_freq[i];  // f32, as transformers computes it
-        cos_theta[i] = std::cos(theta);
-        sin_theta[i] = std::sin(theta);
+        cos_theta[i] = std::cos(theta) * params.mscale;
+        sin_theta[i] = std::sin(theta) * params.mscale;
       }
       for (int64_t h = 0; h < n_heads; ++h) {
         float* head = x + (r * n_heads + h) * head_dim;

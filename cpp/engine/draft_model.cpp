@@ -51,6 +51,7 @@ ModelDrafter::ModelDrafter(std::shared_ptr<const Model> draft, const DraftModelC
   cache_ = PagedKVCache(model_->backend(), c.n_layer, c.n_head_kv, c.head_dim, config.n_blocks,
                         config.block_size);
   scratch_ = Scratch(model_->backend(), c, config.max_batch_rows);
+  scratch_.long_rope = model_->uses_long_rope(config.n_ctx);
   vocab_rows_ = config.vocab_rows < 0    ? draft_vocab_rows(c.n_vocab)
                 : config.vocab_rows == 0 ? c.n_vocab
                                          : config.vocab_rows;

@@ -23,6 +23,7 @@ namespace ember {
 
 struct DraftModelConfig {
   int64_t n_blocks = 0;  // KV blocks of the draft's own cache
+  int64_t n_ctx = 0;  // tokens one sequence may reach (the target's max_model_len): picks LongRoPE's factors
   int block_size = EngineOptions{}.block_size;
   int64_t max_batch_rows = EngineOptions{}.max_batch_tokens;  // rows of one draft forward pass at
                                                               // most (catch-up is chunked)

@@ -88,12 +88,14 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
     check_same_vocabulary(*model, *draft);
     DraftModelConfig dc;
     dc.n_blocks = config.kv.n_blocks;
+    dc.n_ctx = config.scheduler.max_model_len;
     dc.block_size = config.kv.block_size;
     dc.max_batch_rows = config.scheduler.max_batch_tokens;
     drafter = std::make_unique<ModelDrafter>(std::move(draft), dc);
   }
   ForwardRunnerConfig runner;
   runner.n_blocks = config.kv.n_blocks;
+  runner.n_ctx = config.scheduler.max_model_len;
   runner.block_size = config.kv.block_size;
   runner.max_batch_tokens = config.scheduler.max_batch_tokens;
   runner.parallel = config.scheduler.parallel;

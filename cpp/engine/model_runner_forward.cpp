@@ -56,6 +56,7 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   // Room for the largest step plus its throwaway rows.
   const int64_t n_batch = config.max_batch_tokens + n_pad_rows;
   scratch_ = Scratch(model_->backend(), c, n_batch);
+  scratch_.long_rope = model_->uses_long_rope(config.n_ctx);
   rows_.reserve(n_batch);
   logits_.reserve(static_cast<size_t>(config.parallel + n_pad_rows) * c.n_vocab);
 }

@@ -23,6 +23,8 @@ namespace ember {
 struct ForwardRunnerConfig {
   int64_t n_blocks = 0;                         // KV blocks: must equal the engine's KVCacheConfig
   int block_size = EngineOptions{}.block_size;  // tokens per block: likewise
+  // Tokens one sequence may reach (the scheduler's max_model_len): picks LongRoPE's factors.
+  int64_t n_ctx = 0;
   int64_t max_batch_tokens = EngineOptions{}.max_batch_tokens;  // rows of the largest batch (the
                                                                 // scratch's n_batch)
   int parallel = EngineOptions{}.parallel;                      // sequences of a batch at most

@@ -70,13 +70,14 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   if (l.bk) be.add_bias(p.k, l.bk.f32(), n, p.n_kv);
   if (l.bv) be.add_bias(p.v, l.bv.f32(), n, p.n_kv);
   if (l.k_norm) be.rms_norm(p.k, l.k_norm.f32(), n * c.n_head_kv, c.head_dim, c.rms_eps, p.k);
-  be.rope(p.k, n, c.n_head_kv, c.head_dim, p.batch.positions, rope);
+  const bool rotate = c.uses_rope(il);  // SmolLM3's NoPE layers attend without positions
+  if (rotate) be.rope(p.k, n, c.n_head_kv, c.head_dim, p.batch.positions, rope);
   store_kv_of_sequences(be, p.batch, il, p.n_kv, p.k, p.v);
   if (cache_only) return 0;
 
   if (l.bq) be.add_bias(p.q, l.bq.f32(), n, p.n_q);
   if (l.q_norm) be.rms_norm(p.q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, p.q);
-  be.rope(p.q, n, c.n_head, c.head_dim, p.batch.positions, rope);
+  if (rotate) be.rope(p.q, n, c.n_head, c.head_dim, p.batch.positions, rope);
   attend_sequences(be, p.batch, il, p.n_q, attention_params(c, il), p.q, p.attn);
 
   const int64_t n_rows = keep_output_rows(p, last);

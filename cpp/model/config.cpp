@@ -21,6 +21,7 @@ constexpr ArchInfo kArchs[] = {
     {"bert", ArchFamily::bert, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
     {"qwen2moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
     {"qwen3moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
+    {"smollm3", ArchFamily::llama, RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
 };
 
 }  // namespace
@@ -99,6 +100,28 @@ ModelConfig read_config(const GGUFFile& file) {
   if (factor == 0.0) factor = file.get_float(p + "rope.scale_linear", 0.0);
   if (factor < 0.0) throw FormatError(cat(where, "rope.scaling.factor ", factor, " must be > 0"));
   if (scaling == "linear" && factor > 0.0) c.rope_freq_scale = static_cast<float>(1.0 / factor);
+
+  // As llama.cpp reads them for every architecture: the context the RoPE was trained for (which
+  // picks LongRoPE's factors) and a factor on every rotated value (LongRoPE's attention scaling).
+  c.n_ctx_orig = file.get_int(p + "rope.scaling.original_context_length", c.n_ctx_train);
+  c.rope_attn_factor = static_cast<float>(file.get_float(p + "rope.scaling.attn_factor", 1.0));
+  if (c.n_ctx_orig <= 0 || !(c.rope_attn_factor > 0.0f)) {
+    throw FormatError(cat(where, "rope.scaling.original_context_length ", c.n_ctx_orig, " and attn_factor ",
+                          c.rope_attn_factor, " must be > 0"));
+  }
+  if (arch_name == "smollm3") {
+    // Which layers rotate: the file's pattern (llama.cpp's key, which its smollm3 code does not
+    // read), else llama.cpp's and transformers' default, every 4th layer without RoPE.
+    const std::vector<int64_t> pattern = file.get_ints(p + "attention.rope_pattern");
+    if (!pattern.empty() && static_cast<int64_t>(pattern.size()) != c.n_layer) {
+      throw FormatError(cat(where, "attention.rope_pattern has ", pattern.size(),
+                            " entries, expected one per layer (", c.n_layer, ")"));
+    }
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+      const bool rotates = pattern.empty() ? (il + 1) % 4 != 0 : pattern[il] != 0;
+      c.rope_layers.push_back(rotates ? 1 : 0);
+    }
+  }
 
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.arch->family == ArchFamily::llama) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend.h"
 #include "gguf/gguf.h"
@@ -11,8 +12,9 @@
 namespace ember {
 
 // The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp,
-// model/bert.cpp). gemma3's pass also runs gemma2 (the same blocks without Q/K norms, with logit
-// soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never logits.
+// model/bert.cpp; smollm3 is llama with NoPE layers). gemma3's pass also runs gemma2 (the same blocks without
+// Q/K norms, with logit soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never
+// logits.
 enum class ArchFamily { llama, gemma3, bert };
 
 // How a sequence's final token states become one embedding ({arch}.pooling_type, llama.cpp's
@@ -51,6 +53,13 @@ struct ModelConfig {
   int64_t n_rot = 0;  // rotated dims per head, {arch}.rope.dimension_count, else head_dim
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
+  // LongRoPE (Phi-3 / Phi-4 long-context models): two sets of frequency divisors,
+  // rope_factors_short.weight and rope_factors_long.weight (see ModelWeights); a context that
+  // may reach past n_ctx_orig uses the long ones (Model::rope_params).
+  int64_t n_ctx_orig = 0;         // {arch}.rope.scaling.original_context_length, else n_ctx_train
+  float rope_attn_factor = 1.0f;  // {arch}.rope.scaling.attn_factor: multiplies cos and sin
+  // NoPE layers (SmolLM3): layer il rotates Q and K unless rope_layers[il] is 0.
+  std::vector<uint8_t> rope_layers;  // [n_layer] {arch}.attention.rope_pattern; empty: all rotate
 
   // Sliding-window attention: layer il is local, seeing only the last sliding_window positions,
   // unless swa_pattern > 0 and (il + 1) % swa_pattern == 0 (gemma2, gemma3: every n-th layer
@@ -82,6 +91,7 @@ struct ModelConfig {
   bool expert_weights_norm = false;  // top-k weights renormalised to sum 1 ({arch}.expert_weights_norm)
 
   bool is_moe() const { return n_expert > 0; }
+  bool uses_rope(int64_t il) const { return rope_layers.empty() || rope_layers[il] != 0; }
   bool is_encoder() const { return arch->family == ArchFamily::bert; }
   bool is_swa(int64_t il) const {
     return sliding_window > 0 && (swa_pattern == 0 || (il + 1) % swa_pattern != 0);

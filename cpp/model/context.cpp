@@ -34,6 +34,7 @@ Context::Context(std::shared_ptr<const Model> model, const ContextOptions& optio
   block_table_.resize(n_blocks);
   std::iota(block_table_.begin(), block_table_.end(), 0);
   scratch_ = Scratch(model_->backend(), c, std::min(options.n_batch, n_ctx_));
+  scratch_.long_rope = model_->uses_long_rope(n_ctx_);
   all_rows_.resize(scratch_.n_batch);
   positions_.resize(scratch_.n_batch);
   chunk_outputs_.resize(scratch_.n_batch);

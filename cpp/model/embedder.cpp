@@ -15,6 +15,7 @@ Embedder::Embedder(std::shared_ptr<const Model> model, const EmbedderOptions& op
   if (options.n_batch <= 0) throw InvalidArgument(cat("[embed] n_batch must be > 0, got ", options.n_batch));
   const int64_t n_batch = c.is_encoder() ? std::max(options.n_batch, c.n_ctx_train) : options.n_batch;
   scratch_ = Scratch(model_->backend(), c, n_batch, /*states=*/true);
+  scratch_.long_rope = model_->uses_long_rope(max_tokens());
   kv_row_bytes_ = c.n_kv_dim() * int64_t{sizeof(uint16_t)};
   const size_t cache_bytes = static_cast<size_t>(c.n_layer * n_batch * kv_row_bytes_);
   k_cache_ = model_->backend().alloc(cache_bytes);

@@ -21,7 +21,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
     const LayerWeights& l = p.w.layers[il];
     // --- attention: x += post_norm(wo · attention(rope(norm(q)), rope(norm(k)), v)), the Q/K
     // norms Gemma 3's only; local layers rotate on their own base ---
-    const int64_t n_rows = decoder_attention(p, il, model.rope_params(il));
+    const int64_t n_rows = decoder_attention(p, il, model.rope_params(il, s.long_rope));
     if (n_rows == 0) break;  // the last layer of a chunk that wants no logits: its cache only
 
     // --- feed-forward: x += post_norm(down(gelu(gate(h)) * up(h))), h = norm(x) ---

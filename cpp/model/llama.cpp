@@ -11,7 +11,7 @@ namespace ember {
 void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, float* logits) {
   ForwardPass p(model, s, batch);
   const ModelConfig& c = p.c;
-  const RopeParams rope = model.rope_params();
+  const RopeParams rope = model.rope_params(0, s.long_rope);
 
   p.be.get_rows(p.w.token_embd.type, p.w.token_embd.data, p.n_embd, batch.tokens, p.n, p.x);
 

@@ -45,22 +45,30 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
   model->weights_ = bind_weights(*model->file_, model->config_, *model->backend_);
   model->prepare_weights();
 
-  // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it.
+  // inv_freq[i] = freq_scale * base^(-2i/n_rot) / factor[i], in f32 like transformers computes it;
+  // the factors of llama3-style scaling, or LongRoPE's short ones (its long ones in a table of
+  // their own).
   const ModelConfig& c = model->config_;
-  const float* factors = model->weights_.rope_freqs ? model->weights_.rope_freqs.f32() : nullptr;
-  model->rope_inv_freq_.resize(c.n_rot / 2);
-  for (int64_t i = 0; i < c.n_rot / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.n_rot);
-    float inv_freq = 1.0f / std::pow(c.rope_freq_base, exponent) * c.rope_freq_scale;
-    if (factors) {
-      if (!(factors[i] > 0.0f)) {
-        throw FormatError(cat("[model] ", path, ": tensor 'rope_freqs.weight': factor ", i, " is ",
-                              factors[i], ", expected > 0"));
+  const ModelWeights& w = model->weights_;
+  auto inv_freqs = [&](const WeightTensor& factors, const char* name) {
+    std::vector<float> inv_freq(c.n_rot / 2);
+    for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.n_rot);
+      inv_freq[i] = 1.0f / std::pow(c.rope_freq_base, exponent) * c.rope_freq_scale;
+      if (!factors) continue;
+      const float factor = factors.f32()[i];
+      if (!(factor > 0.0f)) {
+        throw FormatError(
+            cat("[model] ", path, ": tensor '", name, "': factor ", i, " is ", factor, ", expected > 0"));
       }
-      inv_freq /= factors[i];
+      inv_freq[i] /= factor;
     }
-    model->rope_inv_freq_[i] = inv_freq;
-  }
+    return inv_freq;
+  };
+  model->rope_inv_freq_ = w.rope_factors_short ? inv_freqs(w.rope_factors_short, "rope_factors_short.weight")
+                                               : inv_freqs(w.rope_freqs, "rope_freqs.weight");
+  if (w.rope_factors_long)
+    model->rope_inv_freq_long_ = inv_freqs(w.rope_factors_long, "rope_factors_long.weight");
   if (c.swa_own_rope) {  // gemma's local layers: their own base, no scaling or factors
     model->rope_inv_freq_swa_.resize(c.n_rot / 2);
     for (int64_t i = 0; i < c.n_rot / 2; ++i) {
@@ -126,12 +134,17 @@ void Model::prepare_weights() {
   }
 }
 
-RopeParams Model::rope_params(int64_t il) const {
+RopeParams Model::rope_params(int64_t il, bool long_context) const {
   RopeParams params;
   params.layout = config_.arch->rope_layout;
   params.n_rot = config_.n_rot;
-  params.inv_freq = config_.swa_own_rope && config_.is_swa(il) ? rope_inv_freq_swa_.data()
-                                                               : rope_inv_freq_.data();
+  params.mscale = config_.rope_attn_factor;
+  if (config_.swa_own_rope && config_.is_swa(il)) {
+    params.inv_freq = rope_inv_freq_swa_.data();
+  } else {
+    params.inv_freq = long_context && !rope_inv_freq_long_.empty() ? rope_inv_freq_long_.data()
+                                                                   : rope_inv_freq_.data();
+  }
   return params;
 }
 

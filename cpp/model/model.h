@@ -33,8 +33,18 @@ class Model {
   // Ops run on the backend from const methods of their callers: the backend is the model's
   // executor, not part of its value.
   Backend& backend() const { return *backend_; }
-  // RoPE of layer il (local sliding-window layers have their own frequencies).
-  RopeParams rope_params(int64_t il = 0) const;
+  // RoPE of layer il (local sliding-window layers have their own frequencies); long_context:
+  // LongRoPE's long factors (see uses_long_rope).
+  RopeParams rope_params(int64_t il = 0, bool long_context = false) const;
+  // Whether a cache whose sequences may reach n_ctx_seq tokens rotates with LongRoPE's long
+  // factors: it has them, and n_ctx_seq is past the original context. The choice holds for the
+  // cache's whole life, as in llama.cpp, so that every cached key was rotated by the same
+  // frequencies as the queries that read it. (transformers instead picks per forward call by the
+  // call's largest position, so a sequence crossing the original context during generation would
+  // hold keys of both kinds.)
+  bool uses_long_rope(int64_t n_ctx_seq) const {
+    return !rope_inv_freq_long_.empty() && n_ctx_seq > config_.n_ctx_orig;
+  }
 
  private:
   Model() = default;
@@ -51,9 +61,10 @@ class Model {
   // The matmul weights as the backend reads them (Backend::prepare_matmul_weight): views of the
   // mapping, or the backend's repacked copies, which weights_' matmul tensors then point into.
   std::vector<Buffer> matmul_weights_;
-  std::vector<Buffer> op_weights_;        // the other tensors ops read, as the backend reads them
-  std::vector<float> rope_inv_freq_;      // [n_rot / 2], scaling and frequency factors folded in
-  std::vector<float> rope_inv_freq_swa_;  // [n_rot / 2] of sliding-window layers; empty: none
+  std::vector<Buffer> op_weights_;         // the other tensors ops read, as the backend reads them
+  std::vector<float> rope_inv_freq_;       // [n_rot / 2], scaling and frequency factors folded in
+  std::vector<float> rope_inv_freq_long_;  // [n_rot / 2] with LongRoPE's long factors; empty: none
+  std::vector<float> rope_inv_freq_swa_;   // [n_rot / 2] of sliding-window layers; empty: none
 };
 
 }  // namespace ember

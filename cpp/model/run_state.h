@@ -18,6 +18,9 @@ struct Scratch {
   // The passes' outputs are the output rows' final (normed) states [n_outputs, n_embd], not logits:
   // an embedder's scratch (model/embedder.h); an encoder's always, as it has no output head.
   bool states = false;
+  // Every pass on this scratch rotates with LongRoPE's long factors: its owner's cache serves
+  // sequences past the model's original context (Model::uses_long_rope).
+  bool long_rope = false;
   Buffer x;         // f32 [n_batch, n_embd] residual stream
   Buffer xn;        // f32 [n_batch, n_embd] normed block input, then a block's output
   Buffer x_out;     // f32 [n_batch, n_embd] residual of the output rows in the last layer

@@ -190,10 +190,13 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
     w.tied_output = true;
   }
   w.rope_freqs = b.bind("rope_freqs.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
-  if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
-    throw Unsupported(cat(b.where("rope_factors_long.weight"),
-                          "LongRoPE scaling (Phi-3 128k) is not "
-                          "supported yet; use a model without rope_scaling (e.g. a 4k-context one)"));
+  w.rope_factors_short = b.bind("rope_factors_short.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
+  w.rope_factors_long = b.bind("rope_factors_long.weight", {c.n_rot / 2}, Use::f32, /*optional=*/true);
+  if (!w.rope_factors_short != !w.rope_factors_long || (w.rope_freqs && w.rope_factors_long)) {
+    throw FormatError(
+        cat(b.where(w.rope_factors_long ? "rope_factors_short.weight" : "rope_factors_long.weight"),
+            "LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight, "
+            "and no rope_freqs.weight beside them"));
   }
 
   const int64_t n_embd = c.n_embd, n_q = c.n_q_dim(), n_kv = c.n_kv_dim();

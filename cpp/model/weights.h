@@ -85,6 +85,8 @@ struct ModelWeights {
   WeightTensor token_embd_norm_b;    // [n_embd] f32, bert only
   bool tied_output = false;          // output.weight was absent
   WeightTensor rope_freqs;           // [n_rot / 2] f32 llama3-style frequency divisors; absent: all 1
+  WeightTensor rope_factors_short;   // [n_rot / 2] f32 LongRoPE divisors within n_ctx_orig; with
+  WeightTensor rope_factors_long;    // [n_rot / 2] f32 the divisors past it; both or neither
   std::vector<LayerWeights> layers;  // [n_layer]
 };
 

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ember.commands import bench, chat, convert, info, pull, quantize, run, serve
+from ember.commands import bench, chat, convert, info, perplexity, pull, quantize, run, serve
 
 app = typer.Typer(
     name="ember",
@@ -17,7 +17,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for command in (info, pull, bench, convert, quantize, run, chat, serve):
+for command in (info, pull, bench, perplexity, convert, quantize, run, chat, serve):
     command.register(app)
 
 

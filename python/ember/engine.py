@@ -27,6 +27,7 @@ from typing import Any, Optional, Union
 from ember import _core
 from ember.chat import builtin
 from ember.chat.template import ChatTemplate
+from ember.context_fit import Dropped
 from ember.core_attribute import CoreAttribute
 from ember.grammar import GrammarCompiler
 from ember.options import EngineOptions, engine_options, resolve_device  # noqa: F401 (re-exported)
@@ -82,6 +83,7 @@ class Request:
         self.n_cached = 0                   # prompt tokens the prefix cache served
         self.n_drafted = 0                  # speculative drafts verified, and accepted
         self.n_accepted = 0
+        self.dropped = Dropped()            # what fitting the prompt left out (context_fit)
         self.done = False                   # the final Delta has been produced
         self._handle: _core.EngineRequest | None = None  # None: max_tokens 0, or released
         self._id = 0
@@ -234,7 +236,8 @@ class Request:
         return chosen
 
     def _usage(self, n_prompt: int, n_out: int) -> Usage:
-        usage = Usage(n_prompt, n_out, n_prompt + n_out, self.n_cached)
+        usage = Usage(n_prompt, n_out, n_prompt + n_out, self.n_cached,
+                      dropped_tokens=self.dropped.tokens, dropped_messages=self.dropped.messages)
         if self.params.prediction is not None:
             usage.accepted_prediction_tokens = self.n_accepted
             usage.rejected_prediction_tokens = self.n_drafted - self.n_accepted
@@ -345,7 +348,8 @@ class Engine:
         self._core.check_prompt(list(tokens))
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
-               priority: int = 0, keep_tokens: Sequence[int] = ()) -> Request:
+               priority: int = 0, keep_tokens: Sequence[int] = (),
+               dropped: Dropped | None = None) -> Request:
         """Queues one request and returns it (iterate it for its Deltas). Raises ValueError for
         a request that can never run (InvalidRequest for a bad prompt, PromptTooLong for one over
         the context; ValueError for bad parameters), EngineBusy when the queue is full.
@@ -356,6 +360,7 @@ class Engine:
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
         request = Request(self, tokens, params, perf_counter(), keep_tokens)
+        request.dropped = dropped or Dropped()
         grammar = self.grammars.compile(params.constraint) if params.constraint else None
         if params.max_tokens == 0:
             self.check_prompt(tokens)  # what the engine's submit would check
@@ -390,10 +395,12 @@ class Engine:
 
     def generate_batch(self, prompts: Sequence[Prompt],
                        params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                       add_special: bool = True) -> list[GenerationResult]:
+                       add_special: bool = True, dropped: Sequence[Dropped] = ()
+                       ) -> list[GenerationResult]:
         """Runs every prompt at once (all are submitted before any result is read) and returns
         their results in order. `params` is one SamplingParams for all, or one per prompt. If
-        one request fails, the others are cancelled and the error is raised."""
+        one request fails, the others are cancelled and the error is raised. dropped: per
+        prompt, what fitting it into the context left out (submit's)."""
         if params is None or isinstance(params, SamplingParams):
             per_prompt = [params or SamplingParams()] * len(prompts)
         else:
@@ -402,8 +409,9 @@ class Engine:
                 raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} SamplingParams")
         requests: list[Request] = []
         try:
-            for prompt, p in zip(prompts, per_prompt):
-                requests.append(self.submit(self.tokenize(prompt, add_special), p))
+            cuts = list(dropped) or [Dropped()] * len(prompts)
+            for prompt, p, cut in zip(prompts, per_prompt, cuts):
+                requests.append(self.submit(self.tokenize(prompt, add_special), p, dropped=cut))
             return [request.result() for request in requests]
         finally:
             for request in requests:

@@ -13,15 +13,17 @@ its branches are disjoint, as discriminated unions are).
 
 Where JSON allows anything a weak model can spin forever: "1111..." for an integer, endless
 fraction digits, endless indentation. Every JSON constraint ember builds is bounded there
-(JsonBounds: at most 16 integer digits, 10 fraction digits, no exponent; whitespace as
-WHITESPACE). llguidance has no option for number digits, so the bounds are written into the
-schema before it compiles: a number or integer without a minimum/maximum gets +-10^16
-(exclusive), a number without multipleOf gets multipleOf 10^-10, a time, date-time, e-mail or
-host name without maxLength gets its format's longest (FORMAT_MAX_LENGTH), and wherever the
-schema allows any value ({}, an object's unlisted properties, an array's unlisted items) it
-allows any value built from those bounded numbers. A schema's own minimum/maximum/multipleOf/
-maxLength replace the bound there, so a request that needs wider values says so in its schema.
-Only the compiled grammar is narrowed: every output still validates against the schema as given.
+(JsonBounds: at most 16 integer digits, 10 fraction digits, no exponent; between tokens one
+space, or a line break and at most 20 characters of indentation). llguidance has no option for
+number digits, so the bounds are written into the schema before it compiles: a number or
+integer without a minimum/maximum gets +-10^16 (exclusive), a number without multipleOf gets
+multipleOf 10^-10, a time, date-time, e-mail or host name without maxLength gets its format's
+longest (FORMAT_MAX_LENGTH), and wherever the schema allows any value ({}, an object's unlisted
+properties, an array's unlisted items) it allows any value built from those bounded numbers. A
+schema's own minimum/maximum/multipleOf/maxLength replace the bound there, so a request that
+needs wider values says so in its schema. Only the compiled grammar is narrowed: every output
+still validates against the schema as given. The server's flags (--json-int-digits,
+--json-frac-digits, --json-indent) set other bounds for every JSON constraint it builds.
 """
 
 from __future__ import annotations
@@ -34,11 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember import _core
-
-# Between two JSON tokens at most one space, or one line break and up to 20 characters of
-# indentation (llama.cpp's JSON grammars allow the same): room for pretty-printing, none for a
-# weak model to spin in whitespace.
-WHITESPACE = r"\x20|\x0D?\x0A[\x20\x09]{0,20}"
 
 KINDS = ("json_schema", "gbnf", "lark", "regex")
 
@@ -70,19 +67,32 @@ class ConstraintError(ValueError):
 
 @dataclass(frozen=True)
 class JsonBounds:
-    """How long a JSON number may be where its schema does not say. int_digits: digits before
-    the point (llama.cpp's JSON grammars allow 16 too); frac_digits: digits after it (10: the
-    finest multipleOf llguidance enforces exactly is 10^-11). Exponents are never written: a
-    number within +-10^16 needs none."""
+    """How long a JSON number may be where its schema does not say, and how much whitespace may
+    come between two JSON tokens. int_digits: digits before the point (llama.cpp's JSON grammars
+    allow 16 too); frac_digits: digits after it (10: the finest multipleOf llguidance enforces
+    exactly is 10^-11). Exponents are never written: a number within +-10^16 needs none.
+    indent: between two tokens at most one space, or one line break and up to `indent` spaces
+    or tabs (llama.cpp's JSON grammars allow 20 too): room for pretty-printing, none for a weak
+    model to spin in whitespace; -1: no whitespace at all (compact JSON)."""
 
     int_digits: int = 16
     frac_digits: int = 10
+    indent: int = 20
 
     def __post_init__(self) -> None:
         if not 1 <= self.int_digits <= 18:  # llguidance's integer ranges are 64-bit
             raise ConstraintError(f"int_digits must be 1 to 18, got {self.int_digits}")
         if not 0 <= self.frac_digits <= 10:
             raise ConstraintError(f"frac_digits must be 0 to 10, got {self.frac_digits}")
+        if not -1 <= self.indent <= 256:
+            raise ConstraintError(f"indent must be -1 (compact) to 256, got {self.indent}")
+
+    @property
+    def whitespace(self) -> str:
+        """The whitespace between two JSON tokens, as a regex (llguidance's whitespace_pattern)."""
+        if self.indent < 0:
+            return ""
+        return rf"\x20|\x0D?\x0A[\x20\x09]{{0,{self.indent}}}"
 
 
 BOUNDS = JsonBounds()
@@ -160,7 +170,7 @@ def _with_options(schema: Mapping[str, Any] | bool, param: str | None, bounds: J
         raise ConstraintError(f"the JSON schema's '$defs.{_ANY}' is reserved (ember sets it)", param)
     bounded = _bounded(schema, bounds)
     bounded["$defs"] = {**(defs if isinstance(defs, Mapping) else {}), _ANY: _bounded_any(bounds)}
-    options = {"whitespace_pattern": WHITESPACE, "coerce_one_of": True, "lenient": False}
+    options = {"whitespace_pattern": bounds.whitespace, "coerce_one_of": True, "lenient": False}
     return json.dumps({**bounded, "x-guidance": options})
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ember import _core
 from ember.chat.template import ChatTemplate, Message
+from ember.context_fit import Dropped, check_policy, fit_chat, fit_tokens
 from ember.embeddings import Embedder, EmbeddingInput, is_embedding_model
 from ember.engine import Engine
 from ember.grammar import Constraint
@@ -43,7 +44,7 @@ class LLM:
     def __init__(self, model: str | os.PathLike[str] | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, *, options: EngineOptions | None = None,
                  chat_template: str | None = None, pooling: str | None = None,
-                 **engine_fields: Any) -> None:
+                 context_overflow: str = "error", **engine_fields: Any) -> None:
         """Loads a GGUF model: a path (or a directory holding one .gguf), a Hugging Face Hub
         reference hf://USER/REPO[:QUANT] (see ember.hub.hf), or None for the default demo
         model, on the engine with `options` (an ember.EngineOptions, else the defaults) and
@@ -59,7 +60,12 @@ class LLM:
         llama3) or a Jinja file, instead of the model's (see ember.chat.builtin). pooling: how
         embed() pools token states (none, mean, cls, last, rank), instead of the file's
         pooling_type; a generation model embeds too, with an Embedder of the same file
-        loaded on the first embed (a second copy of the weights the CPU backend repacks)."""
+        loaded on the first embed (a second copy of the weights the CPU backend repacks).
+        context_overflow: what a prompt longer than the context (with the room kept for its
+        answer) becomes (ember.context_fit): "error" (PromptTooLong), "shift" (a chat's oldest
+        whole turns dropped) or "truncate-middle" (its first and last tokens kept); the
+        result's usage.dropped_tokens and dropped_messages say what went."""
+        self.context_overflow = check_policy(context_overflow)
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
         options = engine_options(options, n_threads=n_threads, n_ctx=n_ctx, **engine_fields)
@@ -128,21 +134,38 @@ class LLM:
                       | None = None, **variables: Any) -> list[int]:
         """The prompt tokens for `messages` (and OpenAI-shaped `tools`) in the model's chat
         template; other variables go to the template as they are."""
-        return self._chat_prompt(messages, tools, None, None, variables)[0]
+        return self._chat_prompt(messages, tools, None, None, variables, fit=False)[0]
 
     def _chat_prompt(self, messages: Sequence[Message], tools: Any, tool_choice: Any,
-                     parallel_tool_calls: Any, variables: Mapping[str, Any] | None = None
-                     ) -> tuple[list[int], PreparedChat]:
-        """The prompt tokens, and how to read tool calls in the answer (ember.tools.prompt)."""
+                     parallel_tool_calls: Any, variables: Mapping[str, Any] | None = None, *,
+                     max_tokens: int | None = None, fit: bool = True
+                     ) -> tuple[list[int], PreparedChat, Dropped]:
+        """The prompt tokens, how to read tool calls in the answer (ember.tools.prompt), and
+        what fitting them into the context (`fit`, with max_tokens' room for the answer) left
+        out."""
         request = parse_tools(tools, tool_choice, parallel_tool_calls)
-        chat = prepare_chat(self.chat_template, self.tokenizer, messages, request)
-        text = self.chat_template.render(chat.messages, add_generation_prompt=True,
-                                         **{**(variables or {}), **chat.variables})
-        return self.chat_template.tokenize(self.tokenizer, text + chat.answer_prefix), chat
+        prepared: dict[int, PreparedChat] = {}
 
-    def _prompt_tokens(self, prompt: Prompt) -> list[int]:
+        def tokens_of(kept: list[Message]) -> list[int]:
+            chat = prepared[len(kept)] = prepare_chat(self.chat_template, self.tokenizer, kept,
+                                                      request)
+            text = self.chat_template.render(chat.messages, add_generation_prompt=True,
+                                             **{**(variables or {}), **chat.variables})
+            return self.chat_template.tokenize(self.tokenizer, text + chat.answer_prefix)
+
+        policy = self.context_overflow if fit else "error"
+        kept, tokens, dropped = fit_chat(messages, tokens_of, policy, self.n_ctx, max_tokens,
+                                         bos=self._bos())
+        return tokens, prepared[len(kept)], dropped
+
+    def _bos(self) -> int | None:
+        bos = self.engine.tokenize("", add_special=True)
+        return bos[0] if bos else None
+
+    def _prompt_tokens(self, prompt: Prompt, max_tokens: int | None) -> tuple[list[int], Dropped]:
         # Like llama.cpp, control tokens spelled out in a raw prompt are those tokens.
-        return self.engine.tokenize(prompt, add_special=True, parse_special=True)
+        tokens = self.engine.tokenize(prompt, add_special=True, parse_special=True)
+        return fit_tokens(tokens, self.context_overflow, self.n_ctx, max_tokens, bos=self._bos())
 
     # --- generation ----------------------------------------------------------------------------
 
@@ -152,20 +175,32 @@ class LLM:
         finish_reason and the full GenerationResult. Sampling keywords are SamplingParams
         fields and override `params`. A bad prompt or parameter raises ValueError here.
         keep_tokens: control tokens whose text stays in the output."""
-        return iter(self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling),
-                                       keep_tokens=keep_tokens))
+        params = _params(params, sampling)
+        tokens, dropped = self._prompt_tokens(prompt, params.max_tokens)
+        return iter(self.engine.submit(tokens, params, keep_tokens=keep_tokens,
+                                       dropped=dropped))
+
+    def _chat_deltas(self, tokens: list[int], params: SamplingParams, chat: PreparedChat,
+                     dropped: Dropped) -> Iterator[Delta]:
+        """A fitted chat prompt's generation (ember.context_fit)."""
+        return iter(self.engine.submit(tokens, params, keep_tokens=chat.keep_tokens,
+                                       dropped=dropped))
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None,
                  **sampling: Any) -> GenerationResult:
         """Generates a completion of `prompt` (text, or token ids used as they are)."""
-        return self.engine.submit(self._prompt_tokens(prompt), _params(params, sampling)).result()
+        params = _params(params, sampling)
+        tokens, dropped = self._prompt_tokens(prompt, params.max_tokens)
+        return self.engine.submit(tokens, params, dropped=dropped).result()
 
     def generate_batch(self, prompts: Sequence[Prompt], params: SamplingParams | None = None,
                        **sampling: Any) -> list[GenerationResult]:
         """Generates completions of many prompts at once (batched in the engine's steps).
         Results come back in the order of `prompts`."""
         params = _params(params, sampling)
-        return self.engine.generate_batch([self._prompt_tokens(p) for p in prompts], params)
+        fitted = [self._prompt_tokens(p, params.max_tokens) for p in prompts]
+        return self.engine.generate_batch([tokens for tokens, _ in fitted], params,
+                                          dropped=[dropped for _, dropped in fitted])
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                **sampling: Any) -> Iterator[str]:
@@ -178,8 +213,10 @@ class LLM:
         """Like stream_deltas, for the model's answer to `messages` (and `tools`, OpenAI's
         [{"type": "function", "function": {...}}]) in its chat template. The text is the
         model's own, tool-call markup included (create_chat_completion parses it)."""
-        tokens, chat = self._chat_prompt(messages, tools, None, None)
-        return self.stream_deltas(tokens, params, keep_tokens=chat.keep_tokens, **sampling)
+        params = _params(params, sampling)
+        tokens, chat, dropped = self._chat_prompt(messages, tools, None, None,
+                                                  max_tokens=params.max_tokens)
+        return self._chat_deltas(tokens, params, chat, dropped)
 
     def chat(self, messages: Sequence[Message], params: SamplingParams | None = None, *,
              tools: Sequence[Mapping[str, Any]] | None = None,
@@ -250,7 +287,9 @@ class LLM:
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0,
                                 prediction=prediction)
-        tokens, chat = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls)
+        tokens, chat, dropped = self._chat_prompt(messages, tools, tool_choice,
+                                                  parallel_tool_calls,
+                                                  max_tokens=params.max_tokens)
         if chat.constraint is not None:  # a forced call (tool_choice required / named)
             if params.constraint is not None:
                 raise ValueError("tool_choice forces a tool call, which constrains the whole "
@@ -259,8 +298,8 @@ class LLM:
         fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
                         tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))
-        deltas = self.stream_deltas(tokens, params, keep_tokens=chat.keep_tokens)
-        return _shaped(fmt, deltas, stream, include_usage)
+        return _shaped(fmt, self._chat_deltas(tokens, params, chat, dropped), stream,
+                       include_usage)
 
 
 def _shaped(fmt: Formatter, deltas: Iterator[Delta], stream: bool,

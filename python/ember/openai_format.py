@@ -45,7 +45,16 @@ def usage_dict(usages: Sequence[Usage]) -> dict[str, Any]:
             "accepted_prediction_tokens": sum(u.accepted_prediction_tokens or 0 for u in usages),
             "rejected_prediction_tokens": sum(u.rejected_prediction_tokens or 0 for u in usages),
         }
+    usage.update(dropped_fields(first))
     return usage
+
+
+def dropped_fields(usage: Usage) -> dict[str, int]:
+    """ember's usage fields for what fitting the prompt into the context left out
+    (ember.context_fit): dropped_tokens and dropped_messages, only when something was."""
+    if not (usage.dropped_tokens or usage.dropped_messages):
+        return {}
+    return {"dropped_tokens": usage.dropped_tokens, "dropped_messages": usage.dropped_messages}
 
 
 def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
@@ -62,6 +71,9 @@ def merged_usage(groups: Sequence[Sequence[Usage]]) -> dict[str, Any]:
         usage["completion_tokens_details"] = {
             key: sum(d[key] for d in details)
             for key in ("accepted_prediction_tokens", "rejected_prediction_tokens")}
+    if any("dropped_tokens" in p for p in parts):
+        for key in ("dropped_tokens", "dropped_messages"):
+            usage[key] = sum(p.get(key, 0) for p in parts)
     return usage
 
 

@@ -17,6 +17,10 @@ class Usage:
     # and turned down (they still cost a forward row, as OpenAI's "rejected" ones are billed).
     accepted_prediction_tokens: int | None = None
     rejected_prediction_tokens: int | None = None
+    # What fitting the prompt into the context left out (ember.context_fit): tokens of the
+    # prompt as it came, not counted in prompt_tokens, and whole messages of a chat.
+    dropped_tokens: int = 0
+    dropped_messages: int = 0
 
 
 @dataclass

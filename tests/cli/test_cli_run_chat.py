@@ -99,6 +99,18 @@ def test_run_chat_template(smollm2_path: Path) -> None:
     assert proc.stdout == want.text + "\n"
 
 
+def test_run_truncates_the_middle_when_asked(stories_path: Path, stories_llm: LLM) -> None:
+    prompt = " ".join(f"w{i}" for i in range(60))
+    tokens = stories_llm.tokenize(prompt)
+    assert len(tokens) > 64
+    proc = ember("run", str(stories_path), "-p", prompt, "-c", "64", "-n", "4", "--temp", "0",
+                 "--context-overflow", "truncate-middle", "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    usage = json.loads(proc.stdout)["usage"]
+    assert (usage["prompt_tokens"], usage["dropped_tokens"]) == (60, len(tokens) - 60)
+    assert "dropped_messages" not in usage  # 0: left out, as when nothing is dropped
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing.gguf", "-p", "hi"], "error: model file not found: missing.gguf"),
     (["{stories}", "-p", "hi", "--top-p", "2"], "error: [sampling] top_p must be in (0, 1], got 2"),
@@ -110,6 +122,8 @@ def test_run_chat_template(smollm2_path: Path) -> None:
     (["{stories}", "-p", "hi", "-t", "0"], "error: --threads must be > 0, got 0"),
     (["{stories}", "-p", "hi", "-n", "-3"], "error: max_tokens must be >= 0, got -3"),
     (["{stories}", "-p", "hi " * 100, "-c", "16"], "more than the context of 16 tokens"),
+    (["{stories}", "-p", "hi", "--context-overflow", "cut"],
+     "error: --context-overflow must be one of error, truncate-middle, shift, got 'cut'"),
 ])
 def test_run_errors_are_one_line(stories_path: Path, args: list[str], message: str) -> None:
     args = [a.replace("{stories}", str(stories_path)) for a in args]
@@ -163,6 +177,42 @@ def test_chat_from_a_pipe(stories_path: Path, stories_llm: LLM) -> None:
     stats = [line for line in proc.stderr.splitlines() if "tokens/s" in line]
     assert len(stats) == 3 and all(re.fullmatch(r"\[20 tokens, [\d.]+ tokens/s, prompt \d+ ms\]", s)
                                    for s in stats)
+
+
+def test_chat_keeps_going_past_the_context(stories_path: Path) -> None:
+    """A piped conversation longer than a 256-token context: by default the oldest turns are
+    left out of each prompt (context_fit's shift, as ember.LLM does it), and a note on stderr
+    says how many; with --context-overflow error the chat stops with one error line."""
+    lines = [f"Cat {i}?" for i in range(7)]
+    llm = LLM(stories_path, n_threads=1, n_ctx=256, context_overflow="shift")
+    history: list[dict[str, str]] = []
+    answers, notes = [], []
+    for line in lines:
+        history.append({"role": "user", "content": line})
+        result = llm.chat(history, temperature=0.0, max_tokens=20)
+        history.append({"role": "assistant", "content": result.text})
+        answers.append(result.text)
+        u = result.usage
+        if u.dropped_messages:
+            notes.append(f"[context full: the {u.dropped_messages} oldest messages "
+                         f"({u.dropped_tokens} tokens) left out] ")
+    llm.close()
+    assert len(notes) >= 3  # the premise: the later turns drop some
+
+    proc = ember("chat", str(stories_path), "-c", "256", "--temp", "0", "-n", "20", *FAST,
+                 stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "".join(a + "\n" for a in answers)
+    assert [line[:line.index("[", 1)] for line in proc.stderr.splitlines()
+            if line.startswith("[context full")] == notes
+
+    proc = ember("chat", str(stories_path), "-c", "256", "--temp", "0", "-n", "20", *FAST,
+                 "--context-overflow", "error", stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("error: [request] the prompt has ")
+    assert "more than the context of 256 tokens" in proc.stderr.splitlines()[-1]
+    n_shown = len(proc.stderr.splitlines()) - 1  # the answers before the error, one stats line each
+    assert 0 < n_shown < len(lines) and proc.stdout == "".join(a + "\n" for a in answers[:n_shown])
 
 
 def test_chat_paris_from_a_pipe() -> None:

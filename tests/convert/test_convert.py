@@ -379,7 +379,8 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
                                                 "LlamaForSequenceClassification",
                                                 "Qwen2ForSequenceClassification",
                                                 "Qwen3ForSequenceClassification",
-                                                "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
+                                                "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+                                                "SmolLM3ForCausalLM"])
 
 
 def test_shape_mismatch_and_missing_tensor(tmp_path: Path, stories_hf_path: Path) -> None:

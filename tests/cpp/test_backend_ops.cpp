@@ -373,11 +373,12 @@ TEST(rope) {
     params.layout = layout;
     params.n_rot = n_rot;
     params.inv_freq = inv_freq.data();
+    params.mscale = layout == RopeLayout::neox ? 1.1832f : 1.0f;  // Phi-3's LongRoPE attention factor
     const Pair p = run_both({x}, x.size(), [&](Backend& be, auto& in, Buffer& y) {
       be.rope(in[0].template as<float>(), n_rows, n_heads, head_dim, pos.data(), params);
       be.add(in[0].template as<float>(), in[0].template as<float>(), x.size(), y.as<float>());
     });
-    // Each output mixes a pair (a, b): 2^-11 (|a| + |b|) from sin/cos, doubled by the x + x.
+    // Each output mixes a pair (a, b): 2^-11 (|a| + |b|) from sin/cos (times mscale), doubled by the x + x.
     std::vector<double> tol(x.size());
     const int64_t stride = layout == RopeLayout::neox ? 1 : 2,
                   partner = layout == RopeLayout::neox ? n_rot / 2 : 1;
@@ -385,7 +386,8 @@ TEST(rope) {
       for (int64_t d = 0; d < head_dim; ++d) tol[h * head_dim + d] = 0;
       for (int64_t i = 0; i < n_rot / 2; ++i) {
         const int64_t a = h * head_dim + i * stride, b = a + partner;
-        const double t = 2 * (std::fabs(double(x[a])) + std::fabs(double(x[b]))) * (1.0 / 2048 + 8 * kUlp);
+        const double t = 2 * params.mscale * (std::fabs(double(x[a])) + std::fabs(double(x[b]))) *
+                         (1.0 / 2048 + 8 * kUlp);
         tol[a] = tol[b] = t;
       }
     }

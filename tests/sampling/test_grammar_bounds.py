@@ -1,4 +1,4 @@
-"""The bounds of JSON constraints (ember.grammar.JsonBounds, WHITESPACE), without a model: walks
+"""The bounds of JSON constraints (ember.grammar.JsonBounds), without a model: walks
 through the grammar on stories260K's vocabulary by an adversary that writes digits and
 whitespace whenever it may (the loops a weak model falls into) must keep every number and
 every run of whitespace within the bounds, and finish where the schema leaves nothing else to
@@ -49,14 +49,15 @@ def walk(grammar: _core.Grammar, tokenizer: _core.Tokenizer, rng: random.Random,
 
 def assert_bounded(text: str, bounds: JsonBounds) -> None:
     """Outside strings: no number longer than the bounds, no exponent, no whitespace run over
-    a line break and 20 indentation characters."""
+    a line break and `bounds.indent` indentation characters (none at all when compact)."""
     outside = re.sub(r'"(\\.|[^"\\])*("|$)', '""', text)
     for number in re.findall(r"-?[0-9][0-9.eE+-]*", outside):
         whole, _, frac = number.lstrip("-").partition(".")
         assert len(whole) <= bounds.int_digits and len(frac) <= bounds.frac_digits, number
         assert "e" not in number.lower(), number
     for space in re.findall(r"[ \t\r\n]+", outside):
-        assert space == " " or re.fullmatch(r"\r?\n[ \t]{0,20}", space), repr(space)
+        assert bounds.indent >= 0, repr(space)
+        assert space == " " or re.fullmatch(rf"\r?\n[ \t]{{0,{bounds.indent}}}", space), repr(space)
 
 
 NUMERIC = [{"type": "integer"}, {"type": "number"}, {"type": ["integer", "null"]},
@@ -73,6 +74,33 @@ def test_a_digit_spinning_walk_finishes_within_the_bounds(case: int, tokenizer: 
         assert finished, text
         assert_bounded(text, BOUNDS)
         jsonschema.validate(json.loads(text), NUMERIC[case])
+
+
+@pytest.mark.parametrize("indent", [0, 3, -1])
+def test_the_whitespace_bound_is_the_one_asked_for(indent: int, tokenizer: _core.Tokenizer,
+                                                   compiler: GrammarCompiler) -> None:
+    """JsonBounds.indent narrows (3), forbids indentation (0) or all whitespace (-1, compact):
+    the whitespace-spinning adversary never writes more, and finishes a two-key object."""
+    bounds = JsonBounds(indent=indent)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    grammar = compiler.compile(Constraint.json_schema(schema).with_bounds(bounds))
+    spaces = []
+    for seed in range(3):
+        text, finished = walk(grammar, tokenizer, random.Random(seed), 80, adversary=True)
+        assert finished, text
+        assert_bounded(text, bounds)
+        jsonschema.validate(json.loads(text), schema)
+        spaces += re.findall(r"[ \t\r\n]+", text)
+    assert (spaces == []) == (indent < 0), spaces  # the adversary writes what it may
+    if indent > 0:
+        assert max(len(s.lstrip("\r\n")) for s in spaces) == indent, spaces
+
+
+def test_bounds_outside_their_range_are_refused() -> None:
+    for bad in ({"indent": -2}, {"indent": 257}, {"int_digits": 0}, {"frac_digits": 11}):
+        with pytest.raises(ConstraintError, match=next(iter(bad))):
+            JsonBounds(**bad)
 
 
 OPEN = [{"type": "object"}, {}, True, {"type": "array"}, {"type": "array", "items": {"type": "number"}},

@@ -15,7 +15,8 @@ from server_support import fake_config, free_socket, scripted, start_server
 FLAGS = ["--host", "--port", "--parallel", "--kv-size", "--kv-type", "--api-key", "--cors-origins",
          "--max-queue", "--alias", "--ctx-size", "--threads", "--max-connections", "--header-timeout",
          "--body-timeout", "--idle-timeout", "--host-allow", "--n-predict", "--temp", "--top-k",
-         "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui"]  # --webui/--no-webui
+         "--top-p", "--min-p", "--seed", "--repeat-penalty", "--webui",  # --webui/--no-webui
+         "--context-overflow", "--models-dir", "--keep-alive", "--max-memory"]
 
 
 def ember(*args: str, env: dict[str, str] | None = None,
@@ -47,6 +48,17 @@ def test_bad_flag_value_is_one_line() -> None:
     assert out.returncode == 1
     assert "parallel must be >= 1" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_context_overflow_help_and_bad_value() -> None:
+    out = ember("serve", "--help", env={"COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"})
+    text = " ".join(out.stdout.split())
+    for words in ("'shift' drops a chat's oldest whole turns", "'truncate-middle' keeps",
+                  "X-Context-Dropped-Tokens", "[default: error]"):
+        assert words in text, words
+    out = ember("serve", "--context-overflow", "sometimes")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "context_overflow must be one of error, truncate-middle, shift, got 'sometimes'" in out.stderr
 
 
 def test_kv_type_help_and_bad_values_are_one_line() -> None:

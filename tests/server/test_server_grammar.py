@@ -15,6 +15,7 @@ import pytest
 from schema_corpus import UNSUPPORTED
 from server_support import RunningServer, serving
 
+from ember.grammar import JsonBounds
 from ember.server.config import ServerConfig
 
 # Small enough for stories260K to finish within max_tokens.
@@ -114,3 +115,30 @@ def test_bad_constraint_fields_are_400s(server: RunningServer, body: dict, param
     r = post(server, "/v1/completions", {"prompt": "x", **body})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_json_bounds_flags_bound_every_json_constraint(stories_path: Path) -> None:
+    """--json-int-digits 2 --json-indent -1: every JSON answer (response_format, llama-server's
+    json_schema, vLLM's guided_json) is compact, its unbounded integers within two digits;
+    a schema's own maximum still widens its field."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "wide": {
+        "type": "integer", "minimum": 100000, "maximum": 999999}}, "required": ["n", "wide"],
+        "additionalProperties": False}
+    bodies = [{"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}},
+              {"json_schema": schema}, {"guided_json": schema}]
+    config = ServerConfig(model=str(stories_path), parallel=3, threads=1, ctx_size=256,
+                          json_bounds=JsonBounds(int_digits=2, indent=-1))
+    with serving(config) as running:
+        for i, extra in enumerate(bodies * 2):
+            r = post(running, "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Numbers"}], "max_tokens": 60,
+                "temperature": 1.5, "seed": i, **extra})
+            assert r.status_code == 200, r.text
+            text = r.json()["choices"][0]["message"]["content"]
+            assert not any(c in text for c in " \n\t"), text
+            if r.json()["choices"][0]["finish_reason"] == "stop":
+                value = json.loads(text)
+                jsonschema.validate(value, schema)
+                assert -99 <= value["n"] <= 99, text
+            else:
+                assert len(text.split(",")[0].removeprefix('{"n":').lstrip("-")) <= 2, text

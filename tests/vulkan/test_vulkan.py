@@ -125,6 +125,32 @@ def test_k_quant_and_iq4_nl_models_give_the_cpus_greedy_text(quantized_tiny_llam
         assert_greedy_is_the_cpus_up_to_near_ties(path, DEVICE, prompt, 16, quarter_of_the_rounding)
 
 
+def test_nope_layers_and_longrope_match_transformers(tmp_path: Path) -> None:
+    """SmolLM3's NoPE layers and Phi-3's LongRoPE (short and long factors, and the attention
+    factor the rope shader multiplies cos and sin by) on Vulkan, held to the CPU's bound against
+    transformers (tests/model/test_model_nope_longrope.py explains the contexts compared)."""
+    pytest.importorskip("transformers")
+    from checkpoints import (
+        F32_REL,
+        ORIGINAL_CTX,
+        make_phi3_longrope,
+        make_smollm3,
+        save_checkpoint,
+        tokens_for_test,
+    )
+    from tiny_models import hf_logits
+
+    tokens = tokens_for_test(100)
+    runs = [(make_smollm3(), 512, tokens), (make_phi3_longrope(), ORIGINAL_CTX, tokens[:ORIGINAL_CTX]),
+            (make_phi3_longrope(), 100, tokens)]
+    for i, (hf, n_ctx, prompt) in enumerate(runs):
+        folder = save_checkpoint(hf, tmp_path / f"hf{i}")
+        path = convert(folder, tmp_path / f"m{i}.gguf", "f32", progress=False).path
+        ours = np.asarray(_core.Model(str(path), device=DEVICE, n_ctx=n_ctx).eval(prompt))
+        ref = hf_logits(hf, prompt)
+        assert np.abs(ours - ref).max() < F32_REL * np.abs(ref).max(), (hf.config.model_type, n_ctx)
+
+
 def test_batching_is_invisible_and_prefix_caching_holds(stories_path: Path) -> None:
     model = _core.Model(str(stories_path), n_threads=2, device="cpu")
     prompts = prompts_of(model.n_vocab, [1, 17, 40, 5, 33, 70], seed=5)

@@ -109,6 +109,7 @@ class DecoderFamily:
     qkv_bias: ClassVar[str] = "none"        # "none", "optional" or "required"
     qk_norm: ClassVar[bool] = False         # per-head RMS norm on Q and K (qwen3)
     rope_scaling_types: ClassVar[tuple[str, ...]] = ("linear", "yarn")
+    rope_scaling_without_factor: ClassVar[tuple[str, ...]] = ()  # types whose parameters are others
 
     # The feed-forward's activation the forward pass computes (config.json's hidden_act, or
     # hidden_activation); SwiGLU's silu for the Llama-shaped families.
@@ -126,7 +127,8 @@ class DecoderFamily:
             raise ConvertError(f"{where}: RoPE scaling {scaling!r} is not supported for "
                                f"{self.gguf_arch} (supported: "
                                f"{', '.join(self.rope_scaling_types)})")
-        if scaling is not None and "factor" not in hp.rope_scaling:
+        if (scaling is not None and scaling not in self.rope_scaling_without_factor and
+                "factor" not in hp.rope_scaling):
             raise ConvertError(f"{where}: RoPE scaling {scaling!r} without a factor")
         # A *ForSequenceClassification (a reranker): its head score.weight over the last token's
         # state, no LM head; written as llama.cpp's cls.output with pooling rank and its labels.

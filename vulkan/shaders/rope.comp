@@ -1,7 +1,7 @@
 #version 450
 // rope.comp: rotates x[n_rows, n_heads, head_dim] in place, one invocation per (row, head, pair);
 // pair i is (2i, 2i+1) (interleaved) or (i, i + n_rot/2) (neox), at angle position * inv_freq[i]
-// (the f32 product, as on the CPU), reduced to [-pi, pi] before sin/cos.
+// (the f32 product, as on the CPU), reduced to [-pi, pi] before sin/cos, both scaled by mscale.
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -14,6 +14,7 @@ layout(push_constant) uniform Push {
   uint head_dim;
   uint n_pairs;  // n_rot / 2
   uint neox;
+  float mscale;  // multiplies cos and sin (LongRoPE's attention factor)
 } p;
 
 void main() {
@@ -24,7 +25,7 @@ void main() {
   // Cody-Waite reduction by 2pi = 6.28125 + 1.9353071795864769e-3 (k * 6.28125 is exact).
   const float k = floor(theta * 0.15915494309189535 + 0.5);
   precise float reduced = (theta - k * 6.28125) - k * 1.9353071795864769e-3;
-  const float c = cos(reduced), s = sin(reduced);
+  const float c = cos(reduced) * p.mscale, s = sin(reduced) * p.mscale;
   const uint base = rh * p.head_dim;
   const uint a = base + (p.neox != 0u ? pair : 2u * pair);
   const uint b = a + (p.neox != 0u ? p.n_pairs : 1u);

@@ -14,7 +14,9 @@ from typing import Any
 import typer
 
 from ember.commands import generation_options as opt
+from ember.context_fit import check_policy
 from ember.options import EngineOptions
+from ember.results import Usage
 from ember.sampling import SamplingParams
 
 HELP = "/clear: start over   /exit: quit   Ctrl-C: stop an answer   Ctrl-D: quit"
@@ -28,9 +30,12 @@ def chat(
     params: SamplingParams,
     options: EngineOptions,
     chat_template: opt.ChatTemplateOpt = None,
+    context_overflow: opt.ContextOverflow = "shift",
 ) -> None:
-    """Chat with a model in the terminal (reads messages from stdin when it is a pipe)."""
-    llm = opt.load_llm(model, options, chat_template)
+    """Chat with a model in the terminal (reads messages from stdin when it is a pipe). A
+    conversation longer than the context keeps going: by default its oldest turns are left out
+    of the prompt (--context-overflow shift), and a note on stderr says so."""
+    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"))
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (line editing and history for input())
@@ -75,6 +80,7 @@ def chat(
                     r = delta.result
                     stats = (f"[{r.usage.completion_tokens} tokens, {r.timings.tokens_per_s:.1f} "
                              f"tokens/s, prompt {r.timings.prompt_ms:.0f} ms]")
+                    stats = _dropped_note(r.usage) + stats
         except KeyboardInterrupt:
             stats = "[interrupted]"
         # The conversation keeps what was shown, even of an interrupted answer.
@@ -82,6 +88,18 @@ def chat(
         sys.stdout.write("\n")
         sys.stdout.flush()
         print(opt.dim(stats), file=sys.stderr)
+
+
+def _dropped_note(usage: Usage) -> str:
+    """What fitting the conversation into the context left out of this answer's prompt."""
+    if not (usage.dropped_messages or usage.dropped_tokens):
+        return ""
+    what = f"the {usage.dropped_messages} oldest messages" if usage.dropped_messages else ""
+    if usage.dropped_tokens and usage.dropped_messages:
+        what += f" ({usage.dropped_tokens} tokens)"
+    elif usage.dropped_tokens:
+        what = f"{usage.dropped_tokens} tokens from the middle"
+    return f"[context full: {what} left out] "
 
 
 def register(app: typer.Typer) -> None:

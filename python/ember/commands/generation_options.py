@@ -90,6 +90,15 @@ CHAT_TEMPLATE_HELP = ("NAME of a built-in template (chatml, gemma, llama3) or a 
                       "of the model's \\[default: the model's, else its architecture's, else chatml]")
 ChatTemplateOpt = Annotated[Optional[str], typer.Option(
     "--chat-template", help=CHAT_TEMPLATE_HELP, show_default=False)]
+CONTEXT_OVERFLOW_HELP = (
+    "a prompt that, with the room kept for its answer (max_tokens, at most half the context; "
+    "else a quarter of it), does not fit the context: 'error' refuses it (when longer than the "
+    "context itself); 'shift' drops a chat's oldest whole turns, keeping the system prompt, "
+    "the tools and the latest user message, and cuts the middle of what still does not fit; "
+    "'truncate-middle' keeps the prompt's first and last tokens and drops the middle (half "
+    "the room from the start, or a request's n_keep tokens; the rest from the end)")
+ContextOverflow = Annotated[str, typer.Option("--context-overflow", help=CONTEXT_OVERFLOW_HELP)]
+
 
 def sampling_params(*, temp: float, top_k: int, top_p: float, min_p: float, typical_p: float,
                     repeat_penalty: float, repeat_last_n: int, presence_penalty: float,
@@ -185,13 +194,15 @@ def with_generation_flags(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None) -> LLM:
+def load_llm(model: str | None, options: EngineOptions, chat_template: str | None = None,
+             context_overflow: str = "error") -> LLM:
     from ember.hub.models import resolve_model
     from ember.llm import LLM
 
     if options.draft_model is not None:
         options.draft_model = str(resolve_model(options.draft_model))
-    return LLM(model, options=options, chat_template=chat_template)
+    return LLM(model, options=options, chat_template=chat_template,
+               context_overflow=context_overflow)
 
 
 def prediction_text(value: str | None) -> str | None:

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ember.commands import generation_options as opt
+from ember.context_fit import check_policy
 from ember.grammar import Constraint
 from ember.options import EngineOptions
 from ember.sampling import SamplingParams
@@ -30,6 +31,7 @@ def run(
     options: EngineOptions,
     prediction: opt.Prediction = None,
     chat_template: opt.ChatTemplateOpt = None,
+    context_overflow: opt.ContextOverflow = "error",
     json_schema: Annotated[Optional[Path], typer.Option(
         "--json-schema", help="a JSON Schema file: the output is JSON that matches it")] = None,
     grammar: Annotated[Optional[Path], typer.Option(
@@ -46,7 +48,7 @@ def run(
     if constraint is not None:
         params = replace(params, constraint=constraint)
     params.prediction = opt.prediction_text(prediction)
-    llm = opt.load_llm(model, options, chat_template)
+    llm = opt.load_llm(model, options, chat_template, check_policy(context_overflow, "--context-overflow"))
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
@@ -64,7 +66,8 @@ def run(
     if as_json:
         out = {"text": result.text, "finish_reason": result.finish_reason,
                "tokens": result.tokens,
-               "usage": {k: v for k, v in asdict(result.usage).items() if v is not None},
+               "usage": {k: v for k, v in asdict(result.usage).items()
+                         if v is not None and not (k.startswith("dropped_") and v == 0)},
                "timings": asdict(result.timings)}
         typer.echo(json.dumps(out, ensure_ascii=False))
     else:

@@ -1,7 +1,10 @@
-"""`ember serve [MODEL]`: an OpenAI-compatible HTTP server.
+"""`ember serve [MODEL...]`: an OpenAI-compatible HTTP server.
 
     ember serve model.gguf --port 8080 --parallel 4 --api-key secret
     openai.OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="secret")
+
+    ember serve a.gguf b.gguf --keep-alive 10m --max-memory 8G   # several: `model` picks one
+    ember serve --models-dir ~/models
 
 Every option can also come from an EMBER_* environment variable (EMBER_PORT=9000 ...); the
 command line wins.
@@ -19,8 +22,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ember.chat import builtin
-from ember.commands.generation_options import CHAT_TEMPLATE_HELP
+from ember.commands.generation_options import CHAT_TEMPLATE_HELP, CONTEXT_OVERFLOW_HELP
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import EngineOptions
 from ember.server.config import ServerConfig
 
@@ -36,11 +40,51 @@ def _sampling_defaults(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+def _seconds(value: str | None) -> float | None:
+    from ember.server.models import parse_keep_alive
+
+    if value is None:
+        return None
+    try:
+        return parse_keep_alive(value)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--keep-alive") from None
+
+
+def _bytes(value: str | None) -> int | None:
+    from ember.server.models import parse_bytes
+
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--max-memory") from None
+
+
 def serve(
-    model: Annotated[Optional[str], typer.Argument(
-        help="a .gguf file or hf://USER/REPO[:QUANT] (default: the demo model, "
+    model: Annotated[Optional[list[str]], typer.Argument(
+        help="a .gguf file or hf://USER/REPO[:QUANT]; several: each is served under its file "
+             "name without .gguf, and a request's 'model' picks one (default: the demo model, "
              "SmolLM2-135M-Instruct)",
         envvar="EMBER_MODEL", show_default=False)] = None,
+    models_dir: Annotated[Optional[str], typer.Option(
+        "--models-dir", envvar="EMBER_MODELS_DIR",
+        help="serve every model in this folder (its .gguf files; a split model's shards are "
+             "one model, projector and adapter files are left out), each named by its file name "
+             "without .gguf (llama-server's router)", show_default=False)] = None,
+    keep_alive: Annotated[Optional[str], typer.Option(
+        "--keep-alive", envvar="EMBER_KEEP_ALIVE",
+        help="unload a model idle this long, reloaded on its next request: seconds or a "
+             "duration (30s, 5m, 1h30m), -1 never, 0 as soon as its requests end (Ollama's "
+             "keep_alive) \\[default: 5m with several models, never with one]",
+        show_default=False)] = None,
+    max_memory: Annotated[Optional[str], typer.Option(
+        "--max-memory", envvar="EMBER_MAX_MEMORY",
+        help="memory the loaded models may take (weights file + KV cache), e.g. 8G or 512M: "
+             "before a load, the least recently used idle models are unloaded to make room; a "
+             "model that cannot fit gets a 507 (503 while busy models hold the room) "
+             "\\[default: no limit]", show_default=False)] = None,
     host: Annotated[str, typer.Option(
         "--host", envvar="EMBER_HOST", help="address to listen on")] = _D.host,
     port: Annotated[int, typer.Option(
@@ -184,13 +228,33 @@ def serve(
         "--reasoning-budget", envvar="EMBER_REASONING_BUDGET",
         help="tokens of thinking a request gets at most, then </think> is forced (-1: no "
         "limit)")] = -1,
+    json_int_digits: Annotated[int, typer.Option(
+        "--json-int-digits", envvar="EMBER_JSON_INT_DIGITS",
+        help="JSON constraints (response_format, json_schema, tool calls): digits before the "
+        "point of a number whose schema gives no minimum/maximum (1-18; a weak model can "
+        "otherwise write \"1111...\" until max_tokens)")] = BOUNDS.int_digits,
+    json_frac_digits: Annotated[int, typer.Option(
+        "--json-frac-digits", envvar="EMBER_JSON_FRAC_DIGITS",
+        help="JSON constraints: digits after the point of a number whose schema gives no "
+        "multipleOf (0-10)")] = BOUNDS.frac_digits,
+    json_indent: Annotated[int, typer.Option(
+        "--json-indent", envvar="EMBER_JSON_INDENT",
+        help="JSON constraints: between two tokens one space, or a line break and at most this "
+        "many spaces or tabs (-1: compact JSON, no whitespace)")] = BOUNDS.indent,
+    context_overflow: Annotated[str, typer.Option(
+        "--context-overflow", envvar="EMBER_CONTEXT_OVERFLOW",
+        help=CONTEXT_OVERFLOW_HELP + ". The default answers as OpenAI and llama-server do "
+        "(400 context_length_exceeded); what was dropped is in the usage (dropped_tokens, "
+        "dropped_messages) and the X-Context-Dropped-Tokens/-Messages headers")] = "error",
 ) -> None:
-    """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    """Serve a model, or several, over an OpenAI-compatible HTTP API (/v1/chat/completions,
+    ...)."""
     from ember.hub.models import resolve_model
+    from ember.server.models import served_models
     from ember.server.run import serve as run_server
 
-    if model is not None:
-        model = str(resolve_model(model))  # a missing file fails now, not after listening
+    # A missing file fails now, not after listening.
+    files = [str(resolve_model(m)) for m in model or []]
     if pooling is not None and pooling not in POOLINGS:
         raise typer.BadParameter(f"{pooling!r} is not one of {', '.join(POOLINGS)}",
                                  param_hint="--pooling")
@@ -199,8 +263,13 @@ def serve(
             builtin.resolve(chat_template)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--chat-template") from None
+    keep_alive_seconds, max_memory_bytes = _seconds(keep_alive), _bytes(max_memory)
+    several = len(files) > 1 or models_dir is not None
     config = ServerConfig(
-        model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
+        model=files[0] if files and not several else None,
+        models=files if several else [], models_dir=models_dir,
+        keep_alive=keep_alive_seconds, max_memory=max_memory_bytes, host=host, port=port,
+        parallel=parallel, ctx_size=ctx_size,
         kv_size=kv_size, kv_type=kv_type, threads=threads, device=device, api_key=api_key,
         cors_origins=_names(cors_origins),
         max_queue=max_queue, aliases=_names(alias), max_body_bytes=max_body_size,
@@ -213,7 +282,9 @@ def serve(
         draft_model=str(resolve_model(draft_model)) if draft_model is not None else None,
         draft_max=draft_max, draft_min=draft_min, embedding=embedding, rerank=rerank,
         pooling=pooling, chat_template=chat_template, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget)
+        reasoning_budget=reasoning_budget, context_overflow=context_overflow,
+        json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent))
+    served_models(config)  # a folder without models, two models of one name: fail now
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)

@@ -28,6 +28,7 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from ember.openai_format import dropped_fields
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
@@ -251,7 +252,8 @@ class MessagesShape(PartsShape):
         return {"input_tokens": u.prompt_tokens - u.cached_tokens if u else self.n_prompt_tokens,
                 "cache_read_input_tokens": u.cached_tokens if u else 0,
                 "cache_creation_input_tokens": 0,
-                "output_tokens": u.completion_tokens if u else 0}
+                "output_tokens": u.completion_tokens if u else 0,
+                **(dropped_fields(u) if u else {})}
 
     def _message(self, content: list[dict[str, Any]]) -> dict[str, Any]:
         stop_reason, stop_sequence = self._stop()
@@ -298,7 +300,9 @@ class MessagesShape(PartsShape):
         return [sse({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {"output_tokens": self._usage()["output_tokens"]}}, "message_delta"),
+            "usage": {key: value for key, value in self._usage().items()
+                      if key in ("output_tokens", "dropped_tokens", "dropped_messages")}},
+            "message_delta"),
             sse({"type": "message_stop"}, "message_stop")]
 
     # --- respond.Shape ---------------------------------------------------------------------
@@ -340,7 +344,7 @@ async def messages(request: HTTPRequest, ctx: AppContext) -> Response:
         request, ctx, chat, thinking_budget=budget)
     options = parsed.options
     generation = Generation([prompt.tokens], [options.choice_params(0)], options.stream,
-                            prompt.keep_tokens)
+                            prompt.keep_tokens, [prompt.dropped])
     return await respond(request, ctx, MessagesShape(ctx.model_name, prompt), generation,
                          arrival)
 

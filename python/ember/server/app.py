@@ -7,8 +7,9 @@ completions), responses_api.py (OpenAI Responses), anthropic_api.py (Anthropic M
 llama_api.py (llama-server's native API), embeddings.py, rerank.py, tokens.py (tokenize),
 info.py (health, models, metrics, slots), webui.py (the chat page). A handler translates its
 API's request into one Generation (fields.py, protocol.py, prompts.py) that respond.py runs on
-the engine; errors.py answers every error. The model loads in a background thread once the
-server listens (/health answers 503 until then). Every route but /health and the chat page
+the engine; errors.py answers every error. One model loads in a background thread once the
+server listens (/health answers 503 until then); of several, each loads on first use, in the
+model a request's `model` selects (models.py). Every route but /health and the chat page
 needs the API key when one is set (auth.py); every route needs a Host header that names this
 server (browser.py).
 """
@@ -23,6 +24,8 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ember.engine import Engine
@@ -83,10 +86,31 @@ ANTHROPIC_ROUTES: list[tuple[str, list[str], Handler]] = [
 ]
 
 
+# GET routes that answer for the server, not for one model: they read ?model= themselves, and
+# never load a model.
+_SERVER_ROUTES = (info.health, info.list_models, info.get_model, info.metrics, webui.index,
+                  responses_api.retrieve)
+
+
+def _selecting(handler: Handler) -> Handler:
+    """handler, in the model its request selects: a body's `model` (AppContext.read_json), or a
+    GET's ?model= (llama-server's router: /props?model=NAME); the model stays loaded at least
+    until the handler returns (and while its requests run)."""
+    async def run(request: HTTPRequest, ctx: AppContext) -> Response:
+        try:
+            if request.method == "GET" and handler not in _SERVER_ROUTES:
+                await ctx.select(request.query_params.get("model"))
+            return await handler(request, ctx)
+        finally:
+            ctx.release_selection()
+
+    return run
+
+
 def _routes(config: ServerConfig) -> list[Route]:
     def table(rows: list[tuple[str, list[str], Handler]], error_body: ErrorBody | None = None
               ) -> list[Route]:
-        return [Route(path, endpoint(handler, error_body), methods=methods)
+        return [Route(path, endpoint(_selecting(handler), error_body), methods=methods)
                 for path, methods, handler in rows]
 
     page = table([("/", GET, webui.index)]) if config.webui else []
@@ -102,7 +126,9 @@ def create_app(config: ServerConfig, make_engine: Callable[[], Engine] | None = 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         ctx.loop = asyncio.get_running_loop()
-        threading.Thread(target=ctx.load, name="ember-load", daemon=True).start()
+        if ctx.single:  # one model: loaded now; several: each on first use
+            threading.Thread(target=ctx.load, name="ember-load", daemon=True).start()
+        ctx.models.start_keep_alive()
         try:
             yield
         finally:

@@ -4,17 +4,27 @@ check(); parallel and max_queue are the server's own defaults."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ember.embeddings import POOLINGS
+from ember.grammar import BOUNDS, JsonBounds
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
 
 @dataclass
 class ServerConfig:
-    model: str | None = None          # a .gguf path; None: the demo model
+    model: str | None = None          # a .gguf path; None: the demo model (unless models/models_dir)
+    # Several models (server/models.py): more .gguf files, and every model in a folder; each is
+    # named by its file name without .gguf, loads on first use and unloads after keep_alive
+    # seconds idle (None: 300 with several models, never with one; inf: never) or when
+    # max_memory bytes (weights + KV cache) would be exceeded.
+    models: list[str] = field(default_factory=list)
+    models_dir: str | None = None
+    keep_alive: float | None = None
+    max_memory: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     parallel: int = 1                 # slots: sequences generated at the same time, batched
@@ -47,6 +57,9 @@ class ServerConfig:
     # of thinking a request gets at most (-1: no limit), as llama-server's flags.
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    # JSON constraints' bounds where a schema does not give its own (ember.grammar.JsonBounds):
+    # number digits and the whitespace between tokens.
+    json_bounds: JsonBounds = BOUNDS
     webui: bool = True                # GET / serves the bundled chat page
     # /v1/embeddings, /embedding: an encoder (bert) serves only those; a decoder keeps its chat
     # routes beside them (llama-server's --embedding, which embeds with any model).
@@ -57,6 +70,9 @@ class ServerConfig:
     draft_model: str | None = None    # a draft model's .gguf (same vocabulary): spec "draft"
     draft_max: int = _ENGINE.draft_max  # drafts per request and step at most
     draft_min: int = _ENGINE.draft_min  # fewer would not pay: none
+    # A prompt longer than the context (with its answer's room): "error" (a 400), "shift" or
+    # "truncate-middle" (ember.context_fit)
+    context_overflow: str = "error"
 
     def __post_init__(self) -> None:
         if self.rerank:
@@ -77,6 +93,13 @@ class ServerConfig:
                               ("idle_timeout", self.idle_timeout)):
             if not seconds >= 0:
                 raise ValueError(f"{name} must be >= 0, got {seconds}")
+        if self.keep_alive is not None and not self.keep_alive >= 0:
+            raise ValueError(f"keep_alive must be >= 0 seconds (inf: never), got {self.keep_alive}")
+        if self.max_memory is not None and self.max_memory <= 0:
+            raise ValueError(f"max_memory must be > 0 bytes, got {self.max_memory}")
+        if self.aliases and (self.models or self.models_dir):
+            raise ValueError("--alias names the one model served; with several, each is named "
+                             "by its file name (without .gguf)")
         from ember.server.reasoning import FORMATS
 
         if self.reasoning_format not in FORMATS:
@@ -85,6 +108,9 @@ class ServerConfig:
         if self.reasoning_budget < -1:
             raise ValueError(f"reasoning_budget must be >= -1 (-1: no limit), got "
                              f"{self.reasoning_budget}")
+        from ember.context_fit import check_policy
+
+        check_policy(self.context_overflow)
         if self.n_predict is not None and self.n_predict < -1:
             raise ValueError(f"n_predict must be >= -1 (-1: no limit), got {self.n_predict}")
         from ember.sampling import SamplingParams
@@ -95,6 +121,16 @@ class ServerConfig:
         self.cors_origins = cors_origins(self.cors_origins)  # ValueError naming a bad one
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key
+
+    @property
+    def several_models(self) -> bool:
+        return bool(self.models or self.models_dir)
+
+    @property
+    def keep_alive_seconds(self) -> float:
+        if self.keep_alive is not None:
+            return self.keep_alive
+        return 300.0 if self.several_models else math.inf
 
     def engine_options(self) -> EngineOptions:
         """The engine's options: the fields above under their EngineOptions names."""

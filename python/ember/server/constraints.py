@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ember.grammar import Constraint, ConstraintError
+from ember.grammar import BOUNDS, Constraint, ConstraintError, JsonBounds
 from ember.server.errors import APIError, bad_request
 
 
@@ -121,10 +121,15 @@ def _structured_outputs(value: Any) -> Constraint | None:
     return _guided(_STRUCTURED[given[0]], value[given[0]], f"structured_outputs.{given[0]}")
 
 
-def parse_constraint(body: Mapping[str, Any]) -> Constraint | None:
-    """The one constraint the body asks for, or None. A 400 naming the field for a bad one.
-    vLLM's guided_decoding_backend picks among its backends; ember's one (llguidance) serves
-    any of them."""
+def parse_constraint(body: Mapping[str, Any], bounds: JsonBounds = BOUNDS) -> Constraint | None:
+    """The one constraint the body asks for, or None, a JSON one with `bounds` (the server's
+    --json-* flags). A 400 naming the field for a bad one. vLLM's guided_decoding_backend picks
+    among its backends; ember's one (llguidance) serves any of them."""
+    constraint = _parse_constraint(body)
+    return constraint.with_bounds(bounds) if constraint is not None else None
+
+
+def _parse_constraint(body: Mapping[str, Any]) -> Constraint | None:
     if body.get("guided_whitespace_pattern") is not None:
         raise bad_request("'guided_whitespace_pattern' is not supported by ember (JSON "
                           "whitespace is bounded by ember's own pattern)",

@@ -1,7 +1,8 @@
-"""What the request handlers share (AppContext): the config, the engine once it is loaded, the
-chat template, the metrics, the /slots view, and the helpers every handler uses (readiness,
-model names, reading a JSON body, running work beside the event loop). Handlers import this;
-it imports no handler and calls none, so imports and calls point one way.
+"""What the request handlers share (AppContext): the config, the served models (a
+ModelRegistry, server/models.py) and, per request, the one it selected (its engine, chat
+template, /slots view), the metrics, and the helpers every handler uses (readiness, model
+names, reading a JSON body, running work beside the event loop). Handlers import this; it
+imports no handler and calls none, so imports and calls point one way.
 
 The engine is ember.engine.Engine — the public API, nothing of ember._core: `submit` (which
 raises ValueError for a request that can never run and EngineBusy past --max-queue),
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,15 +31,17 @@ from starlette.requests import Request as HTTPRequest
 from ember import _core
 from ember.chat.template import ChatTemplate
 from ember.embeddings import Embedder
-from ember.engine import Engine, Request
+from ember.engine import Engine
 from ember.server.config import ServerConfig
 from ember.server.errors import APIError, bad_request
 from ember.server.fim import FimTokens
 from ember.server.metrics import ServerMetrics
+from ember.server.models import LoadedModel, ModelEntry, ModelRegistry, served_models
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import Defaults
 from ember.server.response_store import ResponseStore
 from ember.server.scoring import PromptScorer
+from ember.server.slots import Slots
 
 log = logging.getLogger("ember.server")
 
@@ -53,60 +57,6 @@ INLINE_BODY_BYTES = 64 << 10
 MAX_BODY_COMMAS = 1 << 18
 
 
-@dataclass
-class SlotView:
-    """One of the `parallel` places a request runs in, llama-server's /slots style."""
-
-    id: int
-    request: Request | None = None   # the request it runs now
-    request_id: str | None = None    # the HTTP-level id of that (or the last) request
-    n_prompt_tokens: int = 0
-    n_decoded: int = 0
-    n_cached_tokens: int = 0         # tokens whose KV the slot left for prefix reuse
-
-    def as_json(self, n_ctx: int) -> dict[str, Any]:
-        busy = self.request is not None
-        n_decoded = len(self.request.tokens) if self.request is not None else self.n_decoded
-        return {"id": self.id, "state": "processing" if busy else "idle", "is_processing": busy,
-                "request_id": self.request_id, "n_ctx": n_ctx,
-                "n_prompt_tokens": self.n_prompt_tokens, "n_decoded": n_decoded,
-                "n_cached_tokens": self.n_cached_tokens}
-
-
-class Slots:
-    """Which live request shows in which slot (bookkeeping for /slots and for shutdown; the
-    engine schedules by itself). Requests beyond `parallel` wait for a slot in arrival order."""
-
-    def __init__(self, n_slots: int) -> None:
-        self.views = [SlotView(i) for i in range(n_slots)]
-        self.live: dict[Request, str] = {}  # every unfinished request -> its HTTP-level id
-
-    def add(self, request: Request, request_id: str) -> None:
-        self.live[request] = request_id
-        self._assign(request, request_id)
-
-    def remove(self, request: Request) -> None:
-        if self.live.pop(request, None) is None:
-            return
-        for view in self.views:
-            if view.request is request:
-                view.request = None
-                view.n_decoded = len(request.tokens)
-                view.n_cached_tokens = view.n_prompt_tokens + view.n_decoded
-                waiting = [r for r in self.live if not any(v.request is r for v in self.views)]
-                if waiting:
-                    self._assign(waiting[0], self.live[waiting[0]])
-                return
-
-    def _assign(self, request: Request, request_id: str) -> None:
-        for view in self.views:
-            if view.request is None:
-                view.request, view.request_id = request, request_id
-                view.n_prompt_tokens, view.n_decoded = len(request.prompt_tokens), 0
-                view.n_cached_tokens = 0
-                return
-
-
 def _below_the_engine() -> None:
     """Lowers the calling worker thread's CPU priority (Linux schedules threads one by one;
     elsewhere the setting would reach the whole process, the engine included, so it is left)."""
@@ -118,27 +68,38 @@ def _below_the_engine() -> None:
             pass
 
 
+# The model the request being handled selected (by its body's `model` or ?model=): each request
+# runs in its own asyncio task, whose copy of this variable no other request sees. Reading it
+# is how one AppContext answers every request for the model that request named.
+_SELECTED: ContextVar[_Selection | None] = ContextVar("ember_selected_model", default=None)
+
+
+@dataclass
+class _Selection:
+    entry: ModelEntry
+    held: bool  # acquired from the registry: released when the handler returns
+
+
 class AppContext:
-    """The server's state. `make_engine` loads the model (called once, in a thread, after the
-    server listens); /health answers 503 until it returns."""
+    """The server's state: the config, the models (a ModelRegistry), and per request the model
+    it selected (engine, template, slots, ... below are that model's). With one model served,
+    it loads once, in a thread, after the server listens (/health answers 503 until then);
+    with several, each loads on first use (server/models.py)."""
 
     def __init__(self, config: ServerConfig, make_engine: Callable[[], Engine] | None = None
                  ) -> None:
         self.config = config
-        self.make_engine = make_engine or self._load_engine
-        self.engine: Engine | None = None
-        # With config.embedding: an encoder's, instead of the engine; a decoder's, beside it.
-        self.embedder: Embedder | None = None
-        self.template: ChatTemplate | None = None
-        self.bound: PromptBound | None = None  # the bounded-cost context check, set at load
-        self.fim: FimTokens | None = None      # the model's infill tokens, if it has them
-        self._scorer: PromptScorer | None = None
+        self._make_engine: Callable[[Path | None], Engine] = (
+            (lambda path: make_engine()) if make_engine is not None else self._load_engine)
+        self.models = ModelRegistry(served_models(config), self._load_model,
+                                    config.engine_options, config.keep_alive_seconds,
+                                    config.max_memory)
         self.responses = ResponseStore()       # /v1/responses created with store: true
         self.metrics = ServerMetrics()
-        self.slots = Slots(config.parallel)
         self.created = int(time.time())
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.load_error: str | None = None
+        self.load_error: str | None = None     # the single model's start-up load failed
+        self._first_load_done = False          # the single model's start-up load has ended
         self.shutting_down = False
         self.on_load_error: Callable[[], None] | None = None
         self._worker_lock: asyncio.Lock | None = None  # see in_worker
@@ -148,21 +109,29 @@ class AppContext:
 
     # --- loading and shutdown ------------------------------------------------------------------
 
-    def _load_engine(self) -> Engine:
+    @property
+    def single(self) -> bool:
+        """One model served: it loads at start-up and answers to any name."""
+        return len(self.models.entries) == 1
+
+    def _load_engine(self, path: Path | None) -> Engine:
         from ember.hub.models import resolve_model
 
         c = self.config
-        return Engine(resolve_model(c.model), c.engine_options(), chat_template=c.chat_template)
+        return Engine(resolve_model(str(path) if path is not None else None), c.engine_options(),
+                      chat_template=c.chat_template)
 
-    def load(self) -> None:
-        """Runs in a background thread: loads the model; on failure logs it and tells the
-        runner (which stops the server)."""
-        assert self.loop is not None
-        if self.config.embedding and self._serves_encoder():
-            return self._load_embedder()
+    def _load_model(self, path: Path | None) -> LoadedModel:
+        """Loads one model (in a worker thread); raises what went wrong."""
+        c = self.config
+        if c.embedding and self._serves_encoder(path):  # an encoder: the embedder alone
+            from ember.hub.models import resolve_model
+
+            embedder = self._make_embedder(resolve_model(str(path) if path else None))
+            return LoadedModel(embedder.path, None, embedder=embedder, slots=Slots(c.parallel))
         engine: Engine | None = None
         try:
-            engine = self.make_engine()
+            engine = self._make_engine(path)
             template = engine.chat_template  # read (and compiled) now: a bad one fails the load
             # Rendered once under the limits (1 s, 1 M characters): a template that loops,
             # recurses or builds huge strings fails here, visibly, not on the first request.
@@ -172,24 +141,35 @@ class AppContext:
                 if engine.path.is_file() else None
             # --embedding with a decoder: its embeddings beside chat (llama-server's), from an
             # Embedder of the same file (its own scratch, cache and copy of repacked weights).
-            embedder = self._make_embedder(engine.path) if self.config.embedding else None
-        except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            embedder = self._make_embedder(engine.path) if c.embedding else None
+        except BaseException:
             if engine is not None:
                 engine.close()
-            self._load_failed(err)
-            return
+            raise
         log.info("loaded %s: %d request(s) at once, %d tokens each, KV cache of %d tokens (%s)",
                  engine.path.name, engine.parallel, engine.n_ctx, engine.kv_size, engine.kv_type)
-        self.loop.call_soon_threadsafe(self._set_loaded, engine, template, bound, fim, embedder)
+        return LoadedModel(engine.path, engine, template, bound, fim, embedder, Slots(c.parallel))
 
-    def _serves_encoder(self) -> bool:
+    def load(self) -> None:
+        """Runs in a background thread at start-up with one model served: loads it; on failure
+        logs it and tells the runner (which stops the server)."""
+        assert self.loop is not None
+        entry = self.models.entries[0]
+        try:
+            loaded = self._load_model(entry.model.path)
+        except BaseException as err:  # noqa: BLE001 - reported, and the server stops
+            self._load_failed(err)
+            return
+        self.loop.call_soon_threadsafe(self._set_loaded, entry, loaded)
+
+    def _serves_encoder(self, path: Path | None) -> bool:
         """Is the model an encoder (which only embeds)? False when it cannot be told here:
         the engine's load then reports the problem."""
         from ember.embeddings import is_embedding_model
         from ember.hub.models import resolve_model
 
         try:
-            return is_embedding_model(resolve_model(self.config.model))
+            return is_embedding_model(resolve_model(str(path) if path is not None else None))
         except Exception:  # noqa: BLE001 - a missing or bad file fails the load itself
             return False
 
@@ -210,26 +190,14 @@ class AppContext:
 
     def _load_failed(self, err: BaseException) -> None:
         self.load_error = f"loading the model failed: {err}"
+        self._first_load_done = True
         log.error("could not load the model: %s", err)
         if self.on_load_error is not None:
             self.on_load_error()
 
-    def _load_embedder(self) -> None:
-        """An encoder: the embedder alone."""
-        from ember.hub.models import resolve_model
-
-        assert self.loop is not None
-        try:
-            embedder = self._make_embedder(resolve_model(self.config.model))
-        except BaseException as err:  # noqa: BLE001 - reported, and the server stops
-            self._load_failed(err)
-            return
-        self.loop.call_soon_threadsafe(setattr, self, "embedder", embedder)
-
-    def _set_loaded(self, engine: Engine, template: ChatTemplate, bound: PromptBound,
-                    fim: FimTokens | None, embedder: Embedder | None) -> None:
-        self.engine, self.template, self.bound, self.fim = engine, template, bound, fim
-        self.embedder = embedder
+    def _set_loaded(self, entry: ModelEntry, loaded: LoadedModel) -> None:
+        self.models.set_loaded(entry, loaded)
+        self._first_load_done = True
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new requests; in-flight ones get shutdown_timeout seconds to
@@ -244,35 +212,110 @@ class AppContext:
     def cancel_all(self) -> None:
         """Ends every live request; their handlers answer 503 (or an SSE error event)."""
         self.shutting_down = True
-        if self.engine is not None:
-            for request in list(self.slots.live):
-                self.engine.cancel(request.id)
+        for entry in self.models.entries:
+            loaded = entry.loaded
+            if loaded is not None and loaded.engine is not None:
+                for request in list(loaded.slots.live):
+                    loaded.engine.cancel(request.id)
 
     def close(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
-        if self.engine is not None:
-            self.engine.close()
+        self.models.close()
+
+    # --- the model a request selected ----------------------------------------------------------
+
+    async def select(self, name: Any) -> None:
+        """Makes the model `name` selects (models.resolve: 404 for none, 400 when several are
+        served and it is missing) this request's, loading it if need be, and holds it against
+        unloading until the handler returns (release_selection)."""
+        entry = self.models.resolve(name)
+        self.release_selection()
+        if self.single and not self._first_load_done:
+            _SELECTED.set(_Selection(entry, held=False))  # require_ready says "loading"
+            return
+        if self.shutting_down:
+            raise APIError(503, "the server is shutting down", code="shutting_down")
+        await self.models.acquire(entry)
+        _SELECTED.set(_Selection(entry, held=True))
+
+    def release_selection(self) -> None:
+        """Ends the hold of select(); the selection itself stays for the response's stream,
+        whose running requests (in the model's slots) keep the model from unloading."""
+        selection = _SELECTED.get()
+        if selection is not None and selection.held:
+            self.models.release(selection.entry)
+            selection.held = False
+
+    @property
+    def selected(self) -> ModelEntry | None:
+        """The request's model: the one selected, else the only one served (else None)."""
+        selection = _SELECTED.get()
+        if selection is not None:
+            return selection.entry
+        return self.models.entries[0] if self.single else None
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        entry = self.selected
+        return entry.loaded if entry is not None else None
+
+    @property
+    def engine(self) -> Engine | None:
+        loaded = self.loaded
+        return loaded.engine if loaded is not None else None
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """With config.embedding: an encoder's, instead of the engine; a decoder's, beside it."""
+        loaded = self.loaded
+        return loaded.embedder if loaded is not None else None
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        loaded = self.loaded
+        return loaded.template if loaded is not None else None
+
+    @property
+    def bound(self) -> PromptBound | None:
+        loaded = self.loaded
+        return loaded.bound if loaded is not None else None
+
+    @property
+    def fim(self) -> FimTokens | None:
+        loaded = self.loaded
+        return loaded.fim if loaded is not None else None
+
+    @property
+    def slots(self) -> Slots:
+        loaded = self.loaded
+        return loaded.slots if loaded is not None else Slots(self.config.parallel)
 
     # --- request helpers -----------------------------------------------------------------------
 
     def require_ready(self) -> Engine:
         if self.shutting_down:
             raise APIError(503, "the server is shutting down", code="shutting_down")
-        if self.embedder is not None and self.engine is None:
+        entry = self.selected
+        if entry is None:
+            self.models.resolve(None)  # several models and none named: the 400 naming them
+        assert entry is not None
+        loaded = entry.loaded
+        if loaded is not None and loaded.engine is None:
             raise APIError(400, "this server serves an encoder, an embedding model (ember serve "
                            "--embedding): only /v1/embeddings, /embedding and (for a reranking "
                            "model, with --rerank) /rerank answer", code="not_supported")
-        if self.engine is None:
+        if loaded is None or loaded.engine is None:
             if self.load_error:
                 raise APIError(503, self.load_error, code="model_error")
             raise APIError(503, "the model is loading", code="model_loading")
-        return self.engine
+        return loaded.engine
 
     def health(self) -> tuple[str, str]:
-        """(status, message): "ok", "loading", "error" or "shutting_down"."""
+        """(status, message): "ok", "loading", "error" or "shutting_down". With several models
+        the server is "ok" once it listens: each model loads on first use."""
         if self.shutting_down:
             return "shutting_down", "the server is shutting down"
-        if self.engine is not None or self.embedder is not None:
+        if not self.single or self._first_load_done and not self.load_error:
             return "ok", ""
         if self.load_error:
             return "error", self.load_error
@@ -282,26 +325,39 @@ class AppContext:
     def scorer(self) -> PromptScorer:
         """Scores prompts (echo + logprobs); its model loads on first use."""
         engine = self.require_ready()
-        if self._scorer is None:
-            self._scorer = PromptScorer(engine.path, self.config.threads, engine.n_ctx,
-                                        engine.tokenizer)
-        return self._scorer
+        loaded = self.loaded
+        assert loaded is not None
+        if loaded.scorer is None:
+            loaded.scorer = PromptScorer(engine.path, self.config.threads, engine.n_ctx,
+                                         engine.tokenizer)
+        return loaded.scorer
 
     @property
     def model_path(self) -> Path:
-        if self.embedder is not None and self.engine is None:
-            return self.embedder.path
-        return Path(self.engine.path if self.engine is not None else self.config.model or "")
+        loaded, entry = self.loaded, self.selected
+        if loaded is not None:
+            return loaded.path
+        if entry is not None and entry.model.files:
+            return entry.model.path
+        return Path(self.config.model or "")
 
     @property
     def model_name(self) -> str:
+        """The id answers carry: with one model, the first --alias, else its file name; with
+        several, the name the request selected."""
+        if not self.single:
+            entry = self.selected
+            return entry.name if entry is not None else "ember"
         if self.config.aliases:
             return self.config.aliases[0]
         return self.model_path.name or "ember"
 
     @property
     def model_names(self) -> list[str]:
-        """The served model's id, then the other names of --alias (listed in /v1/models)."""
+        """/v1/models' ids: the served model's, then the other names of --alias; with several
+        models, every model's name."""
+        if not self.single:
+            return self.models.names
         return [self.model_name, *[a for a in self.config.aliases if a != self.model_name]]
 
     @property
@@ -311,7 +367,7 @@ class AppContext:
         tokenize = None if engine is None else (
             lambda text: list(engine.tokenizer.encode(text, False, False)))
         return Defaults(n_predict=c.n_predict, sampling=c.sampling, n_slots=c.parallel,
-                        max_n=c.max_n, tokenize=tokenize)
+                        max_n=c.max_n, tokenize=tokenize, json_bounds=c.json_bounds)
 
     async def offload(self, request: HTTPRequest, work: Callable[..., T], *args: Any,
                       **kwargs: Any) -> T:
@@ -366,6 +422,9 @@ class AppContext:
         if not isinstance(body, top):
             raise bad_request(f"the request body must be a JSON {'object' if top is dict else 'array'}",
                               code="invalid_json")
+        # The model the body names (else ?model=, llama-server's router) answers the request.
+        name = body.get("model") if isinstance(body, dict) else None
+        await self.select(name if name is not None else request.query_params.get("model"))
         return body
 
 

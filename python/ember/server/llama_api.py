@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +24,14 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from ember.build_info import build_info
+from ember.context_fit import Dropped
+from ember.openai_format import dropped_fields
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.fields import SAMPLER_ORDER, Fields, show
-from ember.server.prompts import infill_tokens, prompt_tokens, render_chat
+from ember.server.prompts import infill_tokens, prompt_tokens, render_chat, request_fit
 from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
 from ember.server.reasoning import parse_request as parse_reasoning
 from ember.server.respond import Generation, respond, sse
@@ -145,10 +147,12 @@ class NativeShape:
             "generation_settings": generation_settings(
                 o.params, self._n_ctx, self._model, stream, o.top_logprobs, o.timings_per_token),
             "prompt": self._prompts[index], "has_new_line": "\n" in result.text,
-            "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx,
+            "truncated": usage.prompt_tokens + usage.completion_tokens >= self._n_ctx
+            or usage.dropped_tokens > 0,
             "stop_type": stop_type, "stopping_word": result.stop_string or "",
             "tokens_cached": usage.cached_tokens,
             "timings": timings_json(result.usage, result.timings),
+            **dropped_fields(usage),
         }
         if o.logprobs and not stream:
             out["completion_probabilities"] = probs_json(choice.logprobs, o.post_sampling_probs)
@@ -206,19 +210,25 @@ class NativeShape:
 
 # --- endpoints ---------------------------------------------------------------------------------
 
-async def _generate(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
-                    prompts: list[list[int]], arrival: float) -> Response:
+async def _options(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]) -> Options:
     engine = ctx.require_ready()
-    options = await ctx.offload(request, parse_options, Fields(body), chat=False,
-                                n_vocab=engine.n_vocab, n_ctx=engine.n_ctx,
-                                defaults=ctx.defaults, native=True)
+    return await ctx.offload(request, parse_options, Fields(body), chat=False,
+                             n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, defaults=ctx.defaults,
+                             native=True)
+
+
+async def _generate(request: HTTPRequest, ctx: AppContext, options: Options,
+                    prompts: list[list[int]], arrival: float,
+                    dropped: Sequence[Dropped] = ()) -> Response:
+    engine = ctx.require_ready()
     n = options.n
     texts = [engine.tokenizer.decode(p, skip_special=False) for p in prompts for _ in range(n)]
     all_prompts = [p for p in prompts for _ in range(n)]
     shape = NativeShape(ctx, options, texts, [len(p) for p in all_prompts], engine.n_ctx)
     params = [options.choice_params(i) for _ in prompts for i in range(n)]
-    return await respond(request, ctx, shape, Generation(all_prompts, params, options.stream),
-                         arrival)
+    cuts = [d for d in dropped for _ in range(n)]
+    return await respond(request, ctx, shape,
+                         Generation(all_prompts, params, options.stream, dropped=cuts), arrival)
 
 
 async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
@@ -227,8 +237,10 @@ async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
     engine = ctx.require_ready()
     pieces = await ctx.offload(request, Fields(body).token_prompts, "prompt",
                                n_vocab=engine.n_vocab, mixed=True)
-    prompts = [await prompt_tokens(ctx, p) for p in pieces]
-    return await _generate(request, ctx, body, prompts, arrival)
+    options = await _options(request, ctx, body)
+    fitted = [await prompt_tokens(ctx, p, fit=request_fit(ctx, options)) for p in pieces]
+    return await _generate(request, ctx, options, [tokens for tokens, _ in fitted], arrival,
+                           [dropped for _, dropped in fitted])
 
 
 def _extra_chunks(body: Fields) -> list[tuple[str, str]]:
@@ -254,7 +266,7 @@ async def infill(request: HTTPRequest, ctx: AppContext) -> Response:
     prompt = fields.string("prompt") or ""
     extra = _extra_chunks(fields)
     tokens = infill_tokens(ctx, prefix, suffix, "input_prefix", prompt, extra)
-    return await _generate(request, ctx, body, [tokens], arrival)
+    return await _generate(request, ctx, await _options(request, ctx, body), [tokens], arrival)
 
 
 async def apply_template(request: HTTPRequest, ctx: AppContext) -> Response:

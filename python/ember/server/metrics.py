@@ -64,6 +64,9 @@ class ServerMetrics:
         self.device_memory_total = Gauge(
             "ember_device_memory_total_bytes", "Memory of the GPU the model runs on (0 on the CPU).",
             registry=r)
+        self.model_loaded = Gauge(
+            "ember_model_loaded", "1 while the model is loaded, 0 while it is not.", ["model"],
+            registry=r)
         self.device_memory_free = Gauge(
             "ember_device_memory_free_bytes", "GPU memory the driver says is left (0 on the CPU).",
             registry=r)
@@ -88,8 +91,10 @@ class ServerMetrics:
             "ember_request_latency_seconds", "From arrival to the last token.",
             buckets=_LATENCY_BUCKETS, registry=r)
 
-    def render(self, stats: EngineStats | None,
-               device_memory: tuple[int, int] | None = None) -> bytes:
+    def render(self, stats: EngineStats | None, device_memory: tuple[int, int] | None = None,
+               loaded: dict[str, bool] | None = None) -> bytes:
+        for name, is_loaded in (loaded or {}).items():
+            self.model_loaded.labels(model=name).set(int(is_loaded))
         if device_memory is not None:
             self.device_memory_total.set(device_memory[0])
             self.device_memory_free.set(device_memory[1])

@@ -12,12 +12,13 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from ember.context_fit import Dropped
 from ember.openai_format import Formatter
 from ember.results import Delta, GenerationResult
 from ember.server.context import AppContext
 from ember.server.errors import APIError, json_response
 from ember.server.llama_api import prompt_progress, timings_json
-from ember.server.prompts import chat_request, infill_tokens, prompt_tokens
+from ember.server.prompts import chat_request, infill_tokens, prompt_tokens, request_fit
 from ember.server.protocol import Options, parse_completion_request
 from ember.server.reasoning import Thinking
 from ember.server.respond import Generation, Shape, respond, sse
@@ -139,7 +140,7 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
             fmt.echo(i, lead, [])
     generation = Generation([prompt.tokens] * options.n,
                             [options.choice_params(i) for i in range(options.n)],
-                            options.stream, prompt.keep_tokens)
+                            options.stream, prompt.keep_tokens, [prompt.dropped] * options.n)
     return await respond(request, ctx,
                          OpenAIShape(fmt, options, prompt.thinking,
                                      lead if prompt.thinking is not None else ""),
@@ -153,14 +154,17 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
     parsed = await ctx.offload(request, parse_completion_request, body, engine.n_vocab,
                                engine.n_ctx, ctx.defaults)
     options = parsed.options
-    prompts = []
+    prompts, dropped = [], []
     for pieces in parsed.prompts:
         if parsed.suffix is not None:
             prefix = pieces[0] if len(pieces) == 1 and isinstance(pieces[0], str) else pieces
             prompts.append(infill_tokens(ctx, prefix, parsed.suffix, "suffix",
                                          length_param="prompt"))
+            dropped.append(Dropped())
         else:
-            prompts.append(await prompt_tokens(ctx, pieces))
+            tokens, cut = await prompt_tokens(ctx, pieces, fit=request_fit(ctx, options))
+            prompts.append(tokens)
+            dropped.append(cut)
     n = options.n
     fmt = Formatter(chat=False, model=ctx.model_name, n_choices=n * len(prompts),
                     logprobs=options.logprobs,
@@ -179,7 +183,7 @@ async def completions(request: HTTPRequest, ctx: AppContext) -> Response:
         params = [replace(p, logprobs=True) for p in params]
         shape = BestOfShape(fmt, n, k)
     generation = Generation([tokens for tokens in prompts for _ in range(k)], params,
-                            options.stream)
+                            options.stream, dropped=[d for d in dropped for _ in range(k)])
     return await respond(request, ctx, shape, generation, arrival)
 
 

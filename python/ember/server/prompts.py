@@ -18,6 +18,7 @@ from starlette.requests import Request as HTTPRequest
 
 from ember.chat.limits import RenderLimits
 from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
+from ember.context_fit import Dropped, fit_chat, fit_tokens
 from ember.grammar import Constraint
 from ember.server import reasoning
 from ember.server.context import AppContext
@@ -26,7 +27,7 @@ from ember.server.fields import check_text
 from ember.server.fim import infill_prompt
 from ember.server.fim import require as require_fim
 from ember.server.prompt_bound import PromptBound
-from ember.server.protocol import ChatCompletionRequest, parse_chat_request
+from ember.server.protocol import ChatCompletionRequest, Options, parse_chat_request
 from ember.tools import prompt as tool_prompt
 from ember.tools.calls import ToolFormat
 from ember.tools.request import ToolRequest
@@ -70,56 +71,110 @@ class ChatPrompt:
     answer_prefix: str = ""  # the answer's opening (a forced call's), ending the prompt
     constraint: Constraint | None = None  # a forced call: what the answer must be
     thinking: reasoning.Thinking | None = None  # read the answer's thinking out (chat_request)
+    dropped: Dropped = field(default_factory=Dropped)  # what fitting it into the context left out
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a prompt is fitted into the context (ember.context_fit): the policy, the request's
+    max_tokens (the answer's room) and n_keep (truncate-middle's first tokens)."""
+
+    policy: str = "error"
+    max_tokens: int | None = None
+    n_keep: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        """Does the prompt get fitted (rather than refused when too long)?"""
+        return self.policy != "error"
+
+
+def request_fit(ctx: AppContext, options: Options, policy: str | None = None) -> Fit:
+    """A request's Fit: `policy` (an API's own field), else the server's --context-overflow."""
+    return Fit(policy or ctx.config.context_overflow, options.params.max_tokens, options.n_keep)
+
+
+def _bos(ctx: AppContext) -> int | None:
+    bos = ctx.require_ready().tokenize("", add_special=True, parse_special=False)
+    return bos[0] if bos else None
 
 
 def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str | None = None,
                 add_generation_prompt: bool = True, tools: ToolRequest | None = None,
                 tokenize: bool = True, within_context: bool = True,
-                template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+                template_kwargs: dict[str, Any] | None = None,
+                fit: Fit | None = None) -> ChatPrompt:
     """Checked messages (and tools) in the model's chat template; runs in a worker thread
     (ctx.in_worker). Tools go into the messages (ember.tools.prompt), the template renders
     under its limits, `prefill` (the reply's opening) follows the rendered text, then the
     tokens (`tokenize`). within_context: a generation's prompt, bounded by the context (the
     render's size and the token count); a 400 naming `messages` when the template refuses
     them or runs past its limits. template_kwargs: more variables of the template (vLLM's
-    chat_template_kwargs); the tools' own win."""
+    chat_template_kwargs); the tools' own win. fit (a generation's, tokenized): a policy
+    other than "error" fits the prompt into the context instead of refusing it, rendering
+    the kept messages again (ChatPrompt.dropped says what went)."""
     engine = ctx.require_ready()
     template = ctx.template
     assert template is not None
     bound = _bound(ctx)
-    limits = render_limits(bound) if within_context else RenderLimits()
-    try:
-        chat = tool_prompt.prepare_chat(template, engine.tokenizer, messages, tools)
-        text = template.render(chat.messages, add_generation_prompt=add_generation_prompt,
-                               limits=limits, **{**(template_kwargs or {}), **chat.variables}) \
-            + (prefill or "") \
-            + chat.answer_prefix
-    except ChatTemplateLimitError as err:
-        if err.kind == "size":
-            raise bound.too_long("messages", f"more text than that ({err})",
-                                 bound.max_bytes + 1) from None
-        raise bad_request(f"the chat template took too long on these messages ({err})",
-                          param="messages", code="chat_template_timeout") from None
-    except ChatTemplateError as err:
-        raise bad_request(str(err), param="messages", code="invalid_messages") from None
-    check_text(text, "messages")
-    if within_context:
-        bound.check(text, "messages")
-    tokens = template.tokenize(engine.tokenizer, text) if tokenize else []
-    if tokenize and within_context:
+    fitting = fit is not None and fit.fits and within_context and tokenize
+    limits = render_limits(bound) if within_context and not fitting else RenderLimits()
+    renders: dict[int, tuple[str, tool_prompt.PreparedChat]] = {}  # by the messages kept
+
+    def render(kept: list[dict[str, Any]]) -> tuple[str, tool_prompt.PreparedChat]:
+        if len(kept) in renders:
+            return renders[len(kept)]
+        try:
+            chat = tool_prompt.prepare_chat(template, engine.tokenizer, kept, tools)
+            text = template.render(chat.messages, add_generation_prompt=add_generation_prompt,
+                                   limits=limits,
+                                   **{**(template_kwargs or {}), **chat.variables}) \
+                + (prefill or "") \
+                + chat.answer_prefix
+        except ChatTemplateLimitError as err:
+            if err.kind == "size":
+                raise bound.too_long("messages", f"more text than that ({err})",
+                                     bound.max_bytes + 1) from None
+            raise bad_request(f"the chat template took too long on these messages ({err})",
+                              param="messages", code="chat_template_timeout") from None
+        except ChatTemplateError as err:
+            raise bad_request(str(err), param="messages", code="invalid_messages") from None
+        check_text(text, "messages")
+        renders[len(kept)] = text, chat
+        return text, chat
+
+    dropped = Dropped()
+    if fitting:
+        assert fit is not None
+
+        def tokens_of(kept: list[dict[str, Any]]) -> list[int]:
+            return template.tokenize(engine.tokenizer, render(kept)[0])
+
+        kept, tokens, dropped = fit_chat(messages, tokens_of, fit.policy, engine.n_ctx,
+                                         fit.max_tokens, fit.n_keep, _bos(ctx))
+        text, chat = render(kept)
         _check_tokens(ctx, tokens, "messages")
+    else:
+        text, chat = render(messages)
+        if within_context:
+            bound.check(text, "messages")
+        tokens = template.tokenize(engine.tokenizer, text) if tokenize else []
+        if tokenize and within_context:
+            _check_tokens(ctx, tokens, "messages")
     return ChatPrompt(text, tokens, chat.format, chat.keep_tokens, chat.answer_prefix,
-                      chat.constraint.grammar() if chat.constraint is not None else None)
+                      chat.constraint.grammar(ctx.config.json_bounds) if chat.constraint is not None
+                      else None, dropped=dropped)
 
 
 async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
-                       thinking_budget: int | None = None
+                       thinking_budget: int | None = None, overflow: str | None = None
                        ) -> tuple[ChatCompletionRequest, ChatPrompt]:
     """A chat-shaped body (OpenAI's, or another API's translated to it) parsed and rendered:
     the request and its checked prompt (tokens, and how to read tool calls and thinking). A
     forced tool call's constraint goes into the sampling parameters; a reasoning model's
     constraint and thinking budget apply after its thinking (reasoning.py). thinking_budget:
-    the API's own field (Anthropic's thinking.budget_tokens), read already."""
+    the API's own field (Anthropic's thinking.budget_tokens), read already; overflow: the
+    API's own context-overflow policy (Responses' truncation), else the server's."""
     engine = ctx.require_ready()
     parsed = await ctx.offload(request, parse_chat_request, body, engine.n_vocab, engine.n_ctx,
                                ctx.defaults)
@@ -129,7 +184,8 @@ async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, An
                                    thinking_budget)
     prompt = await ctx.in_worker(render_chat, ctx, parsed.messages, prefill=parsed.prefill,
                                  add_generation_prompt=parsed.add_generation_prompt,
-                                 tools=parsed.tools, template_kwargs=asks.template_kwargs)
+                                 tools=parsed.tools, template_kwargs=asks.template_kwargs,
+                                 fit=request_fit(ctx, parsed.options, overflow))
     params = parsed.options.params
     if prompt.constraint is not None:
         params = replace(params, constraint=prompt.constraint)
@@ -163,19 +219,26 @@ async def text_tokens(ctx: AppContext, text: str, add_special: bool, parse_speci
     return await ctx.in_background(engine.tokenize, text, add_special, parse_special)
 
 
-async def prompt_tokens(ctx: AppContext, pieces: Sequence[str | int], param: str = "prompt"
-                        ) -> list[int]:
-    """A checked prompt of text pieces and token ids (fields.token_prompts): texts tokenized
+async def prompt_tokens(ctx: AppContext, pieces: Sequence[str | int], param: str = "prompt",
+                        fit: Fit | None = None) -> tuple[list[int], Dropped]:
+    """A checked prompt of text pieces and token ids (fields.token_prompts), fitted into the
+    context under `fit` (ember.context_fit; what was dropped beside it): texts tokenized
     with control-token texts as those tokens (as ember.LLM reads a raw prompt); BOS (where
     the vocabulary adds it) only when the prompt starts with text, as llama-server does."""
+    fitting = fit is not None and fit.fits
     out: list[int] = []
     for i, piece in enumerate(pieces):
         if isinstance(piece, str):
             out += await text_tokens(ctx, piece, add_special=i == 0, parse_special=True,
-                                     param=param)
+                                     param=param, within_context=not fitting)
         else:
             out.append(piece)
-    return _check_tokens(ctx, out, param)
+    dropped = Dropped()
+    if fitting:
+        assert fit is not None
+        out, dropped = fit_tokens(out, fit.policy, ctx.require_ready().n_ctx, fit.max_tokens,
+                                  fit.n_keep, _bos(ctx))
+    return _check_tokens(ctx, out, param), dropped
 
 
 def infill_tokens(ctx: AppContext, prefix: str | Sequence[str | int], suffix: str, param: str,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.grammar import BOUNDS, JsonBounds
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import FIELDS as CONSTRAINT_FIELDS
 from ember.server.constraints import parse_constraint
@@ -56,6 +57,8 @@ class Options:
     post_sampling_probs: bool = False
     timings_per_token: bool = False  # llama-server's: `timings` in every streamed chunk
     return_progress: bool = False    # llama-server's: a `prompt_progress` chunk in streams
+    # llama-server's: the prompt's first tokens a truncate-middle keeps (-1: as many as it can)
+    n_keep: int | None = None
 
     def choice_params(self, index: int) -> SamplingParams:
         if self.params.seed is None or index == 0:
@@ -283,6 +286,7 @@ class Defaults:
     max_n: int = 16
     # How a logit_bias text becomes tokens (the model's tokenizer); None: texts are refused.
     tokenize: Callable[[str], list[int]] | None = None
+    json_bounds: JsonBounds = BOUNDS  # JSON constraints' number and whitespace bounds (--json-*)
 
 
 def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, defaults: Defaults,
@@ -356,7 +360,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
         params = SamplingParams(
             **values, logit_bias=bias, max_tokens=max_tokens, stop=_stop(body),
             logprobs=logprobs, top_logprobs=top_logprobs,
-            ignore_eos=body.boolean("ignore_eos"), constraint=parse_constraint(body.body),
+            ignore_eos=body.boolean("ignore_eos"),
+            constraint=parse_constraint(body.body, defaults.json_bounds),
             prediction=_prediction(body) if chat else None,
             min_tokens=_min_tokens(body, max_tokens),
             stop_token_ids=_stop_token_ids(body, n_vocab),
@@ -369,7 +374,8 @@ def parse_options(body: Fields, *, chat: bool, n_vocab: int, n_ctx: int, default
                    return_tokens=body.boolean("return_tokens"),
                    post_sampling_probs=params.post_sampling_probs,
                    timings_per_token=body.boolean("timings_per_token"),
-                   return_progress=body.boolean("return_progress"))
+                   return_progress=body.boolean("return_progress"),
+                   n_keep=body.integer("n_keep", low=-1, high=INT32_MAX))
 
 
 def _prediction(body: Fields) -> str | None:

@@ -137,7 +137,7 @@ def _answer_rule(constraint: Constraint | None) -> str:
     if constraint is None:
         return "/(.|\\n)*/"
     if constraint.kind == "json_schema":
-        return lark_json(json.loads(constraint.text))
+        return lark_json(json.loads(constraint.text), constraint.bounds)
     if constraint.kind == "regex":
         return "/" + constraint.text.replace("/", "\\/") + "/"
     kind, grammar = constraint.llguidance_input()  # gbnf becomes lark here

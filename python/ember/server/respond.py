@@ -20,6 +20,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ember.context_fit import Dropped
 from ember.engine import EngineError, Request
 from ember.results import Delta
 from ember.sampling import SamplingParams
@@ -152,9 +153,11 @@ class EventStreamResponse(StreamingResponse):
     """A text/event-stream response that cancels the request's sequences however the stream
     ends: finished, failed, or the client gone (Starlette cancels the body iterator then)."""
 
-    def __init__(self, content: AsyncIterator[bytes], events: ChoiceEvents) -> None:
+    def __init__(self, content: AsyncIterator[bytes], events: ChoiceEvents,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(content, media_type="text/event-stream",
-                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no",
+                                  **(headers or {})})
         self._events = events
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -167,9 +170,11 @@ def _submit(ctx: AppContext, generation: Generation) -> list[Request]:
     """Queues every choice or none: a full queue is a 503 and cancels what was queued."""
     engine = ctx.require_ready()
     requests: list[Request] = []
+    dropped = generation.dropped or [Dropped()] * len(generation.prompts)
     try:
-        for prompt, params in zip(generation.prompts, generation.params):
-            requests.append(engine.submit(prompt, params, keep_tokens=generation.keep_tokens))
+        for prompt, params, cut in zip(generation.prompts, generation.params, dropped):
+            requests.append(engine.submit(prompt, params, keep_tokens=generation.keep_tokens,
+                                          dropped=cut))
     except BaseException as err:
         for request in requests:
             request.cancel()
@@ -216,12 +221,25 @@ def sse(value: Any, event: str | None = None) -> bytes:
 class Generation:
     """One request of any API, translated: a checked prompt and sampling parameters per
     choice. keep_tokens: control tokens whose text stays in the output
-    (ChatPrompt.keep_tokens)."""
+    (ChatPrompt.keep_tokens). dropped: per choice, what fitting its prompt into the context
+    left out (ember.context_fit; the usage reports it); choices of one prompt share its
+    list of tokens."""
 
     prompts: list[list[int]]
     params: list[SamplingParams]
     stream: bool
     keep_tokens: Sequence[int] = ()
+    dropped: Sequence[Dropped] = ()
+
+    def headers(self) -> dict[str, str]:
+        """X-Context-Dropped-Tokens and -Messages: what fitting left out of the request's
+        prompts (each counted once, however many choices it has); none when nothing was."""
+        seen: dict[int, Dropped] = {id(p): d for p, d in zip(self.prompts, self.dropped)}
+        total = sum(seen.values(), Dropped())
+        if not total:
+            return {}
+        return {"x-context-dropped-tokens": str(total.tokens),
+                "x-context-dropped-messages": str(total.messages)}
 
 
 async def respond(request: HTTPRequest, ctx: AppContext, shape: Shape, generation: Generation,
@@ -243,7 +261,7 @@ async def respond(request: HTTPRequest, ctx: AppContext, shape: Shape, generatio
             raise _stream_error(err) from None
         finally:
             events.close()
-        return json_response(shape.response())
+        return json_response(shape.response(), headers=generation.headers() or None)
 
     try:
         first = await _unless_disconnected(request, events.next())
@@ -274,5 +292,5 @@ async def respond(request: HTTPRequest, ctx: AppContext, shape: Shape, generatio
             for chunk in shape.stream_error(internal_error()):
                 yield chunk
 
-    return EventStreamResponse(body(), events)
+    return EventStreamResponse(body(), events, generation.headers())
 

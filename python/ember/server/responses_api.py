@@ -24,6 +24,7 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from ember.openai_format import dropped_fields
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
@@ -198,7 +199,7 @@ class ResponsesShape(PartsShape):
                             "input_tokens_details": {"cached_tokens": u.cached_tokens},
                             "output_tokens": u.completion_tokens,
                             "output_tokens_details": {"reasoning_tokens": 0},
-                            "total_tokens": u.total_tokens}
+                            "total_tokens": u.total_tokens, **dropped_fields(u)}
         return out
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -309,6 +310,19 @@ def _chat_body(body: Fields, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return chat
 
 
+def _truncation(body: Fields) -> str | None:
+    """OpenAI's `truncation`: "auto" drops the conversation's oldest items to fit the context
+    (the shift policy), "disabled" refuses a conversation too long (error); absent, the
+    server's --context-overflow."""
+    value = body.string("truncation")
+    if value is None:
+        return None
+    if value not in ("auto", "disabled"):
+        raise bad_request(f"'truncation' must be \"auto\" or \"disabled\", got {show(value)}",
+                          param="truncation", code="invalid_value")
+    return "shift" if value == "auto" else "error"
+
+
 async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     arrival = time.perf_counter()
     raw = await ctx.read_json(request)
@@ -321,8 +335,10 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     # Instructions apply to this response only: they are not carried to the next.
     system = [{"role": "system", "content": instructions}] if instructions else []
     store = body.boolean("store")
+    overflow = _truncation(body)
     parsed, prompt = await chat_request(request, ctx,
-                                        _chat_body(body, [*system, *history, *messages]))
+                                        _chat_body(body, [*system, *history, *messages]),
+                                        overflow=overflow)
     options = parsed.options
     params = options.choice_params(0)
     echo = {"instructions": instructions, "max_output_tokens": params.max_tokens,
@@ -330,11 +346,13 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
             "previous_response_id": previous, "store": store,
             "metadata": raw.get("metadata") or {},
             "tools": raw.get("tools") or [], "tool_choice": raw.get("tool_choice") or "auto",
-            "parallel_tool_calls": parsed.tools.parallel if parsed.tools else True}
+            "parallel_tool_calls": parsed.tools.parallel if parsed.tools else True,
+            "truncation": "disabled" if (overflow or ctx.config.context_overflow) == "error"
+            else "auto"}
     shape = ResponsesShape(ctx.model_name, prompt, echo)
-    answer = await respond(request, ctx, shape, Generation([prompt.tokens], [params],
-                                                           options.stream, prompt.keep_tokens),
-                           arrival)
+    answer = await respond(request, ctx, shape,
+                           Generation([prompt.tokens], [params], options.stream,
+                                      prompt.keep_tokens, [prompt.dropped]), arrival)
 
     def store_it() -> None:
         response = shape.response()

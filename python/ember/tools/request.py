@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ember.grammar import Constraint
+from ember.grammar import BOUNDS, Constraint, JsonBounds
 from ember.tools.calls import ToolFormat
 
 MAX_TOOLS = 128
@@ -144,10 +144,11 @@ class CallConstraint:
     schema: dict[str, Any]
     suffix: str = ""
 
-    def grammar(self) -> Constraint:
-        """The constraint to sample under (SamplingParams.constraint)."""
+    def grammar(self, bounds: JsonBounds = BOUNDS) -> Constraint:
+        """The constraint to sample under (SamplingParams.constraint), its JSON bounded by
+        `bounds`."""
         return Constraint("json_schema", Constraint.json_schema(self.schema).text,
-                          param="tool_choice")
+                          param="tool_choice", bounds=bounds)
 
 
 def call_constraint(request: ToolRequest, fmt: ToolFormat) -> CallConstraint:
