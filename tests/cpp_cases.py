@@ -40,22 +40,25 @@ ROOT = Path(__file__).resolve().parent.parent
 CPP_BUILD = Path(__file__).resolve().parent / ".cache" / "build-cpp"
 
 CPP_BUILD_VULKAN = Path(__file__).resolve().parent / ".cache" / "build-cpp-vulkan"
+CPP_BUILD_CUDA = Path(__file__).resolve().parent / ".cache" / "build-cpp-cuda"
 
 
-def build_cpp_test(target: str, vulkan: bool = False) -> Path:
+def build_cpp_test(target: str, vulkan: bool = False, cuda: bool = False) -> Path:
     """Builds tests/cpp/<target>.cpp (with the core library) into one shared CMake build folder,
     configured once and rebuilt incrementally, and returns the program's path. vulkan: in a
     second folder, with the Vulkan backend built in (EMBER_VULKAN=ON: needs glslc and the
-    Vulkan headers)."""
+    Vulkan headers); cuda: in a third, with the CUDA backend (EMBER_CUDA=ON: needs nvcc, see
+    cuda/CMakeLists.txt)."""
     if shutil.which("cmake") is None:
         pytest.fail("cmake is needed to build the C++ tests (pip install cmake)")
-    build_dir = CPP_BUILD_VULKAN if vulkan else CPP_BUILD
+    build_dir = CPP_BUILD_CUDA if cuda else CPP_BUILD_VULKAN if vulkan else CPP_BUILD
     if not (build_dir / "CMakeCache.txt").exists():
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         configure = subprocess.run(
             ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
              "-DCMAKE_BUILD_TYPE=Release", "-DEMBER_BUILD_TESTS=ON",
-             "-DEMBER_BUILD_PYTHON=OFF", f"-DEMBER_VULKAN={'ON' if vulkan else 'OFF'}"],
+             "-DEMBER_BUILD_PYTHON=OFF", f"-DEMBER_VULKAN={'ON' if vulkan else 'OFF'}",
+             f"-DEMBER_CUDA={'ON' if cuda else 'OFF'}"],
             capture_output=True, text=True, timeout=600)
         assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
     jobs = os.environ.get("EMBER_BUILD_JOBS", "2")

@@ -15,7 +15,7 @@ namespace ember {
 
 struct ModelOptions {
   int n_threads = 0;            // threads of the CPU backend's pool; <= 0: physical cores
-  std::string backend = "cpu";  // a device: "cpu", "vulkan[:N]" or "auto" (see make_backend)
+  std::string backend = "cpu";  // a device: "cpu", "cuda[:N]", "vulkan[:N]" or "auto" (see make_backend)
 };
 
 class Model {

@@ -95,10 +95,10 @@ class ClassificationHead:
 class Embedder:
     """A model (an encoder or a decoder) and its tokenizer, for embeddings. n_threads defaults to
     the physical cores; n_batch (token rows per forward pass; a decoder's inputs must fit one) to
-    2048; device to $EMBER_DEVICE, else "auto" (an encoder runs on the CPU then: the GPU backends
-    lack the encoders' layer_norm and gelu, and loading one there raises ember.UnsupportedError
-    saying to use --device cpu); pooling (POOLINGS) overrides the file's. ValueError for a
-    pooling outside POOLINGS."""
+    2048; device to $EMBER_DEVICE, else "auto" (an encoder runs on the CPU then: Vulkan lacks the
+    encoders' layer_norm and gelu, and loading one there raises ember.UnsupportedError saying to
+    use --device cpu; --device cuda runs one on CUDA); pooling (POOLINGS) overrides the file's.
+    ValueError for a pooling outside POOLINGS."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None,
                  n_batch: int | None = None, device: str | None = None,

@@ -356,7 +356,7 @@ void init_engine(nb::module_& m) {
         "draft only as deep as the measured step cost says pays (False: always draft_max)");
   field("n_threads", &ember::EngineOptions::n_threads, "CPU threads; None: the physical cores");
   field("device", &ember::EngineOptions::device,
-        "'cpu', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU)");
+        "'cpu', 'cuda' / 'cuda:N', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU)");
   options.attr("field_names") = nb::tuple(nb::cast(names));
   options.attr("default_max_ctx") = ember::Context::kDefaultMaxCtx;
   options.attr("default_kv_bytes") = ember::kDefaultKVBytes;

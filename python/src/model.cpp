@@ -92,7 +92,7 @@ void init_model(nb::module_& m) {
       "weights of some types once, into a copy of the same size). n_threads defaults to the number of "
       "physical cores, n_ctx to min(context_length, ",
       ember::Context::kDefaultMaxCtx, "), n_batch (rows per forward pass; longer inputs are split) to ",
-      ember::ContextOptions().n_batch, "; device: 'cpu', 'vulkan[:N]' or 'auto'.");
+      ember::ContextOptions().n_batch, "; device: 'cpu', 'cuda[:N]', 'vulkan[:N]' or 'auto'.");
   nb::class_<PyModel>(m, "Model", "A GGUF model loaded for evaluation, with the KV cache of one sequence.")
       .def(nb::init<const std::string&, std::optional<int>, std::optional<int64_t>, std::optional<int64_t>,
                     const std::string&>(),

@@ -11,17 +11,17 @@ that is a failure."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
 
+import backend_support
 import httpx
 import numpy as np
 import pytest
+from backend_support import assert_greedy_is_the_cpus_up_to_near_ties, logits
 from cpp_cases import build_cpp_test, run_cases
 from engine_support import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 from server_support import serve_process
@@ -82,41 +82,6 @@ def test_stories_greedy_text_is_the_cpus(stories_path: Path) -> None:
         assert vk == cpu, prompt
 
 
-def logits(path: Path, device: str, tokens: list[int], isa: str | None = None) -> np.ndarray:
-    """Logits of every row of `tokens` on `device` (the CPU capped at `isa`: in a child process,
-    as the ISA is chosen once per process)."""
-    if isa is None:
-        return np.asarray(_core.Model(str(path), device=device).eval(tokens))
-    code = ("import sys, json, numpy as np; from ember import _core; "
-            f"m = _core.Model({str(path)!r}, device={device!r}); "
-            f"np.save(sys.stdout.buffer, np.asarray(m.eval({tokens!r})))")
-    env = dict(os.environ, **({"EMBER_CPU_ISA": isa} if isa else {}))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=600, check=True)
-    return np.load(io.BytesIO(out.stdout))
-
-
-def assert_greedy_is_the_cpus_up_to_near_ties(path: Path, prompt: list[int], n: int,
-                                              allowed: Callable[[list[int], np.ndarray], float]) -> None:
-    """The Vulkan logits stay within allowed(tokens, CPU logits) of the CPU's, and greedy text
-    equals the CPU's up to the first token where the CPU's top two logits are that close."""
-    cpu, vk = (tokens_of(run_all(_core.Engine(str(path), parallel=1, kv_size=256, device=d), [prompt], n)[0])
-               for d in ("cpu", DEVICE))
-    tokens = prompt + cpu
-    ref = logits(path, "cpu", tokens)
-    bound = allowed(tokens, ref)
-    deviation = np.abs(ref - logits(path, DEVICE, tokens)).max()
-    assert deviation <= bound, (path.name, prompt, deviation, bound)
-    for i, (a, b) in enumerate(zip(cpu, vk)):
-        if a == b:
-            continue
-        row = ref[len(prompt) + i - 1]
-        margin = float(row[a] - row[b])
-        print(f"{path.name} {prompt}: token {i} flips ({a} on the CPU, {b} on Vulkan); "
-              f"CPU logit margin {margin:.4f}")
-        assert margin <= 2 * deviation, (path.name, prompt, i, margin, deviation)
-        break
-
-
 def test_smollm2_greedy_text_is_the_cpus_up_to_near_ties(smollm2_path: Path) -> None:
     """SmolLM2 (Q4_1): the allowed deviation is twice the spread between the CPU backend's own
     scalar and SIMD kernels (which round activations and sums differently)."""
@@ -126,65 +91,14 @@ def test_smollm2_greedy_text_is_the_cpus_up_to_near_ties(smollm2_path: Path) -> 
 
     tokenizer = _core.Tokenizer(str(smollm2_path))
     for prompt in ("The capital of France is", "def fibonacci(n):"):
-        assert_greedy_is_the_cpus_up_to_near_ties(smollm2_path, list(tokenizer.encode(prompt)), 8,
+        assert_greedy_is_the_cpus_up_to_near_ties(smollm2_path, DEVICE, list(tokenizer.encode(prompt)), 8,
                                                   twice_the_cpu_spread)
-
-
-def iq4_nl_copy(src: Path, out: Path) -> Path:
-    """`src` (f32) with every 2-D weight of whole blocks of 32 rewritten as iq4_nl, the rest
-    kept. ember (like gguf-py) has no iq4_nl quantizer, so this one picks, per block, the scale
-    that maps the value of largest magnitude onto the codebook's -127 and the nearest codebook
-    entry for each value: a plain, valid iq4_nl file (llama.cpp's quantizer also searches
-    scales, which changes the values, not the format)."""
-    import gguf
-
-    codebook = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
-                        np.float32)
-    reader = gguf.GGUFReader(src)
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    w = gguf.GGUFWriter(str(out), arch)
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.alignment"):
-            continue
-        value = f.contents()
-        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(f.name, value, f.types[0], sub)
-    for t in reader.tensors:
-        a = np.asarray(t.data, np.float32).reshape([int(d) for d in reversed(t.shape)])
-        if a.ndim != 2 or a.shape[-1] % 32 or not t.name.endswith(".weight"):
-            w.add_tensor(t.name, a)
-            continue
-        blocks = a.reshape(-1, 32)
-        big = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
-        d = (big / -127).astype(np.float16)
-        scaled = blocks / np.where(d == 0, 1, d).astype(np.float32)[:, None]
-        q = np.abs(scaled[:, :, None] - codebook).argmin(axis=2).astype(np.uint8)
-        packed = np.concatenate([d.view(np.uint8).reshape(-1, 2), q[:, :16] | (q[:, 16:] << 4)], axis=1)
-        w.add_tensor(t.name, packed.reshape(a.shape[0], -1), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
 
 
 @pytest.fixture(scope="module")
 def quantized_tiny_llamas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A random llama whose rows are whole k-quant blocks (hidden 256, ffn 512), quantized by
-    ember's own quantizer to q2_k (q2_k, q3_k, q4_k, q6_k weights), q3_k_m (q3_k, q4_k, q5_k)
-    and q5_k_m (q5_k, q6_k), and an iq4_nl copy."""
     pytest.importorskip("transformers")
-    from tiny_models import make_model, write_gguf
-
-    from ember.convert import quantize_gguf
-
-    folder = tmp_path_factory.mktemp("tiny-k")
-    f32 = write_gguf(make_model("llama", seed=3, hidden_size=256, intermediate_size=512),
-                     folder / "f32.gguf", "llama")
-    files = {t: quantize_gguf(f32, folder / f"{t}.gguf", t, progress=False).path
-             for t in ("q2_k", "q3_k_m", "q5_k_m")}
-    files["iq4_nl"] = iq4_nl_copy(f32, folder / "iq4_nl.gguf")
-    return files
+    return backend_support.quantized_tiny_llamas(tmp_path_factory.mktemp("tiny-k"))
 
 
 @pytest.mark.parametrize("file_type", ["q2_k", "q3_k_m", "q5_k_m", "iq4_nl"])
@@ -208,7 +122,7 @@ def test_k_quant_and_iq4_nl_models_give_the_cpus_greedy_text(quantized_tiny_llam
         return np.abs(ref - logits(f32, "cpu", tokens)).max() / 4
 
     for prompt in prompts_of(256, [1, 9, 30], seed=11):
-        assert_greedy_is_the_cpus_up_to_near_ties(path, prompt, 16, quarter_of_the_rounding)
+        assert_greedy_is_the_cpus_up_to_near_ties(path, DEVICE, prompt, 16, quarter_of_the_rounding)
 
 
 def test_nope_layers_and_longrope_match_transformers(tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def bench(
     threads: Annotated[Optional[int], typer.Option(
         "-t", "--threads", help="threads (default: physical cores)", show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(
-        "--device", help=("device to run on: cpu, vulkan or vulkan:N "
+        "--device", help=("device to run on: cpu, cuda, cuda:N, vulkan or vulkan:N "
               "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
         show_default=False)] = None,
     repetitions: Annotated[int, typer.Option(

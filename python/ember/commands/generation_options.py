@@ -49,7 +49,7 @@ Prompt = Annotated[Optional[str], typer.Option(
 Threads = Annotated[Optional[int], typer.Option(
     "-t", "--threads", help="CPU threads \\[default: physical cores]", show_default=False)]
 Device = Annotated[Optional[str], typer.Option(
-    "--device", help=("device to run on: cpu, vulkan or vulkan:N "
+    "--device", help=("device to run on: cpu, cuda, cuda:N, vulkan or vulkan:N "
                       "\\[default: $EMBER_DEVICE, else the first GPU, else the CPU]"),
     show_default=False)]
 CtxSize = Annotated[Optional[int], typer.Option(

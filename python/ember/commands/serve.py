@@ -113,7 +113,7 @@ def serve(
         show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(
         "--device", envvar="EMBER_DEVICE",
-        help="device to run on: cpu, vulkan or vulkan:N \\[default: the first GPU, else the CPU]",
+        help="device to run on: cpu, cuda[:N] or vulkan[:N] \\[default: the first GPU, else the CPU]",
         show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="EMBER_API_KEY",
