@@ -229,3 +229,24 @@ def test_llm_and_ember_run_pick_adapters_by_name(lora_case: LoraCase) -> None:
     finally:
         llm.close()
     assert tokens == expected.tokens != plain.tokens
+
+
+def test_the_cache_key_is_the_adapters_content_not_its_place(lora_case: LoraCase, tmp_path) -> None:
+    """Blocks on disk (--cache-dir) outlive the engine: a restarted engine that loads the same
+    adapters in the other order reads each adapter's own blocks, never the other's (the
+    namespace is a hash of an adapter's values and scale, not its index)."""
+    prompt = prompts_of(N_VOCAB, [40], seed=11)[0]
+    paths = [str(lora_case.adapter_ggufs[name]) for name in ADAPTERS]
+    options = dict(n_threads=2, parallel=2, kv_size=2048, block_size=16, cache_dir=str(tmp_path))
+    engine = _core.Engine(str(lora_case.base_gguf), lora=paths, **options)
+    first = {name: collect(submit(engine, prompt, name)) for name in ADAPTERS}
+    assert all(cached == 0 for _, _, cached in first.values())
+    del engine  # flushes the disk cache
+    swapped = _core.Engine(str(lora_case.base_gguf), lora=paths[::-1], **options)
+    for i, name in enumerate(reversed(ADAPTERS)):
+        handle = swapped.submit(prompt, _core.SamplingParams(temperature=0.0), max_tokens=N_GEN,
+                                logprobs=N_VOCAB, lora_adapter=i, lora_scale=1.0)
+        tokens, logprobs, cached = collect(handle)
+        assert cached == 32, name  # its own two full blocks, from disk
+        assert tokens == first[name][0], name
+        np.testing.assert_allclose(logprobs, first[name][1], atol=0, rtol=0)
