@@ -176,6 +176,68 @@ struct FormatIQ4_NL : OneScale<BlockIQ4_NL, false> {
   }
 };
 
+// mxfp4: the E8M0 scale (halved, as the codebook is doubled) times kMxfp4Values[q] + 12.
+struct FormatMXFP4 {
+  using Block = BlockMXFP4;
+  static constexpr int kBlocksPer = 1;
+  static constexpr bool kSub16 = false;
+  static constexpr int kBias = 12, kMaxU = 24;
+  static void scales(const void* row, int64_t b, BlockScales* s) {
+    set_scales(s, e8m0_to_f32_half(static_cast<const Block*>(row)[b].e), 0.0f);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b];
+    for (int l = 0; l < 16; ++l) {
+      u[l] = static_cast<uint8_t>(kMxfp4Values[x.qs[l] & 15] + kBias);
+      u[l + 16] = static_cast<uint8_t>(kMxfp4Values[x.qs[l] >> 4] + kBias);
+    }
+  }
+};
+
+// The ternary types: one scale d per super-block, u = t in {0, 1, 2}.
+template <typename Derived, typename B>
+struct TernaryScales : SuperScales<Derived, B> {
+  static constexpr int kBias = 1;
+  static constexpr bool kSub16 = false;
+  static void one(const B& /*x*/, int /*j*/, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, d, 0.0f);
+  }
+};
+
+// tq2_0: the 2-bit layout of q2_k (kMaxU 3: the unused code t = 3 reads as 2).
+struct FormatTQ2_0 : TernaryScales<FormatTQ2_0, BlockTQ2_0> {
+  static constexpr int kMaxU = 3;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* qs = x.qs + 32 * (j / 4);
+    const int shift = 2 * (j % 4);
+    for (int l = 0; l < 32; ++l) u[l] = (qs[l] >> shift) & 3;
+  }
+};
+
+// tq1_0: 32-block j < 5 is trit j of qs[0..32); j = 5, 6: trits 2(j-5), 2(j-5)+1 of qs[32..48);
+// j = 7: trit 4 of qs[32..48), then trit n of qh[l] at 16 + 4n + l.
+struct FormatTQ1_0 : TernaryScales<FormatTQ1_0, BlockTQ1_0> {
+  static constexpr int kMaxU = 2;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    if (j < 5) {
+      for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>(tq1_trit(x.qs[l], j));
+      return;
+    }
+    const int t0 = 2 * (j - 5);
+    for (int l = 0; l < 16; ++l) u[l] = static_cast<uint8_t>(tq1_trit(x.qs[32 + l], t0));
+    if (j < 7) {
+      for (int l = 0; l < 16; ++l) u[16 + l] = static_cast<uint8_t>(tq1_trit(x.qs[32 + l], t0 + 1));
+    } else {
+      for (int l = 0; l < 16; ++l) u[16 + l] = static_cast<uint8_t>(tq1_trit(x.qh[l % 4], l / 4));
+    }
+  }
+};
+
 // q2_k: 32-block j of a super-block holds sub-blocks 2j, 2j+1; its 2-bit quants are bits
 // 2(j%4)..+1 of qs[32(j/4) + l].
 struct FormatQ2_K : SuperScales<FormatQ2_K, BlockQ2_K> {
@@ -288,6 +350,9 @@ constexpr void for_each_block_format(Fn&& fn) {
   fn(DType::q4_k, FormatQ4_K{});
   fn(DType::q5_k, FormatQ5_K{});
   fn(DType::q6_k, FormatQ6_K{});
+  fn(DType::tq1_0, FormatTQ1_0{});
+  fn(DType::tq2_0, FormatTQ2_0{});
+  fn(DType::mxfp4, FormatMXFP4{});
 }
 
 }  // namespace

@@ -155,6 +155,49 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
+// Ternary: x = d * (t - 1), t in {0, 1, 2} two bits each. Element 128*h + 32*k + l (h < 2,
+// k < 4, l < 32) is bits 2k..2k+1 of qs[32*h + l] (the layout of BlockQ2_K's quants).
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;  // f16 scale
+};
+static_assert(sizeof(BlockTQ2_0) == 66);
+
+// Ternary, five trits per byte: x = d * (t - 1). A byte q holds trit n (n < 5, or n < 4 in qh) as
+// t = ((uint8_t)(q * 3^n) * 3) >> 8 (the byte is a base-3 fraction scaled to 256). Element
+// 32*n + l is trit n of qs[l] (l < 32); 160 + 16*n + l is trit n of qs[32 + l] (l < 16);
+// 240 + 4*n + l is trit n of qh[l] (l < 4).
+struct BlockTQ1_0 {
+  uint8_t qs[48];
+  uint8_t qh[kQK_K / 64];
+  uint16_t d;  // f16 scale
+};
+static_assert(sizeof(BlockTQ1_0) == 54);
+
+// Microscaling FP4 (OCP MX): x = 2^(e - 128) * kMxfp4Values[q], q the nibbles as in BlockQ4_0.
+// kMxfp4Values are the E2M1 values doubled, hence the extra halving of the E8M0 scale.
+struct BlockMXFP4 {
+  uint8_t e;            // E8M0 scale exponent
+  uint8_t qs[kQK / 2];  // 4-bit E2M1 codes
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as f32, as ggml's ggml_e8m0_to_fp32_half: subnormal for e < 2; e = 255 gives
+// 2^127 (ggml reads no NaN encoding).
+inline float e8m0_to_f32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+// The trit n of byte q in BlockTQ1_0's packing.
+inline int tq1_trit(uint8_t q, int n) {
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t shifted = static_cast<uint8_t>(q * kPow3[n]);
+  return (shifted * 3) >> 8;
+}
+
 // ---- scalar float conversions -------------------------------------------------------------------
 // These match numpy's float16 casts bit for bit (which gguf-py uses), NaN payloads included:
 // numpy keeps a NaN's top payload bits and does not quiet signalling NaNs.

@@ -118,6 +118,51 @@ inline __m256i quants_x86(FormatQ6_K, const void* row, int64_t b) {
   return _mm256_or_si256(low, high);
 }
 
+inline __m256i quants_x86(FormatMXFP4, const void* row, int64_t b) {
+  // The codebook + 12, so the table lookup directly yields u.
+  const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13,
+                                         14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  return _mm256_shuffle_epi8(table, nibbles_x86(static_cast<const BlockMXFP4*>(row)[b].qs));
+}
+
+inline __m256i quants_x86(FormatTQ2_0, const void* row, int64_t b) {
+  const BlockTQ2_0& x = static_cast<const BlockTQ2_0*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const __m256i v = load32_x86(x.qs + 32 * (j / 4));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
+}
+
+// [32 bytes] trit i of byte v[i]: ((uint8_t)(v[i] * pow3[i]) * 3) >> 8, in 16-bit lanes (no 8-bit
+// multiply), even and odd bytes apart.
+inline __m256i trits_x86(__m256i v, __m256i pow3) {
+  const __m256i low = _mm256_set1_epi16(0x00ff), three = _mm256_set1_epi16(3);
+  const __m256i q_even = _mm256_and_si256(
+      _mm256_mullo_epi16(_mm256_and_si256(v, low), _mm256_and_si256(pow3, low)), low);
+  const __m256i q_odd = _mm256_and_si256(
+      _mm256_mullo_epi16(_mm256_srli_epi16(v, 8), _mm256_srli_epi16(pow3, 8)), low);
+  const __m256i t_even = _mm256_srli_epi16(_mm256_mullo_epi16(q_even, three), 8);
+  const __m256i t_odd = _mm256_andnot_si256(low, _mm256_mullo_epi16(q_odd, three));
+  return _mm256_or_si256(t_even, t_odd);
+}
+
+inline __m256i quants_x86(FormatTQ1_0, const void* row, int64_t b) {
+  const BlockTQ1_0& x = static_cast<const BlockTQ1_0*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  constexpr char kPow3[5] = {1, 3, 9, 27, 81};
+  if (j < 5) return trits_x86(load32_x86(x.qs), _mm256_set1_epi8(kPow3[j]));
+  const __m128i tail = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs + 32));
+  if (j < 7) {
+    const __m256i pow3 = _mm256_set_m128i(_mm_set1_epi8(kPow3[2 * (j - 5) + 1]),
+                                          _mm_set1_epi8(kPow3[2 * (j - 5)]));
+    return trits_x86(_mm256_set_m128i(tail, tail), pow3);
+  }
+  // Upper half: byte 4n + l is qh[l], taken to trit n.
+  const __m128i qh = _mm_set1_epi32(static_cast<int>(load_u32(x.qh)));
+  const __m256i pow3 = _mm256_set_m128i(_mm_setr_epi8(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27),
+                                        _mm_set1_epi8(kPow3[4]));
+  return trits_x86(_mm256_set_m128i(qh, tail), pow3);
+}
+
 // d (f16 bits) as f32 through F16C.
 inline float f16_x86(uint16_t h) { return _cvtsh_ss(h); }
 
