@@ -7,8 +7,8 @@
 
 #include "quant/blocks.h"
 #include "quant/iq_grids.h"
-#include "quant/quant.h"
 #include "quant/no_contract.h"
+#include "quant/quant.h"
 
 namespace ember {
 namespace {
@@ -148,8 +148,8 @@ void dequantize_row_iq1_m(const void* src, float* dst, int64_t n) {
     const BlockIQ1_M& x = blocks[b];
     uint16_t sc[4];
     std::memcpy(sc, x.scales, sizeof(sc));
-    const uint16_t d_bits = static_cast<uint16_t>((sc[0] >> 12) | (sc[1] >> 8 & 0x00f0) | (sc[2] >> 4 & 0x0f00) |
-                                                  (sc[3] & 0xf000));
+    const uint16_t d_bits = static_cast<uint16_t>((sc[0] >> 12) | (sc[1] >> 8 & 0x00f0) |
+                                                  (sc[2] >> 4 & 0x0f00) | (sc[3] & 0xf000));
     const float d = f16_to_f32(d_bits);
     for (int k = 0; k < 32; ++k, dst += 8) {
       const int g = k / 2;

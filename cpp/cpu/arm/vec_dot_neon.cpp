@@ -160,6 +160,14 @@ inline Halves quants_neon(FormatTQ1_0, const void* row, int64_t b) {
   return {trits(tail, vdupq_n_u8(kPow3[4])), trits(qh, pow3)};
 }
 
+// The formats without a vector twin (the i-quants' grid lookups): their scalar quants(), loaded.
+template <typename F>
+inline Halves quants_neon(F, const void* row, int64_t b) {
+  uint8_t u[32];
+  F::quants(row, b, u);
+  return {vld1q_u8(u), vld1q_u8(u + 16)};
+}
+
 template <typename F>
 float vec_dot_quant(int64_t n_in, const void* w_row, const void* act_row) {
   const auto* act = static_cast<const BlockQ8A*>(act_row);

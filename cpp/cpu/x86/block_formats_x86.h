@@ -163,6 +163,14 @@ inline __m256i quants_x86(FormatTQ1_0, const void* row, int64_t b) {
   return trits_x86(_mm256_set_m128i(qh, tail), pow3);
 }
 
+// The formats without a vector twin (the i-quants' grid lookups): their scalar quants(), loaded.
+template <typename F>
+inline __m256i quants_x86(F, const void* row, int64_t b) {
+  alignas(32) uint8_t u[32];
+  F::quants(row, b, u);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(u));
+}
+
 // d (f16 bits) as f32 through F16C.
 inline float f16_x86(uint16_t h) { return _cvtsh_ss(h); }
 

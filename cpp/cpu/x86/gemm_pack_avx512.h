@@ -61,12 +61,17 @@ concept HasMin = requires(const typename F::Block& x) {
   x.m;
 };
 
+// Super-block formats whose scales ColumnScaleReader decodes in vectors; the others (the
+// i-quants) are decoded column by column with their scalar scales_all().
+template <typename F>
+constexpr bool kVectorScales = std::is_same_v<F, FormatQ2_K> || std::is_same_v<F, FormatQ3_K> ||
+                               std::is_same_v<F, FormatQ4_K> || std::is_same_v<F, FormatQ5_K> ||
+                               std::is_same_v<F, FormatQ6_K> || std::is_same_v<F, FormatTQ1_0> ||
+                               std::is_same_v<F, FormatTQ2_0>;
+
 // Formats whose scales ColumnScaleReader decodes: all the quantized weight formats.
 template <typename F>
-constexpr bool kColumnScales = F::kBlocksPer == 1 || std::is_same_v<F, FormatQ2_K> ||
-                               std::is_same_v<F, FormatQ3_K> || std::is_same_v<F, FormatQ4_K> ||
-                               std::is_same_v<F, FormatQ5_K> || std::is_same_v<F, FormatQ6_K> ||
-                               std::is_same_v<F, FormatTQ1_0> || std::is_same_v<F, FormatTQ2_0>;
+constexpr bool kColumnScales = true;
 
 // (Masked intrinsics throughout: GCC 12 warns about the plain ones' undefined pass-through.)
 inline __m512i gather32(const uint8_t* base, __m512i offsets) {
@@ -225,6 +230,25 @@ struct ColumnScaleReader {
       const __m512 d = half_hi(gather32(block + offsetof(typename F::Block, d) - 2, offsets));
       const __m512 scale[2] = {d, d}, min[2] = {zero, zero};
       for (int j = 0; j < 8; ++j) set_sub16(j, scale, min);
+    } else if constexpr (!kVectorScales<F>) {
+      alignas(64) int32_t offset[16];
+      _mm512_store_si512(offset, offsets);
+      alignas(64) float scale[2][F::kBlocksPer][16], min[2][F::kBlocksPer][16];
+      for (int c = 0; c < 16; ++c) {
+        BlockScales s[F::kBlocksPer];
+        F::scales_all(block + offset[c], 0, s);
+        for (int j = 0; j < F::kBlocksPer; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            scale[h][j][c] = s[j].scale[h];
+            min[h][j][c] = s[j].min[h];
+          }
+        }
+      }
+      for (int j = 0; j < F::kBlocksPer; ++j) {
+        const __m512 sc[2] = {_mm512_load_ps(scale[0][j]), _mm512_load_ps(scale[1][j])};
+        const __m512 mn[2] = {_mm512_load_ps(min[0][j]), _mm512_load_ps(min[1][j])};
+        set_sub16(j, sc, mn);
+      }
     } else {  // q4_k, q5_k: d, dmin, then the 6-bit scale / min table
       const __m512i ddmin = gather32(block, offsets);
       __m512i t[3];
