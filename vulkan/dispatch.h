@@ -27,7 +27,9 @@ inline bool has_weight_shaders(DType t) {
     case DType::q3_k:
     case DType::q4_k:
     case DType::q5_k:
-    case DType::q6_k: return true;
+    case DType::q6_k:
+    case DType::tq1_0:
+    case DType::tq2_0: return true;
     default: return false;
   }
 }

@@ -15,7 +15,10 @@
 #include <immintrin.h>
 #endif
 
+#include <cstring>
+
 #include "quant/blocks.h"
+#include "quant/iq_grids.h"
 #include "quant/types.h"
 
 namespace ember::cpu {
@@ -176,6 +179,68 @@ struct FormatIQ4_NL : OneScale<BlockIQ4_NL, false> {
   }
 };
 
+// mxfp4: the E8M0 scale (halved, as the codebook is doubled) times kMxfp4Values[q] + 12.
+struct FormatMXFP4 {
+  using Block = BlockMXFP4;
+  static constexpr int kBlocksPer = 1;
+  static constexpr bool kSub16 = false;
+  static constexpr int kBias = 12, kMaxU = 24;
+  static void scales(const void* row, int64_t b, BlockScales* s) {
+    set_scales(s, e8m0_to_f32_half(static_cast<const Block*>(row)[b].e), 0.0f);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) { scales(row, i, s); }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b];
+    for (int l = 0; l < 16; ++l) {
+      u[l] = static_cast<uint8_t>(kMxfp4Values[x.qs[l] & 15] + kBias);
+      u[l + 16] = static_cast<uint8_t>(kMxfp4Values[x.qs[l] >> 4] + kBias);
+    }
+  }
+};
+
+// The ternary types: one scale d per super-block, u = t in {0, 1, 2}.
+template <typename Derived, typename B>
+struct TernaryScales : SuperScales<Derived, B> {
+  static constexpr int kBias = 1;
+  static constexpr bool kSub16 = false;
+  static void one(const B& /*x*/, int /*j*/, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, d, 0.0f);
+  }
+};
+
+// tq2_0: the 2-bit layout of q2_k (kMaxU 3: the unused code t = 3 reads as 2).
+struct FormatTQ2_0 : TernaryScales<FormatTQ2_0, BlockTQ2_0> {
+  static constexpr int kMaxU = 3;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* qs = x.qs + 32 * (j / 4);
+    const int shift = 2 * (j % 4);
+    for (int l = 0; l < 32; ++l) u[l] = (qs[l] >> shift) & 3;
+  }
+};
+
+// tq1_0: 32-block j < 5 is trit j of qs[0..32); j = 5, 6: trits 2(j-5), 2(j-5)+1 of qs[32..48);
+// j = 7: trit 4 of qs[32..48), then trit n of qh[l] at 16 + 4n + l.
+struct FormatTQ1_0 : TernaryScales<FormatTQ1_0, BlockTQ1_0> {
+  static constexpr int kMaxU = 2;
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    if (j < 5) {
+      for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>(tq1_trit(x.qs[l], j));
+      return;
+    }
+    const int t0 = 2 * (j - 5);
+    for (int l = 0; l < 16; ++l) u[l] = static_cast<uint8_t>(tq1_trit(x.qs[32 + l], t0));
+    if (j < 7) {
+      for (int l = 0; l < 16; ++l) u[16 + l] = static_cast<uint8_t>(tq1_trit(x.qs[32 + l], t0 + 1));
+    } else {
+      for (int l = 0; l < 16; ++l) u[16 + l] = static_cast<uint8_t>(tq1_trit(x.qh[l % 4], l / 4));
+    }
+  }
+};
+
 // q2_k: 32-block j of a super-block holds sub-blocks 2j, 2j+1; its 2-bit quants are bits
 // 2(j%4)..+1 of qs[32(j/4) + l].
 struct FormatQ2_K : SuperScales<FormatQ2_K, BlockQ2_K> {
@@ -273,6 +338,189 @@ struct FormatQ6_K : SuperScales<FormatQ6_K, BlockQ6_K> {
   }
 };
 
+// ---- i-quants: u = signed grid value + kBias; scales as their dequantizers (quant/dequantize_iq.cpp)
+
+inline uint32_t iq_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// u[8] = grid row values, negated where bit j of signs is set, plus bias.
+inline void iq_signed_row8(uint64_t row, uint8_t signs, int bias, uint8_t* u) {
+  for (int j = 0; j < 8; ++j) {
+    const int v = grid_value(row, j);
+    u[j] = static_cast<uint8_t>(((signs >> j) & 1 ? -v : v) + bias);
+  }
+}
+
+inline float iq_half_step(float d, uint32_t s, float factor) {
+  return d * (0.5f + static_cast<float>(s)) * factor;
+}
+
+struct FormatIQ2_XXS : SuperScales<FormatIQ2_XXS, BlockIQ2_XXS> {
+  static constexpr int kBias = 43, kMaxU = 86;
+  static constexpr bool kSub16 = false;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, iq_half_step(d, iq_u32(&x.qs[4 * j + 2]) >> 28, 0.25f), 0.0f);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const uint32_t grid = iq_u32(&x.qs[4 * j]), aux = iq_u32(&x.qs[4 * j + 2]);
+    for (int l = 0; l < 4; ++l) {
+      iq_signed_row8(kIq2xxsGrid[(grid >> (8 * l)) & 0xff], kIqSigns[(aux >> (7 * l)) & 127], kBias,
+                     u + 8 * l);
+    }
+  }
+};
+
+// iq2_xs / iq2_s: a 4-bit scale per 16 elements.
+inline void iq2_sub16_scales(const uint8_t* scales, int j, float d, BlockScales* s) {
+  for (int h = 0; h < 2; ++h) {
+    s->scale[h] = iq_half_step(d, (scales[j] >> (4 * h)) & 15, 0.25f);
+    s->min[h] = 0.0f;
+  }
+}
+
+struct FormatIQ2_XS : SuperScales<FormatIQ2_XS, BlockIQ2_XS> {
+  static constexpr int kBias = 43, kMaxU = 86;
+  static constexpr bool kSub16 = true;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    iq2_sub16_scales(x.scales, j, d, s);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 4; ++l) {
+      const uint16_t q = x.qs[4 * j + l];
+      iq_signed_row8(kIq2xsGrid[q & 511], kIqSigns[q >> 9], kBias, u + 8 * l);
+    }
+  }
+};
+
+struct FormatIQ2_S : SuperScales<FormatIQ2_S, BlockIQ2_S> {
+  static constexpr int kBias = 43, kMaxU = 86;
+  static constexpr bool kSub16 = true;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    iq2_sub16_scales(x.scales, j, d, s);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 4; ++l) {
+      const int k = 4 * j + l;
+      const int index = x.qs[k] | ((x.qh[j] >> (2 * l)) & 3) << 8;
+      iq_signed_row8(kIq2sGrid[index], x.signs[k], kBias, u + 8 * l);
+    }
+  }
+};
+
+// u[4] of a 4-value grid row with sign bits shift..shift+3 of signs.
+inline void iq_signed_row4(uint32_t row, uint8_t signs, int shift, int bias, uint8_t* u) {
+  for (int j = 0; j < 4; ++j) {
+    const int v = grid_value(row, j);
+    u[j] = static_cast<uint8_t>(((signs >> (shift + j)) & 1 ? -v : v) + bias);
+  }
+}
+
+struct FormatIQ3_XXS : SuperScales<FormatIQ3_XXS, BlockIQ3_XXS> {
+  static constexpr int kBias = 62, kMaxU = 124;
+  static constexpr bool kSub16 = false;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, iq_half_step(d, iq_u32(x.qs + kQK_K / 4 + 4 * j) >> 28, 0.5f), 0.0f);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const uint32_t aux = iq_u32(x.qs + kQK_K / 4 + 4 * j);
+    for (int l = 0; l < 4; ++l) {
+      const uint8_t signs = kIqSigns[(aux >> (7 * l)) & 127];
+      iq_signed_row4(kIq3xxsGrid[x.qs[8 * j + 2 * l]], signs, 0, kBias, u + 8 * l);
+      iq_signed_row4(kIq3xxsGrid[x.qs[8 * j + 2 * l + 1]], signs, 4, kBias, u + 8 * l + 4);
+    }
+  }
+};
+
+struct FormatIQ3_S : SuperScales<FormatIQ3_S, BlockIQ3_S> {
+  static constexpr int kBias = 15, kMaxU = 30;
+  static constexpr bool kSub16 = false;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, d * static_cast<float>(1 + 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 15)), 0.0f);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 8; ++l) {
+      const int k = 8 * j + l;
+      const int index = x.qs[k] | ((x.qh[j] >> l) & 1) << 8;
+      iq_signed_row4(kIq3sGrid[index], x.signs[k / 2], 4 * (k % 2), kBias, u + 4 * l);
+    }
+  }
+};
+
+// iq1: x = dl * (grid + delta) = (dl / 8) * (8 * grid + sign(delta)): u = 8 * grid ± 1 + 9, scale dl / 8.
+inline void iq1_row_u(uint64_t row, bool negative_delta, uint8_t* u) {
+  for (int j = 0; j < 8; ++j) u[j] = static_cast<uint8_t>(8 * grid_value(row, j) + (negative_delta ? 8 : 10));
+}
+
+struct FormatIQ1_S : SuperScales<FormatIQ1_S, BlockIQ1_S> {
+  static constexpr int kBias = 9, kMaxU = 18;
+  static constexpr bool kSub16 = false;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    set_scales(s, d * static_cast<float>(2 * ((x.qh[j] >> 12) & 7) + 1) * kIq1Delta, 0.0f);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const uint32_t h = x.qh[j];
+    for (int l = 0; l < 4; ++l) {
+      iq1_row_u(kIq1sGrid[x.qs[4 * j + l] | ((h >> (3 * l)) & 7) << 8], (h & 0x8000) != 0, u + 8 * l);
+    }
+  }
+};
+
+// iq1_m: no d field of its own (its bits are spread over the scale words), so not SuperScales.
+struct FormatIQ1_M {
+  using Block = BlockIQ1_M;
+  static constexpr int kBlocksPer = 8;
+  static constexpr int kBias = 9, kMaxU = 18;
+  static constexpr bool kSub16 = true;
+  static void words(const Block& x, uint16_t sc[4]) { std::memcpy(sc, x.scales, 8); }
+  static float d_of(const uint16_t sc[4]) {
+    const uint16_t bits = static_cast<uint16_t>((sc[0] >> 12) | (sc[1] >> 8 & 0x00f0) |
+                                                (sc[2] >> 4 & 0x0f00) | (sc[3] & 0xf000));
+    return half_to_float(bits);
+  }
+  static void one(const uint16_t sc[4], int j, float d, BlockScales* s) {
+    for (int h = 0; h < 2; ++h) {
+      const int g = 2 * j + h;
+      s->scale[h] = d * static_cast<float>(2 * ((sc[g / 4] >> (3 * (g % 4))) & 7) + 1) * kIq1Delta;
+      s->min[h] = 0.0f;
+    }
+  }
+  static void scales(const void* row, int64_t b, BlockScales* s) {
+    uint16_t sc[4];
+    words(static_cast<const Block*>(row)[b / 8], sc);
+    one(sc, static_cast<int>(b % 8), d_of(sc), s);
+  }
+  static void scales_all(const void* row, int64_t i, BlockScales* s) {
+    uint16_t sc[4];
+    words(static_cast<const Block*>(row)[i], sc);
+    const float d = d_of(sc);
+    for (int j = 0; j < 8; ++j) one(sc, j, d, &s[j]);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const Block& x = static_cast<const Block*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 4; ++l) {
+      const int k = 4 * j + l;
+      const int nib = (x.qh[k / 2] >> (4 * (k % 2))) & 15;
+      iq1_row_u(kIq1sGrid[x.qs[k] | (nib & 7) << 8], (nib & 8) != 0, u + 8 * l);
+    }
+  }
+};
+
 // fn(type, Format{}) for every quantized weight type the matmul kernels read, in DType order:
 // each ISA's kernel table fills its entries from it.
 template <typename Fn>
@@ -288,6 +536,16 @@ constexpr void for_each_block_format(Fn&& fn) {
   fn(DType::q4_k, FormatQ4_K{});
   fn(DType::q5_k, FormatQ5_K{});
   fn(DType::q6_k, FormatQ6_K{});
+  fn(DType::tq1_0, FormatTQ1_0{});
+  fn(DType::tq2_0, FormatTQ2_0{});
+  fn(DType::mxfp4, FormatMXFP4{});
+  fn(DType::iq2_xxs, FormatIQ2_XXS{});
+  fn(DType::iq2_xs, FormatIQ2_XS{});
+  fn(DType::iq2_s, FormatIQ2_S{});
+  fn(DType::iq3_xxs, FormatIQ3_XXS{});
+  fn(DType::iq3_s, FormatIQ3_S{});
+  fn(DType::iq1_s, FormatIQ1_S{});
+  fn(DType::iq1_m, FormatIQ1_M{});
 }
 
 }  // namespace

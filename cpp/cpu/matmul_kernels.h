@@ -87,7 +87,7 @@ struct TypeKernels {
   WeightPackFn pack = nullptr;
 };
 
-inline constexpr int kNumDTypeIds = 36;  // DType raw ids are < 36
+inline constexpr int kNumDTypeIds = 40;  // DType raw ids are < 40
 
 struct IsaKernels {
   IsaLevel level = IsaLevel::scalar;

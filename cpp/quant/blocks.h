@@ -155,6 +155,123 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
+// Ternary: x = d * (t - 1), t in {0, 1, 2} two bits each. Element 128*h + 32*k + l (h < 2,
+// k < 4, l < 32) is bits 2k..2k+1 of qs[32*h + l] (the layout of BlockQ2_K's quants).
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;  // f16 scale
+};
+static_assert(sizeof(BlockTQ2_0) == 66);
+
+// Ternary, five trits per byte: x = d * (t - 1). A byte q holds trit n (n < 5, or n < 4 in qh) as
+// t = ((uint8_t)(q * 3^n) * 3) >> 8 (the byte is a base-3 fraction scaled to 256). Element
+// 32*n + l is trit n of qs[l] (l < 32); 160 + 16*n + l is trit n of qs[32 + l] (l < 16);
+// 240 + 4*n + l is trit n of qh[l] (l < 4).
+struct BlockTQ1_0 {
+  uint8_t qs[48];
+  uint8_t qh[kQK_K / 64];
+  uint16_t d;  // f16 scale
+};
+static_assert(sizeof(BlockTQ1_0) == 54);
+
+// Microscaling FP4 (OCP MX): x = 2^(e - 128) * kMxfp4Values[q], q the nibbles as in BlockQ4_0.
+// kMxfp4Values are the E2M1 values doubled, hence the extra halving of the E8M0 scale.
+struct BlockMXFP4 {
+  uint8_t e;            // E8M0 scale exponent
+  uint8_t qs[kQK / 2];  // 4-bit E2M1 codes
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as f32, as ggml's ggml_e8m0_to_fp32_half: subnormal for e < 2; e = 255 gives
+// 2^127 (ggml reads no NaN encoding).
+inline float e8m0_to_f32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+// The trit n of byte q in BlockTQ1_0's packing.
+inline int tq1_trit(uint8_t q, int n) {
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t shifted = static_cast<uint8_t>(q * kPow3[n]);
+  return (shifted * 3) >> 8;
+}
+
+// ---- i-quants: codebook (grid) entries of 4 or 8 values, in quant/iq_grids.h -------------------
+// In every type, 32-element block ib (or 16-element group g) has a scale from d; each group of 8
+// (or 4) elements is one grid row, and signs flip single elements (kIqSigns expands a 7-bit sign
+// index to 8 sign bits).
+
+// Block ib: u32 pair (a, b) = qs[4ib .. 4ib + 4): byte l of a is the kIq2xxsGrid row of elements
+// 8l..8l+7, bits 7l..7l+6 of b their sign index, b >> 28 the scale s: d * (0.5 + s) * 0.25.
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+
+// qs[k] for elements 8k..8k+7: low 9 bits the kIq2xsGrid row, high 7 the sign index. 16-element
+// group g has scale nibble g % 2 of scales[g / 2]: d * (0.5 + s) * 0.25.
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74);
+
+// Elements 8k..8k+7: kIq2sGrid row qs[k] | bits 2(k%4)..+1 of qh[k/4] << 8, sign bit j of
+// signs[k]; scales as BlockIQ2_XS.
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint8_t signs[kQK_K / 8];
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_S) == 82);
+
+// Elements 4k..4k+3: kIq3xxsGrid row qs[k]. Block ib: u32 b = bytes 64 + 4ib .. of the block
+// (sign indices and scale as BlockIQ2_XXS's b), scale d * (0.5 + s) * 0.5.
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kQK_K / 8];  // 64 grid indices, then 8 u32 scale-and-signs words
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// Elements 4k..4k+3: kIq3sGrid row qs[k] | bit k%8 of qh[k/8] << 8; sign of element i: bit i%8
+// of signs[i/8]; block ib scale nibble ib % 2 of scales[ib / 2]: d * (1 + 2s).
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
+
+// x = dl * (grid + delta), grid values -1/0/1. Block ib, h = qh[ib]: elements 32ib + 8l + j
+// use kIq1sGrid row qs[4ib + l] | bits 3l..3l+2 of h << 8; dl = d * (2 * (h >> 12 & 7) + 1);
+// delta = -0.125 if h bit 15 else 0.125.
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_S) == 50);
+
+// As BlockIQ1_S, per 8 elements k: nibble k % 2 of qh[k / 2] gives the row's high 3 bits and (bit
+// 3) delta's sign; 16-element group g = 4i + t has dl = d * (2 * (scales_u16[i] >> 3t & 7) + 1).
+// d's f16 bits are the top nibbles of the four u16 scale words, word 0 lowest.
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];  // four little-endian u16 words
+};
+static_assert(sizeof(BlockIQ1_M) == 56);
+
+inline constexpr float kIq1Delta = 0.125f;
+
 // ---- scalar float conversions -------------------------------------------------------------------
 // These match numpy's float16 casts bit for bit (which gguf-py uses), NaN payloads included:
 // numpy keeps a NaN's top payload bits and does not quiet signalling NaNs.

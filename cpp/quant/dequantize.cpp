@@ -1,5 +1,5 @@
 // quant/dequantize.cpp: reference dequantizers of the 32-element block types (q4_0, q4_1, q5_0,
-// q5_1, q8_0, iq4_nl). Each reproduces gguf-py's numpy arithmetic bit for bit: the integer quant
+// q5_1, q8_0, iq4_nl, mxfp4). Each reproduces gguf-py's numpy arithmetic bit for bit: the integer quant
 // is formed first, converted to f32, then scaled with one rounded multiply (and one rounded add
 // for the types with a minimum), in that order.
 // Each block is copied to a local first: the float stores to dst could otherwise alias the
@@ -88,6 +88,16 @@ void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
     const float d = f16_to_f32(x.d);
     for (int j = 0; j < kQK / 2; ++j) dst[j] = d * static_cast<float>(kIq4nlValues[x.qs[j] & 0x0f]);
     for (int j = 0; j < kQK / 2; ++j) dst[j + kQK / 2] = d * static_cast<float>(kIq4nlValues[x.qs[j] >> 4]);
+  }
+}
+
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockMXFP4*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const BlockMXFP4 x = blocks[b];
+    const float d = e8m0_to_f32_half(x.e);
+    for (int j = 0; j < kQK / 2; ++j) dst[j] = d * static_cast<float>(kMxfp4Values[x.qs[j] & 0x0f]);
+    for (int j = 0; j < kQK / 2; ++j) dst[j + kQK / 2] = d * static_cast<float>(kMxfp4Values[x.qs[j] >> 4]);
   }
 }
 

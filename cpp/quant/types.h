@@ -41,6 +41,7 @@ enum class DType : uint32_t {
   bf16 = 30,
   tq1_0 = 34,
   tq2_0 = 35,
+  mxfp4 = 39,
 };
 
 // dst[n] = dequantized src, n a multiple of the block size.

@@ -133,6 +133,20 @@ void random_iq4_nl(uint8_t* bytes, int64_t n_blocks) {
   }
 }
 
+// Random tq1_0 / tq2_0 blocks (ember has no ternary quantizer): every byte value, the f16 scale
+// last, of either sign up to about 1.
+template <typename Block>
+void random_ternary(uint8_t* bytes, int64_t n_blocks) {
+  auto* blocks = reinterpret_cast<Block*>(bytes);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
+    if constexpr (requires { blocks[b].qh; }) {
+      for (uint8_t& q : blocks[b].qh) q = static_cast<uint8_t>(rng()() & 0xff);
+    }
+    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f));
+  }
+}
+
 // A weight matrix {n_in, n_out} of `type` quantized from random values.
 std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std::vector<float>* values) {
   const TypeTraits& t = type_traits(type);
@@ -140,6 +154,10 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(type, n_in) * n_out));
   if (type == DType::iq4_nl) {
     random_iq4_nl(bytes.data(), n_in * n_out / kQK);
+  } else if (type == DType::tq1_0) {
+    random_ternary<BlockTQ1_0>(bytes.data(), n_in * n_out / kQK_K);
+  } else if (type == DType::tq2_0) {
+    random_ternary<BlockTQ2_0>(bytes.data(), n_in * n_out / kQK_K);
   } else {
     for (int64_t o = 0; o < n_out; ++o) {
       t.quantize_row(src.data() + o * n_in, bytes.data() + o * row_bytes(type, n_in), n_in);
@@ -233,6 +251,8 @@ WEIGHT_CASES(q3_k)
 WEIGHT_CASES(q4_k)
 WEIGHT_CASES(q5_k)
 WEIGHT_CASES(q6_k)
+WEIGHT_CASES(tq1_0)
+WEIGHT_CASES(tq2_0)
 
 // Every row's bits are the same whatever rows come with it (matmul_exact_min_rows() == 1), across
 // the device's decode and prefill kernels; else the same from matmul_exact_min_rows() rows on.

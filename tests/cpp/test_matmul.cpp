@@ -60,6 +60,14 @@ const std::vector<ScaleFields>& scale_fields() {
       {DType::q4_k, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}},
       {DType::q5_k, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
       {DType::q6_k, {offsetof(BlockQ6_K, d)}},
+      {DType::tq1_0, {offsetof(BlockTQ1_0, d)}},
+      {DType::tq2_0, {offsetof(BlockTQ2_0, d)}},
+      {DType::iq2_xxs, {offsetof(BlockIQ2_XXS, d)}},
+      {DType::iq2_xs, {offsetof(BlockIQ2_XS, d)}},
+      {DType::iq2_s, {offsetof(BlockIQ2_S, d)}},
+      {DType::iq3_xxs, {offsetof(BlockIQ3_XXS, d)}},
+      {DType::iq3_s, {offsetof(BlockIQ3_S, d)}},
+      {DType::iq1_s, {offsetof(BlockIQ1_S, d)}},
   };
   return fields;
 }
@@ -81,6 +89,19 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
     return w;
   }
   for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  if (type == DType::iq1_m) {  // d's f16 bits are the top nibbles of the four scale words
+    for (int64_t blk = 0; blk < n_bytes / t.type_size; ++blk) {
+      uint8_t* words = &w[blk * t.type_size + offsetof(BlockIQ1_M, scales)];
+      const uint16_t h = f32_to_f16(scale(rng));
+      for (int i = 0; i < 4; ++i)
+        words[2 * i + 1] = static_cast<uint8_t>((words[2 * i + 1] & 0x0f) | ((h >> (4 * i)) & 15) << 4);
+    }
+  }
+  if (type == DType::mxfp4) {  // E8M0 scales 2^-10 .. 2^-2 (2^(e - 128)), as the f16 scales above
+    std::uniform_int_distribution<int> exponent(118, 126);
+    for (int64_t blk = 0; blk < n_bytes / t.type_size; ++blk)
+      w[blk * t.type_size] = static_cast<uint8_t>(exponent(rng));
+  }
   for (const ScaleFields& f : scale_fields()) {
     if (f.type != type) continue;
     for (int64_t blk = 0; blk < n_bytes / t.type_size; ++blk) {
@@ -326,8 +347,11 @@ std::mt19937_64& rng() {
   return generator;
 }
 
-const DType kSmallTypes[] = {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::iq4_nl};
-const DType kKTypes[] = {DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+const DType kSmallTypes[] = {DType::q4_0, DType::q4_1,   DType::q5_0, DType::q5_1,
+                             DType::q8_0, DType::iq4_nl, DType::mxfp4};
+const DType kKTypes[] = {DType::q2_k,    DType::q3_k,  DType::q4_k,    DType::q5_k,   DType::q6_k,
+                         DType::tq1_0,   DType::tq2_0, DType::iq2_xxs, DType::iq2_xs, DType::iq2_s,
+                         DType::iq3_xxs, DType::iq3_s, DType::iq1_s,   DType::iq1_m};
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 // Every (type, n_in, n_out, n_rows) the levels run. EMBER_TEST_SHAPES=small: fewer shapes, for
@@ -439,5 +463,5 @@ TEST(matmul_runs_the_active_level) {
   matmul_with(*isa_kernels(active), DType::q4_0, w.data(), 256, 5, x.data(), 2, y_ref.data(), pool,
               workspace());
   CHECK(y == y_ref);
-  CHECK(matmul_supports(DType::q4_k) && !matmul_supports(DType::iq2_xxs));
+  CHECK(matmul_supports(DType::q4_k) && matmul_supports(DType::mxfp4) && !matmul_supports(DType::q8_k));
 }

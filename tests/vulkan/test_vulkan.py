@@ -49,7 +49,7 @@ if DEVICE is None:
     pytest.skip(f"no Vulkan: {why}", allow_module_level=True)
 
 WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q2_k", "q3_k",
-                "q4_k", "q5_k", "q6_k")
+                "q4_k", "q5_k", "q6_k", "tq1_0", "tq2_0")
 OP_CASES = [f"{op}_{t}" for t in WEIGHT_TYPES for op in ("matmul", "get_rows")] + [
     "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "softcap", "rms_norm", "softmax", "rope",
     "store_kv_f16", "store_kv_q8_0", "copy_kv", "attention_f16", "attention_q8_0",
@@ -301,3 +301,30 @@ def test_lora_adapters_are_refused_on_vulkan(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match=refusal):
         Engine(case.base_gguf, device=DEVICE, parallel=1, n_ctx=64,
                lora={"all": case.adapter_ggufs["all"]})
+
+
+@pytest.mark.parametrize("name", ["tq1_0", "tq2_0"])
+def test_ternary_models_match_the_dequantized_weights(name: str, tmp_path: Path) -> None:
+    import tiny_models
+    from checkpoints import TWIN_MAX, TWIN_RMS, rel_rms
+    from typed_models import dequantized_twin, make_model, write_typed
+
+    model = make_model()
+    path = write_typed(model, tmp_path / f"{name}.gguf", name, tmp_path)
+    tokens = np.random.default_rng(1).integers(0, 256, 40).tolist()
+    ours = np.asarray(_core.Model(str(path), device=DEVICE).eval(tokens))
+    ref = tiny_models.hf_logits(dequantized_twin(model, path), tokens)
+    assert rel_rms(ours, ref) < TWIN_RMS
+    assert np.abs(ours - ref).max() < TWIN_MAX * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "iq2_xxs", "iq1_m"])
+def test_weight_types_without_shaders_are_refused_naming_the_type(name: str, tmp_path: Path) -> None:
+    from typed_models import make_model, write_typed
+
+    path = write_typed(make_model(), tmp_path / f"{name}.gguf", name, tmp_path)
+    # The embedding table is bound first; the matrices would be refused the same way.
+    refusal = rf"'token_embd.weight': type {name} cannot be read by the vulkan backend"
+    with pytest.raises(UnsupportedError, match=refusal):
+        _core.Model(str(path), device=DEVICE)
+    assert _core.Model(str(path), n_threads=1, device="cpu").eval([1, 2, 3]).shape == (3, 256)

@@ -184,6 +184,44 @@ void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
     v[l] = x;
   }
 }
+#elif defined(TYPE_TQ2_0)
+// BlockTQ2_0: qs[64], d (f16); the trit t of element 128h + 32k + l is bits 2k, 2k+1 of qs[32h + l]
+// (q2_k's layout), x = d * (t - 1).
+uint row_u16(uint n_in) { return n_in / 256u * 33u; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 33u * (g / 8u), r = g % 8u;
+  const float d = f16_to_f32(uint(w.v[b + 32u]));
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    const uint t = (byte_at(w, b, 32u * (r / 4u) + l) >> (2u * (r % 4u))) & 3u;
+    precise float x = d * float(int(t) - 1);
+    v[l] = x;
+  }
+}
+#elif defined(TYPE_TQ1_0)
+// BlockTQ1_0: qs[48], qh[4], d (f16); five (qh: four) base-3 trits per byte, trit n of byte q being
+// ((q * 3^n) mod 256 * 3) >> 8. Values 32r .. 32r+31: r < 5, trit r of qs[0..32); r = 5, 6: trits
+// 2(r-5), 2(r-5)+1 of qs[32..48); r = 7: trit 4 of qs[32..48), then trit n of qh[l] at 16 + 4n + l.
+uint row_u16(uint n_in) { return n_in / 256u * 27u; }
+const uint kPow3[5] = uint[5](1u, 3u, 9u, 27u, 81u);
+uint trit(uint q, uint n) { return (((q * kPow3[n]) & 255u) * 3u) >> 8; }
+void dq32(U16 w, uint row, uint g, uint n_in, out float v[32]) {
+  const uint b = row + 27u * (g / 8u), r = g % 8u;
+  const float d = f16_to_f32(uint(w.v[b + 26u]));
+  [[unroll]] for (uint l = 0u; l < 32u; ++l) {
+    uint t;
+    if (r < 5u) {
+      t = trit(byte_at(w, b, l), r);
+    } else if (l < 16u) {
+      t = trit(byte_at(w, b, 32u + l), 2u * (r - 5u));
+    } else if (r < 7u) {
+      t = trit(byte_at(w, b, 16u + l), 2u * (r - 5u) + 1u);
+    } else {
+      t = trit(byte_at(w, b, 48u + (l - 16u) % 4u), (l - 16u) / 4u);
+    }
+    precise float x = d * float(int(t) - 1);
+    v[l] = x;
+  }
+}
 #else
 #error "dequant.glsl: no TYPE_ defined"
 #endif

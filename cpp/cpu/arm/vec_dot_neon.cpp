@@ -121,6 +121,53 @@ inline Halves quants_neon(FormatQ6_K, const void* row, int64_t b) {
   return {one(0), one(16)};
 }
 
+inline Halves quants_neon(FormatMXFP4, const void* row, int64_t b) {
+  const uint8x16_t table = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};  // codebook + 12
+  Halves h = nibbles(static_cast<const BlockMXFP4*>(row)[b].qs);
+  return {vqtbl1q_u8(table, h.lo), vqtbl1q_u8(table, h.hi)};
+}
+
+inline Halves quants_neon(FormatTQ2_0, const void* row, int64_t b) {
+  const BlockTQ2_0& x = static_cast<const BlockTQ2_0*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  const uint8_t* qs = x.qs + 32 * (j / 4);
+  const uint8x16_t m = vdupq_n_u8(3);
+  return {vandq_u8(shr(vld1q_u8(qs), 2 * (j % 4)), m), vandq_u8(shr(vld1q_u8(qs + 16), 2 * (j % 4)), m)};
+}
+
+// Trit i of byte v[i]: ((uint8_t)(v[i] * pow3[i]) * 3) >> 8.
+inline uint8x16_t trits(uint8x16_t v, uint8x16_t pow3) {
+  const uint8x16_t q = vmulq_u8(v, pow3);
+  const uint8x8_t three = vdup_n_u8(3);
+  return vcombine_u8(vshrn_n_u16(vmull_u8(vget_low_u8(q), three), 8),
+                     vshrn_n_u16(vmull_u8(vget_high_u8(q), three), 8));
+}
+
+inline Halves quants_neon(FormatTQ1_0, const void* row, int64_t b) {
+  const BlockTQ1_0& x = static_cast<const BlockTQ1_0*>(row)[b / 8];
+  const int j = static_cast<int>(b % 8);
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  if (j < 5) {
+    const uint8x16_t p = vdupq_n_u8(kPow3[j]);
+    return {trits(vld1q_u8(x.qs), p), trits(vld1q_u8(x.qs + 16), p)};
+  }
+  const uint8x16_t tail = vld1q_u8(x.qs + 32);
+  if (j < 7)
+    return {trits(tail, vdupq_n_u8(kPow3[2 * (j - 5)])), trits(tail, vdupq_n_u8(kPow3[2 * (j - 5) + 1]))};
+  // Upper half: byte 4n + l is qh[l], taken to trit n.
+  const uint8x16_t qh = vreinterpretq_u8_u32(vdupq_n_u32(load_u32(x.qh)));
+  const uint8x16_t pow3 = {1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27};
+  return {trits(tail, vdupq_n_u8(kPow3[4])), trits(qh, pow3)};
+}
+
+// The formats without a vector twin (the i-quants' grid lookups): their scalar quants(), loaded.
+template <typename F>
+inline Halves quants_neon(F, const void* row, int64_t b) {
+  uint8_t u[32];
+  F::quants(row, b, u);
+  return {vld1q_u8(u), vld1q_u8(u + 16)};
+}
+
 template <typename F>
 float vec_dot_quant(int64_t n_in, const void* w_row, const void* act_row) {
   const auto* act = static_cast<const BlockQ8A*>(act_row);

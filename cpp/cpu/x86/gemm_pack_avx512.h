@@ -61,11 +61,17 @@ concept HasMin = requires(const typename F::Block& x) {
   x.m;
 };
 
+// Super-block formats whose scales ColumnScaleReader decodes in vectors; the others (the
+// i-quants) are decoded column by column with their scalar scales_all().
+template <typename F>
+constexpr bool kVectorScales = std::is_same_v<F, FormatQ2_K> || std::is_same_v<F, FormatQ3_K> ||
+                               std::is_same_v<F, FormatQ4_K> || std::is_same_v<F, FormatQ5_K> ||
+                               std::is_same_v<F, FormatQ6_K> || std::is_same_v<F, FormatTQ1_0> ||
+                               std::is_same_v<F, FormatTQ2_0>;
+
 // Formats whose scales ColumnScaleReader decodes: all the quantized weight formats.
 template <typename F>
-constexpr bool kColumnScales = F::kBlocksPer == 1 || std::is_same_v<F, FormatQ2_K> ||
-                               std::is_same_v<F, FormatQ3_K> || std::is_same_v<F, FormatQ4_K> ||
-                               std::is_same_v<F, FormatQ5_K> || std::is_same_v<F, FormatQ6_K>;
+constexpr bool kColumnScales = true;
 
 // (Masked intrinsics throughout: GCC 12 warns about the plain ones' undefined pass-through.)
 inline __m512i gather32(const uint8_t* base, __m512i offsets) {
@@ -82,6 +88,15 @@ inline __m512i byte_of(const __m512i* words, int k) {  // byte k of the bytes th
                                 _mm512_set1_epi32(0xff));
 }
 inline __m512 to_float_lanes(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+// e8m0_to_f32_half of the byte in bits 0..7 of each lane.
+inline __m512 e8m0_half(__m512i v) {
+  const __m512i e = _mm512_maskz_and_epi32(0xffff, v, _mm512_set1_epi32(0xff));
+  const __m512i normal = _mm512_maskz_slli_epi32(0xffff,
+                                                 _mm512_maskz_sub_epi32(0xffff, e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(0x00200000), e);
+  const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+}
 
 // The per-16 scales of both halves of a block, with min_h as given, and the corrections as
 // pack_panel16's per-column code computes them.
@@ -149,8 +164,8 @@ struct ColumnScaleReader {
     constexpr int64_t kBytes = sizeof(typename F::Block);
     const uint8_t* block = w + b / F::kBlocksPer * kBytes;
     if constexpr (F::kBlocksPer == 1) {
-      const __m512i dm = gather32(block, offsets);  // d, and m for q4_1 / q5_1
-      k[0].scale0 = k[0].scale1 = half_lo(dm);
+      const __m512i dm = gather32(block, offsets);  // d, and m for q4_1 / q5_1; mxfp4's e
+      k[0].scale0 = k[0].scale1 = std::is_same_v<F, FormatMXFP4> ? e8m0_half(dm) : half_lo(dm);
       const __m512 min = HasMin<F> ? half_hi(dm) : _mm512_setzero_ps();
       k[0].coef_s = _mm512_sub_ps(min, _mm512_mul_ps(_mm512_set1_ps(float(F::kBias)), k[0].scale0));
       k[0].coef_s_lo = _mm512_setzero_ps();
@@ -210,6 +225,30 @@ struct ColumnScaleReader {
       __m512i sc[4];
       for (int q = 0; q < 4; ++q) sc[q] = gather32(block + offsetof(BlockQ6_K, scales) + 4 * q, offsets);
       decode_q6_k_scales(d, sc, k);
+    } else if constexpr (std::is_same_v<F, FormatTQ1_0> || std::is_same_v<F, FormatTQ2_0>) {
+      // d is the last 2 bytes; every block has the scale d.
+      const __m512 d = half_hi(gather32(block + offsetof(typename F::Block, d) - 2, offsets));
+      const __m512 scale[2] = {d, d}, min[2] = {zero, zero};
+      for (int j = 0; j < 8; ++j) set_sub16(j, scale, min);
+    } else if constexpr (!kVectorScales<F>) {
+      alignas(64) int32_t offset[16];
+      _mm512_store_si512(offset, offsets);
+      alignas(64) float scale[2][F::kBlocksPer][16], min[2][F::kBlocksPer][16];
+      for (int c = 0; c < 16; ++c) {
+        BlockScales s[F::kBlocksPer];
+        F::scales_all(block + offset[c], 0, s);
+        for (int j = 0; j < F::kBlocksPer; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            scale[h][j][c] = s[j].scale[h];
+            min[h][j][c] = s[j].min[h];
+          }
+        }
+      }
+      for (int j = 0; j < F::kBlocksPer; ++j) {
+        const __m512 sc[2] = {_mm512_load_ps(scale[0][j]), _mm512_load_ps(scale[1][j])};
+        const __m512 mn[2] = {_mm512_load_ps(min[0][j]), _mm512_load_ps(min[1][j])};
+        set_sub16(j, sc, mn);
+      }
     } else {  // q4_k, q5_k: d, dmin, then the 6-bit scale / min table
       const __m512i ddmin = gather32(block, offsets);
       __m512i t[3];
