@@ -37,8 +37,9 @@ def convert(
         "--lora", help="convert this PEFT LoRA adapter folder (adapter_config.json, "
                        "adapter_model.safetensors) to a LoRA GGUF instead; --type f32 or f16")] = None,
 ) -> None:
-    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) to a GGUF
-    file, or a PEFT LoRA adapter of one (--lora) to the LoRA GGUF that ember and llama.cpp load."""
+    """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, the Qwen MoEs, Phi-3 with
+    LongRoPE, Gemma 2/3, SmolLM3, BERT) to a GGUF file, or a PEFT LoRA adapter of one (--lora) to
+    the LoRA GGUF that ember and llama.cpp load."""
     from ember.convert import convert as run_convert
     from ember.convert import convert_lora
 

@@ -103,7 +103,7 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="print the same facts as JSON")] = False,
 ) -> None:
     """Show what a GGUF file holds: architecture, size, quantization, tokenizer, tensor types;
-    or, with --devices, the devices ember can run on (CPU, Vulkan GPUs) and their memory."""
+    or, with --devices, the devices ember can run on (CPU, CUDA and Vulkan GPUs) and their memory."""
     if devices:
         report = device_report()
         if as_json:
