@@ -43,6 +43,15 @@ def test_missing_model_fails_before_listening(tmp_path: Path) -> None:
     assert "listening on" not in out.stderr
 
 
+def test_ember_model_is_one_path_spaces_and_all(tmp_path: Path) -> None:
+    """$EMBER_MODEL names one file, whatever its path holds (not split at spaces as a list
+    argument's environment variable would be)."""
+    path = tmp_path / "my models" / "a b.gguf"
+    out = ember("serve", "--port", "1", env={"EMBER_MODEL": str(path)})
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == f"error: model file not found: {path}"
+
+
 def test_bad_flag_value_is_one_line() -> None:
     out = ember("serve", "--parallel", "0")
     assert out.returncode == 1

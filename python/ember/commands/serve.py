@@ -16,6 +16,7 @@ command line wins.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -66,9 +67,9 @@ def _bytes(value: str | None, flag: str = "--max-memory") -> int | None:
 def serve(
     model: Annotated[Optional[list[str]], typer.Argument(
         help="a .gguf file or hf://USER/REPO[:QUANT]; several: each is served under its file "
-             "name without .gguf, and a request's 'model' picks one (default: the demo model, "
-             "SmolLM2-135M-Instruct)",
-        envvar="EMBER_MODEL", show_default=False)] = None,
+             "name without .gguf, and a request's 'model' picks one (default: $EMBER_MODEL, one "
+             "path, else the demo model, SmolLM2-135M-Instruct)",
+        show_default=False)] = None,
     models_dir: Annotated[Optional[str], typer.Option(
         "--models-dir", envvar="EMBER_MODELS_DIR",
         help="serve every model in this folder (its .gguf files; a split model's shards are "
@@ -273,6 +274,8 @@ def serve(
     from ember.server.models import served_models
     from ember.server.run import serve as run_server
 
+    if not model and os.environ.get("EMBER_MODEL"):
+        model = [os.environ["EMBER_MODEL"]]  # one path, spaces and all (click would split it)
     # A missing file fails now, not after listening.
     files = [str(resolve_model(m)) for m in model or []]
     if pooling is not None and pooling not in POOLINGS:
