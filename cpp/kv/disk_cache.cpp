@@ -67,6 +67,40 @@ uint64_t payload_checksum(std::span<const uint8_t> bytes, uint64_t seed) {
   return avalanche64(h);
 }
 
+DiskFileLayout disk_file_layout(const char (&magic)[8], const DiskCacheLayout& l) {
+  DiskFileLayout f{};
+  std::memcpy(f.magic, magic, sizeof f.magic);
+  f.version = kDiskCacheVersion;
+  f.kv_type = l.kv_type;
+  f.model_id = l.model_id;
+  f.block_size = l.block_size;
+  f.n_layer = l.n_layer;
+  f.n_head_kv = l.n_head_kv;
+  f.head_dim = l.head_dim;
+  f.payload_bytes = static_cast<uint64_t>(l.payload_bytes);
+  return f;
+}
+
+std::string layout_mismatch(const DiskFileLayout& f, const char (&magic)[8], const char* what,
+                            const DiskCacheLayout& want) {
+  if (std::memcmp(f.magic, magic, sizeof f.magic) != 0) return cat("not an ember ", what);
+  if (f.version != kDiskCacheVersion) {
+    return cat("format version ", f.version, ", this build reads ", kDiskCacheVersion);
+  }
+  if (f.model_id != want.model_id) {
+    return cat("written for another model (id ", hex(f.model_id), ", this one is ", hex(want.model_id), ")");
+  }
+  if (f.kv_type != want.kv_type) return cat("KV type ", f.kv_type, ", the cache holds type ", want.kv_type);
+  if (f.block_size != want.block_size || f.n_layer != want.n_layer || f.n_head_kv != want.n_head_kv ||
+      f.head_dim != want.head_dim || static_cast<int64_t>(f.payload_bytes) != want.payload_bytes) {
+    return cat("written for another KV shape: blocks of ", f.block_size, " tokens, ", f.n_layer, " layers, ",
+               f.n_head_kv, "x", f.head_dim, " KV heads, ", f.payload_bytes, " bytes; expected ",
+               want.block_size, ", ", want.n_layer, ", ", want.n_head_kv, "x", want.head_dim, ", ",
+               want.payload_bytes);
+  }
+  return "";
+}
+
 DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)) {
   if (config_.max_bytes < 1) {
     throw InvalidArgument(cat("[kv] the disk cache's size must be >= 1 byte, got ", config_.max_bytes));
@@ -177,19 +211,8 @@ std::optional<std::vector<uint8_t>> DiskCache::read(BlockHash hash, BlockHash pa
   if (!f) return reject("cannot be opened");
   DiskBlockHeader h;
   if (std::fread(&h, sizeof h, 1, f.get()) != 1) return reject("shorter than its header (truncated)");
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return reject("not an ember KV block file");
-  if (h.version != kDiskCacheVersion)
-    return reject(cat("format version ", h.version, ", this build reads ", kDiskCacheVersion));
-  if (h.model_id != want.model_id)
-    return reject(
-        cat("written for another model (id ", hex(h.model_id), ", this one is ", hex(want.model_id), ")"));
-  if (h.kv_type != want.kv_type)
-    return reject(cat("KV type ", h.kv_type, ", the cache holds type ", want.kv_type));
-  if (h.block_size != want.block_size || h.n_layer != want.n_layer || h.n_head_kv != want.n_head_kv ||
-      h.head_dim != want.head_dim || static_cast<int64_t>(h.payload_bytes) != want.payload_bytes) {
-    return reject(cat("blocks of ", h.block_size, " tokens, ", h.n_layer, " layers, ", h.n_head_kv, "x",
-                      h.head_dim, " KV heads, ", h.payload_bytes, " bytes; expected ", want.block_size, ", ",
-                      want.n_layer, ", ", want.n_head_kv, "x", want.head_dim, ", ", want.payload_bytes));
+  if (const std::string why = layout_mismatch(h.layout, kMagic, "KV block file", want); !why.empty()) {
+    return reject(why);
   }
   if (h.hash != hash || h.parent_hash != parent) return reject("holds another block (its hashes differ)");
   std::vector<int32_t> file_tokens(static_cast<size_t>(want.block_size));
@@ -259,15 +282,7 @@ void DiskCache::writer_loop() {
 void DiskCache::write_file(const Job& job) {
   const DiskCacheLayout& l = config_.layout;
   DiskBlockHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kDiskCacheVersion;
-  h.kv_type = l.kv_type;
-  h.model_id = l.model_id;
-  h.block_size = l.block_size;
-  h.n_layer = l.n_layer;
-  h.n_head_kv = l.n_head_kv;
-  h.head_dim = l.head_dim;
-  h.payload_bytes = static_cast<uint64_t>(l.payload_bytes);
+  h.layout = disk_file_layout(kMagic, l);
   h.hash = job.hash;
   h.parent_hash = job.parent;
   h.checksum = payload_checksum(job.payload, payload_checksum(bytes_of(job.tokens)));

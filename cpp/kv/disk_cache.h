@@ -36,9 +36,12 @@ struct DiskCacheLayout {
   bool operator==(const DiskCacheLayout&) const = default;
 };
 
-// The header of a block file; then int32 tokens[block_size], then payload_bytes of K/V.
-struct DiskBlockHeader {
-  char magic[8];      // "EMBERKVB"
+inline constexpr uint32_t kDiskCacheVersion = 1;
+
+// How every file of K/V starts (block files here, state files in state_file.h): its kind, the
+// format version and the DiskCacheLayout it was written for.
+struct DiskFileLayout {
+  char magic[8];      // the kind: "EMBERKVB" (a block file), "EMBERKVS" (a state file)
   uint32_t version;   // kDiskCacheVersion
   uint32_t kv_type;   // DiskCacheLayout's fields, as written
   uint64_t model_id;  //
@@ -47,13 +50,24 @@ struct DiskBlockHeader {
   int32_t n_head_kv;
   int32_t head_dim;
   uint64_t payload_bytes;
+};
+static_assert(sizeof(DiskFileLayout) == 48);
+
+// The start of a file of kind `magic` written for `layout`.
+DiskFileLayout disk_file_layout(const char (&magic)[8], const DiskCacheLayout& layout);
+// Why a file that starts with `file` cannot be read as a `what` (e.g. "KV block file") of kind
+// `magic` for `want`: another kind, format version, model, KV type or shape; "" when it can.
+std::string layout_mismatch(const DiskFileLayout& file, const char (&magic)[8], const char* what,
+                            const DiskCacheLayout& want);
+
+// The header of a block file; then int32 tokens[block_size], then payload_bytes of K/V.
+struct DiskBlockHeader {
+  DiskFileLayout layout;  // magic "EMBERKVB"
   BlockHash hash;         // the block's chained hash (also its file name)
   BlockHash parent_hash;  // its parent's (kRootBlockHash for a first block)
   uint64_t checksum;      // payload_checksum of the tokens and the payload
 };
 static_assert(sizeof(DiskBlockHeader) == 72);
-
-inline constexpr uint32_t kDiskCacheVersion = 1;
 
 // 64-bit checksum of bytes (four xxHash64-style lanes of 8-byte words: ~10 GB/s, so reading a
 // 2,000-token SmolLM2 prompt back costs a few ms of it).

@@ -29,15 +29,7 @@ uint64_t state_checksum(const PrefixState& s) {
 
 int64_t write_state_file(const std::string& path, const DiskCacheLayout& l, const PrefixState& state) {
   StateFileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kDiskCacheVersion;
-  h.kv_type = l.kv_type;
-  h.model_id = l.model_id;
-  h.block_size = l.block_size;
-  h.n_layer = l.n_layer;
-  h.n_head_kv = l.n_head_kv;
-  h.head_dim = l.head_dim;
-  h.payload_bytes = static_cast<uint64_t>(l.payload_bytes);
+  h.layout = disk_file_layout(kMagic, l);
   h.n_tokens = state.tokens.size();
   h.n_blocks = state.blocks.size();
   h.checksum = state_checksum(state);
@@ -71,14 +63,8 @@ PrefixState read_state_file(const std::string& path, const DiskCacheLayout& want
   if (!f) throw bad("cannot be opened (", std::strerror(errno), ")");
   StateFileHeader h;
   if (std::fread(&h, sizeof h, 1, f.get()) != 1) throw bad("shorter than its header (truncated)");
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw bad("not an ember state file");
-  if (h.version != kDiskCacheVersion)
-    throw bad("format version ", h.version, ", this build reads ", kDiskCacheVersion);
-  if (h.model_id != want.model_id) throw bad("written for another model");
-  if (h.kv_type != want.kv_type) throw bad("KV type ", h.kv_type, ", the cache holds type ", want.kv_type);
-  if (h.block_size != want.block_size || h.n_layer != want.n_layer || h.n_head_kv != want.n_head_kv ||
-      h.head_dim != want.head_dim || static_cast<int64_t>(h.payload_bytes) != want.payload_bytes) {
-    throw bad("written for another KV shape (block size, layers, heads)");
+  if (const std::string why = layout_mismatch(h.layout, kMagic, "state file", want); !why.empty()) {
+    throw bad(why);
   }
   if (h.n_blocks > h.n_tokens / static_cast<uint64_t>(want.block_size) || h.n_tokens > (uint64_t{1} << 31))
     throw bad(h.n_blocks, " blocks for ", h.n_tokens, " tokens");

@@ -19,15 +19,7 @@ struct PrefixState {
 
 // The header of a state file; then int32 tokens[n_tokens], then n_blocks payloads.
 struct StateFileHeader {
-  char magic[8];      // "EMBERKVS"
-  uint32_t version;   // kDiskCacheVersion
-  uint32_t kv_type;   // DiskCacheLayout's fields, as written
-  uint64_t model_id;  //
-  int32_t block_size;
-  int32_t n_layer;
-  int32_t n_head_kv;
-  int32_t head_dim;
-  uint64_t payload_bytes;
+  DiskFileLayout layout;  // magic "EMBERKVS"
   uint64_t n_tokens;
   uint64_t n_blocks;
   uint64_t checksum;  // payload_checksum of the tokens, then of each block, chained
