@@ -1,6 +1,7 @@
 """What the GPU backends' tests (tests/vulkan, tests/cuda) share: a model's logits on a device,
-the comparison of a device's greedy text with the CPU's up to near ties, and the tiny llama in
-every k-quant and iq4_nl that reaches every weight type's kernels at model scale."""
+the comparison of a device's greedy text with the CPU's up to near ties, the tiny llama in
+every k-quant and iq4_nl that reaches every weight type's kernels at model scale, and the checks
+both backends must pass the same way (check_*: a device's test calls them with its device)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from engine_support import run_all, tokens_of
+from engine_support import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 
 from ember import _core
 
@@ -104,3 +105,77 @@ def quantized_tiny_llamas(folder: Path) -> dict[str, Path]:
              for t in ("q2_k", "q3_k_m", "q5_k_m")}
     files["iq4_nl"] = iq4_nl_copy(f32, folder / "iq4_nl.gguf")
     return files
+
+
+def check_smollm2_greedy_up_to_near_ties(smollm2_path: Path, device: str) -> None:
+    """SmolLM2 (Q4_1): the allowed deviation is twice the spread between the CPU backend's own
+    scalar and SIMD kernels (which round activations and sums differently)."""
+
+    def twice_the_cpu_spread(tokens: list[int], ref: np.ndarray) -> float:
+        return 2 * np.abs(ref - logits(smollm2_path, "cpu", tokens, isa="scalar")).max()
+
+    tokenizer = _core.Tokenizer(str(smollm2_path))
+    for prompt in ("The capital of France is", "def fibonacci(n):"):
+        assert_greedy_is_the_cpus_up_to_near_ties(smollm2_path, device, list(tokenizer.encode(prompt)), 8,
+                                                  twice_the_cpu_spread)
+
+
+def check_quantized_llama_up_to_a_quarter_of_the_rounding(path: Path, device: str) -> None:
+    """The device's logits of a quantized_tiny_llamas file stay within a quarter of what quantizing
+    did to the CPU's (the CPU's logits of the file against its f32.gguf's), and its greedy text is
+    the CPU's up to near ties."""
+    f32 = path.parent / "f32.gguf"
+
+    def quarter_of_the_rounding(tokens: list[int], ref: np.ndarray) -> float:
+        return np.abs(ref - logits(f32, "cpu", tokens)).max() / 4
+
+    for prompt in prompts_of(256, [1, 9, 30], seed=11):
+        assert_greedy_is_the_cpus_up_to_near_ties(path, device, prompt, 16, quarter_of_the_rounding)
+
+
+def check_batching_is_invisible_and_prefix_caching_holds(stories_path: Path, device: str) -> None:
+    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
+    prompts = prompts_of(model.n_vocab, [1, 17, 40, 5, 33, 70], seed=5)
+    n_gen = 12
+    reference = [reference_greedy(model, p, n_gen) for p in prompts]
+    engine = _core.Engine(str(stories_path), parallel=8, kv_size=2048, max_batch_tokens=32,
+                          prefix_caching=False, device=device)
+    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
+    for i, p in enumerate(prompts):
+        assert batched[i] == reference[i], f"prompt {i} ({len(p)} tokens) among others"
+    # Prefix caching: 2 full blocks of 16 shared, then rows copied from the 3rd (copy_kv): 39 of
+    # the same 40 tokens (the last one runs for its logits), and 36 shared ones.
+    cached = _core.Engine(str(stories_path), parallel=4, kv_size=1024, block_size=16, device=device)
+    base = prompts[2]
+    first = run_all(cached, [base], n_gen)[0]
+    other = base[:36] + prompts_of(model.n_vocab, [9], seed=6)[0][1:]
+    again, shared = run_all(cached, [base, other], n_gen)
+    assert first[-1].n_cached_tokens == 0
+    assert again[-1].n_cached_tokens == 39 and shared[-1].n_cached_tokens == 36
+    assert tokens_of(again) == tokens_of(first) == reference[2]
+    assert tokens_of(shared) == reference_greedy(model, other, n_gen)
+
+
+def check_one_device_submission_per_engine_step(stories_path: Path, device: str) -> None:
+    engine = _core.Engine(str(stories_path), parallel=4, kv_size=1024, max_batch_tokens=16, device=device)
+    before = engine.device_submissions
+    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
+    run_all(engine, prompts_of(model.n_vocab, [3, 30, 50], seed=7), 10)
+    stats = settled_stats(engine)
+    assert engine.device_submissions - before == stats["steps"] > 0
+    total, free = engine.device_memory
+    assert total > 0 and 0 <= free <= total
+    assert engine.device.startswith(device)
+
+
+def check_the_server_contract_tests_pass(device: str) -> None:
+    """tests/server/test_server_api.py (the openai client against the server on stories260K: chat and
+    completions, streamed and not, n, logprobs, stops, logit_bias, penalties, seeds, prefix-cache
+    usage, models, tokenize, slots, metrics, health), unchanged, with its server on `device`: its
+    ServerConfig leaves the device to $EMBER_DEVICE."""
+    env = dict(os.environ, EMBER_DEVICE=device)
+    suite = Path(__file__).resolve().parent / "server" / "test_server_api.py"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]

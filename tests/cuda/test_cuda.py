@@ -22,9 +22,7 @@ import backend_support
 import httpx
 import numpy as np
 import pytest
-from backend_support import assert_greedy_is_the_cpus_up_to_near_ties, logits
 from cpp_cases import build_cpp_test, run_cases
-from engine_support import prompts_of, reference_greedy, run_all, settled_stats, tokens_of
 from server_support import serve_process
 
 from ember import _core
@@ -74,16 +72,7 @@ def test_stories_greedy_text_is_the_cpus(stories_path: Path) -> None:
 
 
 def test_smollm2_greedy_text_is_the_cpus_up_to_near_ties(smollm2_path: Path) -> None:
-    """SmolLM2 (Q4_1): the allowed deviation is twice the spread between the CPU backend's own
-    scalar and SIMD kernels (which round activations and sums differently)."""
-
-    def twice_the_cpu_spread(tokens: list[int], ref: np.ndarray) -> float:
-        return 2 * np.abs(ref - logits(smollm2_path, "cpu", tokens, isa="scalar")).max()
-
-    tokenizer = _core.Tokenizer(str(smollm2_path))
-    for prompt in ("The capital of France is", "def fibonacci(n):"):
-        assert_greedy_is_the_cpus_up_to_near_ties(smollm2_path, DEVICE, list(tokenizer.encode(prompt)), 8,
-                                                  twice_the_cpu_spread)
+    backend_support.check_smollm2_greedy_up_to_near_ties(smollm2_path, DEVICE)
 
 
 @pytest.fixture(scope="module")
@@ -100,48 +89,15 @@ def test_k_quant_and_iq4_nl_models_give_the_cpus_greedy_text(quantized_tiny_llam
     ULP of a rounding boundary may round the other way, moving one input by one step), which a
     wrong block decode or weight layout exceeds many times over."""
     path = quantized_tiny_llamas[file_type]
-    f32 = path.parent / "f32.gguf"
-
-    def quarter_of_the_rounding(tokens: list[int], ref: np.ndarray) -> float:
-        return np.abs(ref - logits(f32, "cpu", tokens)).max() / 4
-
-    for prompt in prompts_of(256, [1, 9, 30], seed=11):
-        assert_greedy_is_the_cpus_up_to_near_ties(path, DEVICE, prompt, 16, quarter_of_the_rounding)
+    backend_support.check_quantized_llama_up_to_a_quarter_of_the_rounding(path, DEVICE)
 
 
 def test_batching_is_invisible_and_prefix_caching_holds(stories_path: Path) -> None:
-    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
-    prompts = prompts_of(model.n_vocab, [1, 17, 40, 5, 33, 70], seed=5)
-    n_gen = 12
-    reference = [reference_greedy(model, p, n_gen) for p in prompts]
-    engine = _core.Engine(str(stories_path), parallel=8, kv_size=2048, max_batch_tokens=32,
-                          prefix_caching=False, device=DEVICE)
-    batched = [tokens_of(ev) for ev in run_all(engine, prompts, n_gen)]
-    for i, p in enumerate(prompts):
-        assert batched[i] == reference[i], f"prompt {i} ({len(p)} tokens) among others"
-    # Prefix caching: 2 full blocks of 16 shared, then rows copied from the 3rd (copy_kv): 39 of
-    # the same 40 tokens (the last one runs for its logits), and 36 shared ones.
-    cached = _core.Engine(str(stories_path), parallel=4, kv_size=1024, block_size=16, device=DEVICE)
-    base = prompts[2]
-    first = run_all(cached, [base], n_gen)[0]
-    other = base[:36] + prompts_of(model.n_vocab, [9], seed=6)[0][1:]
-    again, shared = run_all(cached, [base, other], n_gen)
-    assert first[-1].n_cached_tokens == 0
-    assert again[-1].n_cached_tokens == 39 and shared[-1].n_cached_tokens == 36
-    assert tokens_of(again) == tokens_of(first) == reference[2]
-    assert tokens_of(shared) == reference_greedy(model, other, n_gen)
+    backend_support.check_batching_is_invisible_and_prefix_caching_holds(stories_path, DEVICE)
 
 
 def test_one_device_submission_per_engine_step(stories_path: Path) -> None:
-    engine = _core.Engine(str(stories_path), parallel=4, kv_size=1024, max_batch_tokens=16, device=DEVICE)
-    before = engine.device_submissions
-    model = _core.Model(str(stories_path), n_threads=2, device="cpu")
-    run_all(engine, prompts_of(model.n_vocab, [3, 30, 50], seed=7), 10)
-    stats = settled_stats(engine)
-    assert engine.device_submissions - before == stats["steps"] > 0
-    total, free = engine.device_memory
-    assert total > 0 and 0 <= free <= total
-    assert engine.device.startswith(DEVICE)
+    backend_support.check_one_device_submission_per_engine_step(stories_path, DEVICE)
 
 
 def test_ember_info_lists_the_device_and_auto_picks_it(stories_path: Path) -> None:
@@ -196,9 +152,4 @@ def test_serve_on_cuda_answers_the_contract(stories_path: Path, tmp_path: Path) 
 
 def test_the_server_contract_tests_pass_on_cuda() -> None:
     """tests/server/test_server_api.py, unchanged, with its server on CUDA ($EMBER_DEVICE)."""
-    env = dict(os.environ, EMBER_DEVICE=DEVICE)
-    suite = Path(__file__).resolve().parents[1] / "server" / "test_server_api.py"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
-                          capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+    backend_support.check_the_server_contract_tests_pass(DEVICE)
