@@ -367,15 +367,27 @@ class Engine:
         for one longer than the context: the engine's own check, as submit makes it."""
         self._core.check_prompt(list(tokens))
 
+    @property
+    def vision(self) -> bool:
+        """Whether the engine takes images (a vision projector is loaded); see ember.media."""
+        return False
+
+    def tokenize_images(self, text: str, images: Sequence[Any]) -> list[int]:
+        """The prompt tokens of a text whose MEDIA_MARKERs stand for `images` (RGB uint8
+        arrays, see ember.media), each marker expanded to the model's run of image tokens."""
+        raise ValueError("this model takes no images (it has no vision projector)")
+
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
                priority: int = 0, keep_tokens: Sequence[int] = (),
-               dropped: Dropped | None = None) -> Request:
+               dropped: Dropped | None = None, images: Sequence[Any] = ()) -> Request:
         """Queues one request and returns it (iterate it for its Deltas). Raises ValueError for
         a request that can never run (InvalidRequest for a bad prompt, PromptTooLong for one over
         the context; ValueError for bad parameters), EngineBusy when the queue is full.
         keep_tokens: control tokens whose text stays in the output (decoding drops control
         tokens otherwise), such as a tool-call format's [TOOL_CALLS]."""
         params = params or SamplingParams()
+        if images and not self.vision:
+            raise ValueError("this model takes no images (it has no vision projector)")
         tokens = [int(t) for t in prompt_tokens]
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
