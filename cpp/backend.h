@@ -49,7 +49,9 @@ enum class Op {
   softmax,
   store_kv,
   attention,
-  add_rows_scaled
+  add_rows_scaled,
+  swiglu_oai,       // gpt-oss's clamped SwiGLU
+  attention_sinks   // attention with AttentionParams::sinks (gpt-oss)
 };
 
 const char* op_name(Op op);
@@ -145,6 +147,9 @@ struct AttentionParams {
   float scale = 1.0f;    // applied to q·k before the softmax, usually 1/sqrt(head_dim)
   int64_t window = 0;    // > 0: sliding window, a row at position p sees keys p - window + 1 .. p
   float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
+  // [n_head] f32, or nullptr: head h's sink, a logit that joins every row's softmax without a
+  // value, so a row's weights sum to less than 1 (gpt-oss; Op::attention_sinks says who has it).
+  const float* sinks = nullptr;
 };
 
 // Memory of a backend's device (a GPU's device-local heap).
@@ -242,6 +247,10 @@ class Backend {
   virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) = 0;
   // y[n] = silu(gate[n]) * up[n]; y may alias gate or up.
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  // y[n] = g * sigmoid(alpha * g) * (clamp(up[n], -limit, limit) + 1), g = min(gate[n], limit):
+  // gpt-oss's clamped SwiGLU; y may alias gate or up.
+  virtual void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                          float* y) = 0;
   // y[n] = gelu(gate[n]) * up[n] (GeGLU), gelu in its tanh form:
   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may alias gate or up.
   virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -164,6 +165,8 @@ bool CudaBackend::supports(Op op, DType dtype) const {
       }
     case Op::store_kv:
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
+    case Op::swiglu_oai:
+    case Op::attention_sinks: return false;  // no kernels yet: Model::load refuses gpt-oss
     default: return dtype == DType::f32;
   }
 }
@@ -263,6 +266,12 @@ const void* CudaBackend::argument_bytes(const void* p, size_t n_bytes) {
   }
   arena_used_ = (at + n_bytes + 255) / 256 * 256;
   return device_arena_ + at;
+}
+
+// Never called: supports() answers no, and Model::load refuses the models that need it.
+void CudaBackend::swiglu_oai(const float*, const float*, int64_t, float, float, float*) {
+  std::fprintf(stderr, "ember: the cuda backend has no swiglu_oai op (a caller skipped supports())\n");
+  std::abort();
 }
 
 }  // namespace ember

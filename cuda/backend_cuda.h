@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* y) override;
   void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* y) override;
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void gelu(const float* x, int64_t n, float* y) override;
   void scale(float* x, int64_t n, float s) override;

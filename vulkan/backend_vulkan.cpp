@@ -60,7 +60,9 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
     case Op::layer_norm:
     case Op::gelu:  // no shaders yet (the encoders' ops): Model::load refuses those models
-    case Op::add_rows_scaled: return false;  // nor for mixture-of-experts routing (its host-side top-k)
+    case Op::add_rows_scaled:  // nor for mixture-of-experts routing (its host-side top-k)
+    case Op::swiglu_oai:
+    case Op::attention_sinks: return false;  // nor gpt-oss's (Model::load refuses it)
     default: return dtype == DType::f32;
   }
 }
@@ -99,6 +101,9 @@ void VulkanBackend::layer_norm(const float*, const float*, const float*, int64_t
 void VulkanBackend::gelu(const float*, int64_t, float*) { unreachable_op("gelu"); }
 void VulkanBackend::add_rows_scaled(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
   unreachable_op("add_rows_scaled");
+}
+void VulkanBackend::swiglu_oai(const float*, const float*, int64_t, float, float, float*) {
+  unreachable_op("swiglu_oai");
 }
 
 }  // namespace ember

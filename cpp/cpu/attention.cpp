@@ -120,6 +120,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_rows, const K
     b.scale = params.scale;
     b.softcap = params.softcap;
     b.window = params.window;
+    b.sinks = params.sinks;
     return b;
   };
   // Fewer tasks than threads can share (decode, verification of a few rows): the key chunks of

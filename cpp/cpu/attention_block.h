@@ -230,7 +230,10 @@ void attention_block(const AttentionBlock& b, const KVView& kv) {
     for (int64_t h = 0; h < b.n_heads; ++h) {
       const int64_t i = r * b.n_heads + h;
       float* out = b.out + r * b.row_stride + (b.head_begin + h) * hd;
-      const float inv_sum = 1.0f / total_sum[i];  // every query sees >= 1 key
+      // A sink s joins the softmax as one more score without a value: exp(s - max) more in the
+      // sum (exp overflowing to inf gives the sink's limit, an output of 0).
+      const float sink = b.sinks ? std::exp(b.sinks[b.head_begin + h] - total_max[i]) : 0.0f;
+      const float inv_sum = 1.0f / (total_sum[i] + sink);  // every query sees >= 1 key
       for (int64_t d = 0; d < hd; ++d) out[d] = total_acc[i * hd + d] * inv_sum;
     }
   }

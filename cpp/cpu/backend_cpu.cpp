@@ -133,6 +133,11 @@ void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* 
   cpu::silu_mul(gate, up, n, y, op_kernels_, pool_);
 }
 
+void CpuBackend::swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                            float* y) {
+  cpu::swiglu_oai(gate, up, n, alpha, limit, y, pool_);
+}
+
 void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
   cpu::gelu_mul(gate, up, n, y, pool_);
 }

@@ -1,6 +1,7 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, scale, SwiGLU's
-// silu·mul, GeGLU's gelu·mul, BERT's gelu, Gemma 2's logit soft-capping, the experts' scaled
+// silu·mul, gpt-oss's clamped SwiGLU, GeGLU's gelu·mul, BERT's gelu, Gemma 2's logit soft-capping, the experts' scaled
 // scatter-add).
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/op_kernels.h"
@@ -51,6 +52,16 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpK
   // The exp makes this worth threading sooner than a plain add.
   parallel_for(pool, n, 4096,
                [&](int64_t begin, int64_t end) { kernel(gate + begin, up + begin, end - begin, y + begin); });
+}
+
+void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* y,
+                ThreadPool& pool) {
+  parallel_for(pool, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+      y[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+    }
+  });
 }
 
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool) {

@@ -38,6 +38,9 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n_cols, Threa
 // y[n] = silu(gate[n]) * up[n].
 void silu_mul(const float* gate, const float* up, int64_t n, float* y, const OpKernels& kernels,
               ThreadPool& pool);
+// y[n] = gpt-oss's clamped SwiGLU of gate[n] and up[n] (backend.h).
+void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* y,
+                ThreadPool& pool);
 // y[n] = gelu_tanh(gate[n]) * up[n] (GeGLU).
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y, ThreadPool& pool);
 // y[n] = gelu_erf(x[n]).

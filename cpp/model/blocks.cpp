@@ -102,10 +102,13 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   if (l.bq) be.add_bias(p.q, l.bq.f32(), n, p.n_q);
   if (l.q_norm) be.rms_norm(p.q, l.q_norm.f32(), n * c.n_head, c.head_dim, c.rms_eps, p.q);
   if (rotate) be.rope(p.q, n, c.n_head, c.head_dim, p.batch.positions, rope);
-  attend_sequences(be, p.batch, il, p.n_q, attention_params(c, il), p.q, p.attn);
+  AttentionParams params = attention_params(c, il);
+  params.sinks = l.attn_sinks ? l.attn_sinks.f32() : nullptr;
+  attend_sequences(be, p.batch, il, p.n_q, params, p.q, p.attn);
 
   const int64_t n_rows = keep_output_rows(p, last);
   project(p, il, LoraTarget::o, l.wo, p.attn, n_rows, p.xn);
+  if (l.bo) be.add_bias(p.xn, l.bo.f32(), n_rows, p.n_embd);
   if (l.post_attn_norm) be.rms_norm(p.xn, l.post_attn_norm.f32(), n_rows, p.n_embd, c.rms_eps, p.xn);
   be.add(p.x, p.xn, n_rows * p.n_embd, p.x);
   return n_rows;

@@ -53,8 +53,8 @@ void attend_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_
                       const int32_t* key_bounds = nullptr);
 
 // The attention half of decoder layer il (llama, gemma3), with h = attn_norm(x):
-//   x += post_attn_norm(wo · attention(rope(q_norm(wq·h + bq)), rope(k_norm(wk·h + bk)), wv·h + bv))
-// where the layer lacks a bias or norm, that step is left out, and a NoPE layer (SmolLM3) rotates
+//   x += post_attn_norm(wo · attention(rope(q_norm(wq·h + bq)), rope(k_norm(wk·h + bk)), wv·h + bv) + bo)
+// (attention with the layer's sinks where it has them), where the layer lacks a bias or norm, that step is left out, and a NoPE layer (SmolLM3) rotates
 // neither q nor k. Returns the rows the layer goes on
 // with (keep_output_rows), 0 where a last layer that wants no logits only filled the cache.
 int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope);

@@ -22,6 +22,7 @@ constexpr ArchInfo kArchs[] = {
     {"qwen2moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
     {"qwen3moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
     {"smollm3", ArchFamily::llama, RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
+    {"gpt-oss", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
 };
 
 }  // namespace
@@ -91,20 +92,39 @@ ModelConfig read_config(const GGUFFile& file) {
   // frequencies for "linear" (and when no type is given); llama3-style scaling is carried by
   // the rope_freqs.weight tensor instead, with no scaling type needed.
   const std::string scaling = file.get_string(p + "rope.scaling.type", "linear");
-  if (scaling != "none" && scaling != "linear") {
+  if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
     throw Unsupported(cat(where, "rope.scaling.type '", scaling,
-                          "' is not supported; supported: none, linear (and llama3-style "
+                          "' is not supported; supported: none, linear, yarn (and llama3-style "
                           "frequency factors in rope_freqs.weight)"));
   }
   double factor = file.get_float(p + "rope.scaling.factor", 0.0);
   if (factor == 0.0) factor = file.get_float(p + "rope.scale_linear", 0.0);
   if (factor < 0.0) throw FormatError(cat(where, "rope.scaling.factor ", factor, " must be > 0"));
   if (scaling == "linear" && factor > 0.0) c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  if (scaling == "yarn" && factor > 1.0) {
+    c.rope_yarn = true;
+    c.rope_yarn_factor = static_cast<float>(factor);
+    c.rope_yarn_beta_fast = static_cast<float>(file.get_float(p + "rope.scaling.yarn_beta_fast", 32.0));
+    c.rope_yarn_beta_slow = static_cast<float>(file.get_float(p + "rope.scaling.yarn_beta_slow", 1.0));
+    c.rope_yarn_truncate = file.get_bool(p + "rope.scaling.yarn_truncate", true);
+    const double ext = file.get_float(p + "rope.scaling.yarn_ext_factor", 1.0);
+    const double attn = file.get_float(p + "rope.scaling.yarn_attn_factor", 1.0);
+    if (ext != 1.0 || attn != 1.0 || file.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0) != 0.0) {
+      throw Unsupported(cat(where, "YaRN with yarn_ext_factor ", ext, ", yarn_attn_factor ", attn,
+                            " or a yarn_log_multiplier is not supported; ember runs the plain YaRN ramp"));
+    }
+    if (!(c.rope_yarn_beta_fast > c.rope_yarn_beta_slow) || !(c.rope_yarn_beta_slow > 0.0f)) {
+      throw FormatError(cat(where, "rope.scaling.yarn_beta_fast ", c.rope_yarn_beta_fast, " and yarn_beta_slow ",
+                            c.rope_yarn_beta_slow, " must satisfy fast > slow > 0"));
+    }
+  }
 
   // As llama.cpp reads them for every architecture: the context the RoPE was trained for (which
   // picks LongRoPE's factors) and a factor on every rotated value (LongRoPE's attention scaling).
   c.n_ctx_orig = file.get_int(p + "rope.scaling.original_context_length", c.n_ctx_train);
   c.rope_attn_factor = static_cast<float>(file.get_float(p + "rope.scaling.attn_factor", 1.0));
+  // YaRN's magnitude scaling of cos and sin (transformers' get_mscale, ggml's rope_yarn).
+  if (c.rope_yarn) c.rope_attn_factor *= 1.0f + 0.1f * std::log(c.rope_yarn_factor);
   if (c.n_ctx_orig <= 0 || !(c.rope_attn_factor > 0.0f)) {
     throw FormatError(cat(where, "rope.scaling.original_context_length ", c.n_ctx_orig, " and attn_factor ",
                           c.rope_attn_factor, " must be > 0"));
@@ -125,9 +145,14 @@ ModelConfig read_config(const GGUFFile& file) {
 
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.arch->family == ArchFamily::llama) {
-    // Mistral's window covers every layer (llama.cpp's own llama code ignores this key).
+    // Mistral's window covers every layer (llama.cpp's own llama code ignores this key); gpt-oss
+    // windows every other layer, from the first (llama.cpp's default pattern for it).
     c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
-    if (c.sliding_window < 0) throw FormatError(cat(where, "attention.sliding_window must be >= 0"));
+    if (arch_name == "gpt-oss") c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", 2);
+    if (c.sliding_window < 0 || c.swa_pattern < 0) {
+      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window, " and sliding_window_pattern ",
+                            c.swa_pattern, " must be >= 0"));
+    }
   }
   if (c.arch->family == ArchFamily::gemma3) {
     // As llama.cpp reads them: gemma2 defaults to a 4096 window on every other layer, its local

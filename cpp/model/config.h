@@ -12,7 +12,7 @@
 namespace ember {
 
 // The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp,
-// model/bert.cpp; smollm3 is llama with NoPE layers). gemma3's pass also runs gemma2 (the same blocks without
+// model/bert.cpp; smollm3 is llama with NoPE layers, gpt-oss llama with attention sinks and biased experts). gemma3's pass also runs gemma2 (the same blocks without
 // Q/K norms, with logit soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never
 // logits.
 enum class ArchFamily { llama, gemma3, bert };
@@ -58,6 +58,17 @@ struct ModelConfig {
   // may reach past n_ctx_orig uses the long ones (Model::rope_params).
   int64_t n_ctx_orig = 0;         // {arch}.rope.scaling.original_context_length, else n_ctx_train
   float rope_attn_factor = 1.0f;  // {arch}.rope.scaling.attn_factor: multiplies cos and sin
+  // YaRN ({arch}.rope.scaling.type yarn): the frequencies i between the correction dims of
+  // beta_fast and beta_slow rotations over n_ctx_orig ramp from unscaled (fast) to divided by
+  // rope_yarn_factor (slow), as transformers' _compute_yarn_parameters; rope_attn_factor then
+  // also holds YaRN's 1 + 0.1 ln(factor). The correction dims are floored and ceiled unless
+  // rope.scaling.yarn_truncate is false (ember's key: transformers' truncate, which gpt-oss turns
+  // off; llama.cpp always truncates).
+  bool rope_yarn = false;
+  float rope_yarn_factor = 1.0f;      // {arch}.rope.scaling.factor
+  float rope_yarn_beta_fast = 32.0f;  // {arch}.rope.scaling.yarn_beta_fast
+  float rope_yarn_beta_slow = 1.0f;   // {arch}.rope.scaling.yarn_beta_slow
+  bool rope_yarn_truncate = true;     // {arch}.rope.scaling.yarn_truncate
   // NoPE layers (SmolLM3): layer il rotates Q and K unless rope_layers[il] is 0.
   std::vector<uint8_t> rope_layers;  // [n_layer] {arch}.attention.rope_pattern; empty: all rotate
 
@@ -89,6 +100,11 @@ struct ModelConfig {
   int64_t n_ff_exp = 0;              // {arch}.expert_feed_forward_length: hidden width of one expert
   int64_t n_ff_shexp = 0;            // {arch}.expert_shared_feed_forward_length; 0: no shared expert
   bool expert_weights_norm = false;  // top-k weights renormalised to sum 1 ({arch}.expert_weights_norm)
+  // gpt-oss: biases on the router and on every expert's gate, up and down projections, and the
+  // experts' clamped SwiGLU (Backend::swiglu_oai) with these constants (llama.cpp fixes them too).
+  bool expert_bias = false;
+  float swiglu_alpha = 0.0f;
+  float swiglu_limit = 0.0f;  // > 0: the clamped SwiGLU; 0: silu(gate) * up
 
   bool is_moe() const { return n_expert > 0; }
   bool uses_rope(int64_t il) const { return rope_layers.empty() || rope_layers[il] != 0; }

@@ -1,4 +1,4 @@
-// model/moe.cpp: the mixture-of-experts architectures' routing facts and GGUF keys (as
+// model/moe.cpp: the mixture-of-experts architectures' (qwen2moe, qwen3moe, gpt-oss) routing facts and GGUF keys (as
 // llama.cpp's converter writes them), and the routed feed-forward: route, group rows by expert,
 // one matmul per chosen expert over its rows, scatter-add the weighted outputs.
 #include "model/moe.h"
@@ -18,12 +18,19 @@ struct MoeArch {
   const char* name;
   bool weights_norm;   // top-k weights renormalised (qwen3moe) or the softmax's as they are (qwen2moe)
   bool shared_expert;  // a sigmoid-gated shared expert beside the routed ones
+  bool oai;            // gpt-oss: biased router and experts, the clamped SwiGLU
 };
 
 constexpr MoeArch kMoeArchs[] = {
-    {"qwen2moe", /*weights_norm=*/false, /*shared_expert=*/true},
-    {"qwen3moe", /*weights_norm=*/true, /*shared_expert=*/false},
+    {"qwen2moe", /*weights_norm=*/false, /*shared_expert=*/true, /*oai=*/false},
+    {"qwen3moe", /*weights_norm=*/true, /*shared_expert=*/false, /*oai=*/false},
+    // gpt-oss's softmax over the top k logits is the renormalised top k of the full softmax.
+    {"gpt-oss", /*weights_norm=*/true, /*shared_expert=*/false, /*oai=*/true},
 };
+
+// gpt-oss's SwiGLU constants (transformers' swiglu_alpha and swiglu_limit; llama.cpp's
+// LLM_FFN_SWIGLU_OAI_MOE fixes the same values, and the converter refuses others).
+constexpr float kOaiSwigluAlpha = 1.702f, kOaiSwigluLimit = 7.0f;
 
 // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX (expert_gating_func).
 constexpr int64_t kGatingSoftmax = 1;
@@ -51,7 +58,8 @@ void read_moe_config(const GGUFFile& file, ModelConfig& c) {
     if (file.get_int(p + "expert_count", 0) > 0) {
       throw Unsupported(
           cat(where, "'", c.arch->name, "' with experts (", p,
-              "expert_count > 0) is not supported; mixture-of-experts architectures: qwen2moe, qwen3moe"));
+              "expert_count > 0) is not supported; mixture-of-experts architectures: qwen2moe, qwen3moe, "
+              "gpt-oss"));
     }
     return;
   }
@@ -69,6 +77,11 @@ void read_moe_config(const GGUFFile& file, ModelConfig& c) {
         cat(where, "metadata '", p, "expert_feed_forward_length' (", c.n_ff_exp, ") must be > 0"));
   }
   c.expert_weights_norm = file.get_bool(p + "expert_weights_norm", arch->weights_norm);
+  if (arch->oai) {
+    c.expert_bias = true;
+    c.swiglu_alpha = kOaiSwigluAlpha;
+    c.swiglu_limit = kOaiSwigluLimit;
+  }
   const int64_t gating = file.get_int(p + "expert_gating_func", kGatingSoftmax);
   const double weights_scale = file.get_float(p + "expert_weights_scale", 0.0);
   if (gating != kGatingSoftmax || (weights_scale != 0.0 && weights_scale != 1.0)) {
@@ -143,15 +156,32 @@ void group_by_expert(MoeScratch& s, int64_t n_rows, int64_t n_expert, int64_t k)
   s.expert_begin[0] = 0;
 }
 
-// out[n, n_embd] = down(silu(gate(in)) * up(in)) for in [n, n_in = n_embd].
-void swiglu(Backend& be, const WeightTensor& gate, const WeightTensor& up, const WeightTensor& down,
-            int64_t n_embd, int64_t n_ff, MoeScratch& s, const float* in, int64_t n, float* out) {
+// The biases of one expert's projections (gpt-oss); nullptr: none.
+struct ExpertBias {
+  const float* gate = nullptr;  // [n_ff]
+  const float* up = nullptr;    // [n_ff]
+  const float* down = nullptr;  // [n_embd]
+};
+
+// out[n, n_embd] = down(act(gate(in)) * up(in)) for in [n, n_in = n_embd], each projection plus
+// its bias where it has one; act is silu, or gpt-oss's clamped SwiGLU (c.swiglu_limit > 0).
+void swiglu(Backend& be, const ModelConfig& c, const WeightTensor& gate, const WeightTensor& up,
+            const WeightTensor& down, const ExpertBias& bias, int64_t n_ff, MoeScratch& s, const float* in,
+            int64_t n, float* out) {
+  const int64_t n_embd = c.n_embd;
   float* g = s.gate.as<float>();
   float* u = s.up.as<float>();
   const MatmulOut gate_up[] = {{gate.type, gate.data, n_ff, g}, {up.type, up.data, n_ff, u}};
   be.matmul_many(gate_up, 2, n_embd, in, n);
-  be.silu_mul(g, u, n * n_ff, g);
+  if (bias.gate) be.add_bias(g, bias.gate, n, n_ff);
+  if (bias.up) be.add_bias(u, bias.up, n, n_ff);
+  if (c.swiglu_limit > 0.0f) {
+    be.swiglu_oai(g, u, n * n_ff, c.swiglu_alpha, c.swiglu_limit, g);
+  } else {
+    be.silu_mul(g, u, n * n_ff, g);
+  }
   be.matmul(down.type, down.data, n_ff, n_embd, g, n, out);
+  if (bias.down) be.add_bias(out, bias.down, n, n_embd);
 }
 
 }  // namespace
@@ -163,6 +193,7 @@ void moe_feed_forward(Backend& be, const ModelConfig& c, const MoeLayerWeights& 
 
   // --- routing: softmax of the router logits, top k per row, rows grouped by expert ---
   be.matmul(m.router.type, m.router.data, n_embd, n_expert, xn, n, s.probs.as<float>());
+  if (m.router_b) be.add_bias(s.probs.as<float>(), m.router_b.f32(), n, n_expert);
   be.softmax(s.probs.as<float>(), n, n_expert);
   be.download(s.probs, 0, s.host_probs.data(), sizeof(float) * static_cast<size_t>(n * n_expert));
   route_rows(s, n, n_expert, k, c.expert_weights_norm);
@@ -181,14 +212,18 @@ void moe_feed_forward(Backend& be, const ModelConfig& c, const MoeLayerWeights& 
     std::copy(s.rows.begin() + begin, s.rows.begin() + begin + n_e, s.ids.begin());
     std::fill(s.ids.begin() + n_e, s.ids.begin() + n_call, s.rows[begin]);
     be.get_rows(DType::f32, xn, n_embd, s.ids.data(), n_call, s.x.as<float>());
-    swiglu(be, gate, up, down, n_embd, c.n_ff_exp, s, s.x.as<float>(), n_call, out);
+    ExpertBias bias;
+    if (m.gate_b) {
+      bias = {m.gate_b.f32() + e * c.n_ff_exp, m.up_b.f32() + e * c.n_ff_exp, m.down_b.f32() + e * n_embd};
+    }
+    swiglu(be, c, gate, up, down, bias, c.n_ff_exp, s, s.x.as<float>(), n_call, out);
     be.add_rows_scaled(out, s.ids.data(), s.weights.data() + begin, n_e, n_embd, x);
   }
 
   // --- the shared expert: x += sigmoid(shared_gate_inp · xn) * shared(xn) ---
   if (!m.shared_gate) return;
   be.matmul(m.shared_gate_inp.type, m.shared_gate_inp.data, n_embd, 1, xn, n, s.shared_logit.as<float>());
-  swiglu(be, m.shared_gate, m.shared_up, m.shared_down, n_embd, c.n_ff_shexp, s, xn, n, out);
+  swiglu(be, c, m.shared_gate, m.shared_up, m.shared_down, ExpertBias{}, c.n_ff_shexp, s, xn, n, out);
   be.download(s.shared_logit, 0, s.shared_weight.data(), sizeof(float) * static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) s.shared_weight[r] = 1.0f / (1.0f + std::exp(-s.shared_weight[r]));
   be.add_rows_scaled(out, s.all_rows.data(), s.shared_weight.data(), n, n_embd, x);

@@ -1,4 +1,4 @@
-// model/moe.h: mixture-of-experts feed-forwards (qwen2moe, qwen3moe) — their hyper-parameters,
+// model/moe.h: mixture-of-experts feed-forwards (qwen2moe, qwen3moe, gpt-oss) — their hyper-parameters,
 // their scratch, and the routed forward step that reads only the experts a batch's tokens chose.
 #pragma once
 
@@ -46,7 +46,8 @@ struct MoeScratch {
 // expert run as one matmul over just the rows that chose it (padded to the backend's
 // batch-invariant row count, so a row's bits never depend on which rows share its expert), its
 // outputs weighted and added back in order of expert index; plus the shared expert, gated by a
-// sigmoid, where there is one. The routing is read back to the host (CPU backends).
+// sigmoid, where there is one. gpt-oss's router and experts add their biases (c.expert_bias), its
+// experts' activation is the clamped SwiGLU (c.swiglu_limit). The routing is read back to the host (CPU backends).
 void moe_feed_forward(Backend& be, const ModelConfig& c, const MoeLayerWeights& m, MoeScratch& s,
                       const float* xn, int64_t n_rows, float* x);
 

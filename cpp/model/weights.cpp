@@ -98,6 +98,12 @@ MoeLayerWeights bind_moe_layer(const Binder& b, const std::string& blk, const Mo
     m.up.push_back(rows_of(up, e * n_ff, n_ff));
     m.down.push_back(rows_of(down, e * n_embd, n_embd));
   }
+  if (c.expert_bias) {
+    m.router_b = b.bind(blk + "ffn_gate_inp.bias", {n_expert}, Use::f32);
+    m.gate_b = b.bind(blk + "ffn_gate_exps.bias", {n_ff, n_expert}, Use::f32);
+    m.up_b = b.bind(blk + "ffn_up_exps.bias", {n_ff, n_expert}, Use::f32);
+    m.down_b = b.bind(blk + "ffn_down_exps.bias", {n_embd, n_expert}, Use::f32);
+  }
   if (c.n_ff_shexp > 0) {
     m.shared_gate_inp = b.bind(blk + "ffn_gate_inp_shexp.weight", {n_embd, 1}, Use::matmul);
     m.shared_gate = b.bind(blk + "ffn_gate_shexp.weight", {n_embd, c.n_ff_shexp}, Use::matmul);
@@ -226,7 +232,12 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
       l.k_norm = b.bind(blk + "attn_k_norm.weight", {c.head_dim}, Use::f32);
     }
     l.wo = b.bind(blk + "attn_output.weight", {n_q, n_embd}, Use::matmul);
-    l.ffn_norm = b.bind(blk + "ffn_norm.weight", {n_embd}, Use::f32);
+    const bool gpt_oss = std::string_view(c.arch->name) == "gpt-oss";
+    if (gpt_oss) {  // llama.cpp's names: its pre-MoE norm is the attention's post-norm
+      l.bo = b.bind(blk + "attn_output.bias", {n_embd}, Use::f32);
+      l.attn_sinks = b.bind(blk + "attn_sinks.weight", {c.n_head}, Use::f32);
+    }
+    l.ffn_norm = b.bind(blk + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {n_embd}, Use::f32);
     if (c.is_moe()) {
       l.moe = bind_moe_layer(b, blk, c);
       continue;

@@ -28,14 +28,18 @@ struct WeightTensor {
   MatmulOut into(float* y) const { return {type, data, ne1, y}; }
 };
 
-// A mixture-of-experts feed-forward (qwen2moe, qwen3moe). The experts' weights are 3-D tensors
+// A mixture-of-experts feed-forward (qwen2moe, qwen3moe, gpt-oss). The experts' weights are 3-D tensors
 // {n_in, n_out, n_expert} in the file; each expert's slice is a matmul weight of its own here, so
 // a step reads only the experts its tokens chose.
 struct MoeLayerWeights {
   WeightTensor router;             // ffn_gate_inp {n_embd, n_expert}, any matmul dtype (f32 as written)
+  WeightTensor router_b;           // ffn_gate_inp.bias [n_expert] f32, gpt-oss only
   std::vector<WeightTensor> gate;  // [n_expert] views of ffn_gate_exps: {n_embd, n_ff_exp} each
   std::vector<WeightTensor> up;    // [n_expert] views of ffn_up_exps: {n_embd, n_ff_exp}
   std::vector<WeightTensor> down;  // [n_expert] views of ffn_down_exps: {n_ff_exp, n_embd}
+  WeightTensor gate_b;             // ffn_gate_exps.bias {n_ff_exp, n_expert} f32 (expert e: row e), gpt-oss
+  WeightTensor up_b;               // ffn_up_exps.bias {n_ff_exp, n_expert} f32, gpt-oss
+  WeightTensor down_b;             // ffn_down_exps.bias {n_embd, n_expert} f32, gpt-oss
   WeightTensor shared_gate_inp;    // ffn_gate_inp_shexp {n_embd, 1}: the shared expert's sigmoid gate
   WeightTensor shared_gate;        // ffn_gate_shexp {n_embd, n_ff_shexp}; absent: no shared expert
   WeightTensor shared_up;          // ffn_up_shexp {n_embd, n_ff_shexp}
@@ -58,14 +62,15 @@ struct LayerWeights {
   WeightTensor q_norm;          // [head_dim] f32, qwen3 and gemma3
   WeightTensor k_norm;          // [head_dim] f32, qwen3 and gemma3
   WeightTensor wo;              // {n_q_dim, n_embd}
-  WeightTensor bo;              // [n_embd] f32, bert only
+  WeightTensor bo;              // [n_embd] f32, bert and gpt-oss
+  WeightTensor attn_sinks;      // [n_head] f32, gpt-oss: each head's sink logit (AttentionParams::sinks)
   WeightTensor post_attn_norm;  // [n_embd] f32, gemma3: RMSNorm of the attention output
   WeightTensor post_ffn_norm;   // [n_embd] f32, gemma3: RMSNorm of the feed-forward output
   // bert's post-norms are LayerNorms of the residual stream after attention and after the
   // feed-forward (post_attn_norm, post_ffn_norm), with these biases.
   WeightTensor post_attn_norm_b;  // [n_embd] f32, bert only
   WeightTensor post_ffn_norm_b;   // [n_embd] f32, bert only
-  WeightTensor ffn_norm;          // [n_embd] f32
+  WeightTensor ffn_norm;          // [n_embd] f32 (gpt-oss: post_attention_norm, its pre-MoE norm)
   WeightTensor ffn_gate;          // {n_embd, n_ff} (SwiGLU's gate; GeGLU's for gemma3)
   WeightTensor ffn_up;            // {n_embd, n_ff}
   WeightTensor ffn_down;          // {n_ff, n_embd}

@@ -1,5 +1,5 @@
 // quant/quantize.cpp: reference quantizers of the 32-element block types (q4_0, q4_1, q5_0, q5_1,
-// q8_0), bit for bit as gguf-py's gguf.quants.quantize: the same f32 operations in the same
+// q8_0, mxfp4), bit for bit as gguf-py's gguf.quants.quantize: the same f32 operations in the same
 // order, the same truncation and rounding, the same d == 0 handling, and the same float -> byte
 // casts numpy performs on x86-64 (so even overflowing inputs give gguf-py's bytes).
 #include <cmath>
@@ -151,6 +151,33 @@ void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
     blocks[b].d = f32_to_f16(d);
     for (int j = 0; j < kQK; ++j)
       blocks[b].qs[j] = static_cast<int8_t>(numpy_cast_byte(np_roundf(src[j] * id)));
+  }
+}
+
+// MXFP4: the block's scale 2^(floor(log2(amax)) - 2) (e = that + 127, 0 for an all-zero block),
+// then each value's nearest code (the first on ties, as numpy's argmin), as gguf-py's MXFP4.
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockMXFP4*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
+    const uint8_t e = amax > 0.0f ? numpy_cast_byte(std::floor(std::log2(amax)) - 2.0f + 127.0f) : 0;
+    const float d = e8m0_to_f32_half(e);
+    auto code = [&](float x) {
+      uint8_t best = 0;
+      float best_err = std::fabs(d * static_cast<float>(kMxfp4Values[0]) - x);
+      for (uint8_t q = 1; q < 16; ++q) {
+        const float err = std::fabs(d * static_cast<float>(kMxfp4Values[q]) - x);
+        if (err < best_err) {
+          best = q;
+          best_err = err;
+        }
+      }
+      return best;
+    };
+    BlockMXFP4& y = blocks[b];
+    y.e = e;
+    for (int j = 0; j < kQK / 2; ++j) y.qs[j] = static_cast<uint8_t>(code(src[j]) | (code(src[j + kQK / 2]) << 4));
   }
 }
 
