@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
-from gguf import GGUFWriter, PoolingType, RopeScalingType
+from gguf import GGMLQuantizationType, GGUFWriter, PoolingType, RopeScalingType
 
 from .checkpoint import Checkpoint
 from .errors import ConvertError
@@ -248,6 +248,10 @@ class DecoderFamily:
 
     def extra_tensors(self) -> list[ExtraTensor]:
         return []
+
+    def planned_type(self, name: str, default: GGMLQuantizationType) -> GGMLQuantizationType:
+        """The type tensor `name` is written as, given the output type's rules' `default`."""
+        return default
 
     @property
     def n_rot(self) -> int:

@@ -62,7 +62,8 @@ def _plan(family: DecoderFamily, out: OutputType) -> list[TensorPlan]:
     def loader(spec: TensorSpec):
         return lambda: family.load(spec)
 
-    plans = [TensorPlan(s.gguf_name, s.shape, tensor_type(out, s.gguf_name, s.shape, shape),
+    plans = [TensorPlan(s.gguf_name, s.shape,
+                        family.planned_type(s.gguf_name, tensor_type(out, s.gguf_name, s.shape, shape)),
                         loader(s)) for s in specs]
     extras = [TensorPlan(e.gguf_name, e.shape, GGMLQuantizationType.F32, e.load)
               for e in family.extra_tensors()]
