@@ -4,10 +4,10 @@
 namespace ember {
 
 const char* op_name(Op op) {
-  constexpr const char* kNames[] = {"matmul", "get_rows", "rms_norm", "layer_norm", "rope",
-                                    "add",    "add_bias", "silu_mul", "gelu_mul",   "gelu",
-                                    "scale",  "softmax",  "store_kv", "attention",  "add_rows_scaled",
-                                    "swiglu_oai", "attention_sinks"};
+  constexpr const char* kNames[] = {
+      "matmul",   "get_rows",  "rms_norm",        "layer_norm", "rope",           "add",
+      "add_bias", "silu_mul",  "gelu_mul",        "gelu",       "scale",          "softmax",
+      "store_kv", "attention", "add_rows_scaled", "swiglu_oai", "attention_sinks"};
   return kNames[static_cast<int>(op)];
 }
 

@@ -50,8 +50,8 @@ enum class Op {
   store_kv,
   attention,
   add_rows_scaled,
-  swiglu_oai,       // gpt-oss's clamped SwiGLU
-  attention_sinks   // attention with AttentionParams::sinks (gpt-oss)
+  swiglu_oai,      // gpt-oss's clamped SwiGLU
+  attention_sinks  // attention with AttentionParams::sinks (gpt-oss)
 };
 
 const char* op_name(Op op);

@@ -59,7 +59,7 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::store_kv:
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
     case Op::layer_norm:
-    case Op::gelu:  // no shaders yet (the encoders' ops): Model::load refuses those models
+    case Op::gelu:             // no shaders yet (the encoders' ops): Model::load refuses those models
     case Op::add_rows_scaled:  // nor for mixture-of-experts routing (its host-side top-k)
     case Op::swiglu_oai:
     case Op::attention_sinks: return false;  // nor gpt-oss's (Model::load refuses it)

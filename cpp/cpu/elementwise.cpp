@@ -1,6 +1,6 @@
 // cpu/elementwise.cpp: element-wise ops on f32 activations (residual add, bias, scale, SwiGLU's
-// silu·mul, gpt-oss's clamped SwiGLU, GeGLU's gelu·mul, BERT's gelu, Gemma 2's logit soft-capping, the experts' scaled
-// scatter-add).
+// silu·mul, gpt-oss's clamped SwiGLU, GeGLU's gelu·mul, BERT's gelu, Gemma 2's logit soft-capping, the
+// experts' scaled scatter-add).
 #include <algorithm>
 #include <cmath>
 

@@ -33,8 +33,8 @@ struct AttentionBlock {
   int64_t kv_head = 0;  // the kv head the block's query heads read
   int64_t head_dim = 0;
   float scale = 1.0f;
-  float softcap = 0.0f;  // > 0: scaled scores s become softcap * tanh(s / softcap)
-  int64_t window = 0;    // > 0: a row at position p sees keys p - window + 1 .. p only
+  float softcap = 0.0f;          // > 0: scaled scores s become softcap * tanh(s / softcap)
+  int64_t window = 0;            // > 0: a row at position p sees keys p - window + 1 .. p only
   const float* sinks = nullptr;  // [n_head] or nullptr: each head's sink logit (AttentionParams)
   // whole: the result into out; chunk: chunk `chunk`'s softmax state into partial (max, sum and
   // acc of the n_rows * n_heads queries, in kMaxBlockQueries * (head_dim + 2) floats); merge: the

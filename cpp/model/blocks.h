@@ -54,9 +54,9 @@ void attend_sequences(Backend& be, const ForwardBatch& batch, int64_t il, int64_
 
 // The attention half of decoder layer il (llama, gemma3), with h = attn_norm(x):
 //   x += post_attn_norm(wo · attention(rope(q_norm(wq·h + bq)), rope(k_norm(wk·h + bk)), wv·h + bv) + bo)
-// (attention with the layer's sinks where it has them), where the layer lacks a bias or norm, that step is left out, and a NoPE layer (SmolLM3) rotates
-// neither q nor k. Returns the rows the layer goes on
-// with (keep_output_rows), 0 where a last layer that wants no logits only filled the cache.
+// (attention with the layer's sinks where it has them), where the layer lacks a bias or norm, that step is
+// left out, and a NoPE layer (SmolLM3) rotates neither q nor k. Returns the rows the layer goes on with
+// (keep_output_rows), 0 where a last layer that wants no logits only filled the cache.
 int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope);
 
 // matmul of layer il's projection `target` into y [rows, n_out] from x [rows, n_in], then each

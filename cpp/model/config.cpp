@@ -114,8 +114,8 @@ ModelConfig read_config(const GGUFFile& file) {
                             " or a yarn_log_multiplier is not supported; ember runs the plain YaRN ramp"));
     }
     if (!(c.rope_yarn_beta_fast > c.rope_yarn_beta_slow) || !(c.rope_yarn_beta_slow > 0.0f)) {
-      throw FormatError(cat(where, "rope.scaling.yarn_beta_fast ", c.rope_yarn_beta_fast, " and yarn_beta_slow ",
-                            c.rope_yarn_beta_slow, " must satisfy fast > slow > 0"));
+      throw FormatError(cat(where, "rope.scaling.yarn_beta_fast ", c.rope_yarn_beta_fast,
+                            " and yarn_beta_slow ", c.rope_yarn_beta_slow, " must satisfy fast > slow > 0"));
     }
   }
 
@@ -150,8 +150,8 @@ ModelConfig read_config(const GGUFFile& file) {
     c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
     if (arch_name == "gpt-oss") c.swa_pattern = file.get_int(p + "attention.sliding_window_pattern", 2);
     if (c.sliding_window < 0 || c.swa_pattern < 0) {
-      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window, " and sliding_window_pattern ",
-                            c.swa_pattern, " must be >= 0"));
+      throw FormatError(cat(where, "attention.sliding_window ", c.sliding_window,
+                            " and sliding_window_pattern ", c.swa_pattern, " must be >= 0"));
     }
   }
   if (c.arch->family == ArchFamily::gemma3) {

@@ -12,9 +12,9 @@
 namespace ember {
 
 // The forward pass an architecture runs: one file per family (model/llama.cpp, model/gemma3.cpp,
-// model/bert.cpp; smollm3 is llama with NoPE layers, gpt-oss llama with attention sinks and biased experts). gemma3's pass also runs gemma2 (the same blocks without
-// Q/K norms, with logit soft-capping). bert is an encoder: it computes embeddings (model/embedder.h), never
-// logits.
+// model/bert.cpp; smollm3 is llama with NoPE layers, gpt-oss llama with attention sinks and biased experts).
+// gemma3's pass also runs gemma2 (the same blocks without Q/K norms, with logit soft-capping). bert is an
+// encoder: it computes embeddings (model/embedder.h), never logits.
 enum class ArchFamily { llama, gemma3, bert };
 
 // How a sequence's final token states become one embedding ({arch}.pooling_type, llama.cpp's

@@ -14,9 +14,11 @@ namespace {
 // frequency i is 1 / base^(2i/n_rot) (extrapolation) below the correction dim `low`, that divided
 // by the factor (interpolation) above `high`, and the two mixed linearly between.
 std::vector<float> yarn_inv_freqs(const ModelConfig& c) {
-  const double dim = static_cast<double>(c.n_rot), base = c.rope_freq_base, two_pi = 2.0 * 3.14159265358979323846;
+  const double dim = static_cast<double>(c.n_rot), base = c.rope_freq_base,
+               two_pi = 2.0 * 3.14159265358979323846;
   auto correction_dim = [&](double n_rotations) {
-    return dim * std::log(static_cast<double>(c.n_ctx_orig) / (n_rotations * two_pi)) / (2.0 * std::log(base));
+    return dim * std::log(static_cast<double>(c.n_ctx_orig) / (n_rotations * two_pi)) /
+           (2.0 * std::log(base));
   };
   double low = correction_dim(c.rope_yarn_beta_fast), high = correction_dim(c.rope_yarn_beta_slow);
   if (c.rope_yarn_truncate) {
@@ -29,10 +31,12 @@ std::vector<float> yarn_inv_freqs(const ModelConfig& c) {
   const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
   std::vector<float> out(c.n_rot / 2);
   for (int64_t i = 0; i < c.n_rot / 2; ++i) {
-    const float pos_freq = std::pow(c.rope_freq_base, static_cast<float>(2 * i) / static_cast<float>(c.n_rot));
+    const float pos_freq = std::pow(c.rope_freq_base,
+                                    static_cast<float>(2 * i) / static_cast<float>(c.n_rot));
     const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
     const float extrapolation = 1.0f - ramp;  // transformers' inv_freq_extrapolation_factor
-    out[i] = 1.0f / (c.rope_yarn_factor * pos_freq) * (1.0f - extrapolation) + 1.0f / pos_freq * extrapolation;
+    out[i] = 1.0f / (c.rope_yarn_factor * pos_freq) * (1.0f - extrapolation) +
+             1.0f / pos_freq * extrapolation;
   }
   return out;
 }
@@ -42,9 +46,10 @@ std::vector<float> yarn_inv_freqs(const ModelConfig& c) {
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
   std::shared_ptr<Backend> backend = make_backend(options.backend, options.n_threads);
   // "auto" picks a device that runs the model: a GPU without the mixture-of-experts ops (or
-  // gpt-oss's, whose experts need them all) leaves a MoE model to the CPU (an explicit device that lacks them is refused by load_with).
+  // gpt-oss's, whose experts need them all) leaves a MoE model to the CPU (an explicit device that lacks them
+  // is refused by load_with).
   if (options.backend == "auto" && !(backend->supports(Op::add_rows_scaled, DType::f32) &&
-                                      backend->supports(Op::swiglu_oai, DType::f32))) {
+                                     backend->supports(Op::swiglu_oai, DType::f32))) {
     const std::shared_ptr<GGUFFile> file = GGUFFile::open(path);
     const std::string arch = file->get_string("general.architecture");
     if (file->get_int(arch + ".expert_count", 0) > 0) backend = make_backend("cpu", options.n_threads);
@@ -78,8 +83,9 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
   if (model->config_.swiglu_limit > 0.0f) {  // gpt-oss: attention sinks and the clamped SwiGLU
     for (Op op : {Op::attention_sinks, Op::swiglu_oai}) {
       if (!model->backend_->supports(op, DType::f32)) {
-        throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name, " models need the ", op_name(op),
-                              " op, which the ", model->backend_->name(), " backend lacks; use --device cpu"));
+        throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name, " models need the ",
+                              op_name(op), " op, which the ", model->backend_->name(),
+                              " backend lacks; use --device cpu"));
       }
     }
   }
@@ -126,9 +132,9 @@ void Model::prepare_weights() {
   // Before the matmul weights take the mapping's pages away (a tied output shares token_embd).
   std::vector<WeightTensor*> op_tensors = {&w.token_embd, &w.output_norm};
   for (LayerWeights& l : w.layers) {
-    for (WeightTensor* t : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
-                            &l.post_ffn_norm, &l.ffn_norm, &l.bo, &l.attn_sinks, &l.moe.router_b, &l.moe.gate_b,
-                            &l.moe.up_b, &l.moe.down_b})
+    for (WeightTensor* t :
+         {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm, &l.post_ffn_norm,
+          &l.ffn_norm, &l.bo, &l.attn_sinks, &l.moe.router_b, &l.moe.gate_b, &l.moe.up_b, &l.moe.down_b})
       op_tensors.push_back(t);
   }
   for (WeightTensor* t : op_tensors) {

@@ -1,6 +1,6 @@
-// model/moe.cpp: the mixture-of-experts architectures' (qwen2moe, qwen3moe, gpt-oss) routing facts and GGUF keys (as
-// llama.cpp's converter writes them), and the routed feed-forward: route, group rows by expert,
-// one matmul per chosen expert over its rows, scatter-add the weighted outputs.
+// model/moe.cpp: the mixture-of-experts architectures' (qwen2moe, qwen3moe, gpt-oss) routing facts and GGUF
+// keys (as llama.cpp's converter writes them), and the routed feed-forward: route, group rows by expert, one
+// matmul per chosen expert over its rows, scatter-add the weighted outputs.
 #include "model/moe.h"
 
 #include <algorithm>

@@ -47,7 +47,8 @@ struct MoeScratch {
 // batch-invariant row count, so a row's bits never depend on which rows share its expert), its
 // outputs weighted and added back in order of expert index; plus the shared expert, gated by a
 // sigmoid, where there is one. gpt-oss's router and experts add their biases (c.expert_bias), its
-// experts' activation is the clamped SwiGLU (c.swiglu_limit). The routing is read back to the host (CPU backends).
+// experts' activation is the clamped SwiGLU (c.swiglu_limit). The routing is read back to the host (CPU
+// backends).
 void moe_feed_forward(Backend& be, const ModelConfig& c, const MoeLayerWeights& m, MoeScratch& s,
                       const float* xn, int64_t n_rows, float* x);
 

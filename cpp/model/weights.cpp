@@ -237,7 +237,8 @@ ModelWeights bind_weights(const GGUFFile& file, ModelConfig& c, const Backend& b
       l.bo = b.bind(blk + "attn_output.bias", {n_embd}, Use::f32);
       l.attn_sinks = b.bind(blk + "attn_sinks.weight", {c.n_head}, Use::f32);
     }
-    l.ffn_norm = b.bind(blk + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {n_embd}, Use::f32);
+    l.ffn_norm = b.bind(blk + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {n_embd},
+                        Use::f32);
     if (c.is_moe()) {
       l.moe = bind_moe_layer(b, blk, c);
       continue;

@@ -177,7 +177,8 @@ void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
     };
     BlockMXFP4& y = blocks[b];
     y.e = e;
-    for (int j = 0; j < kQK / 2; ++j) y.qs[j] = static_cast<uint8_t>(code(src[j]) | (code(src[j + kQK / 2]) << 4));
+    for (int j = 0; j < kQK / 2; ++j)
+      y.qs[j] = static_cast<uint8_t>(code(src[j]) | (code(src[j + kQK / 2]) << 4));
   }
 }
 
