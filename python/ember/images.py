@@ -18,7 +18,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -56,7 +56,7 @@ class ImageRef:
 class ImagePolicy:
     """Where images may come from, and how large they may be.
 
-    max_bytes: an image file's bytes at most (llama-server's download limit, 10 MB; a data URL
+    max_bytes: an image file's bytes at most (llama-server's download limit, 10 MiB; a data URL
     is also bounded by the server's body size). max_pixels: width x height at most (50 M: a
     48-megapixel phone photo passes; its RGB pixels take 150 MB). min_side: the narrower side
     at least (a 1-pixel side carries no picture; the HF processors misread such arrays).
@@ -65,7 +65,7 @@ class ImagePolicy:
     a string that is no URL is read as base64 (llama-server's raw base64). remote: http(s) URLs
     fetched (timeout seconds for the whole transfer)."""
 
-    max_bytes: int = 10 * 1000 * 1000
+    max_bytes: int = 10 << 20
     max_pixels: int = 50 * 1000 * 1000
     min_side: int = 2
     max_images: int = 8
@@ -298,3 +298,36 @@ def check_count(n_images: int, policy: ImagePolicy) -> None:
     if n_images > policy.max_images:
         raise ImageError(f"the request has {n_images} images, more than this server's limit "
                          f"of {policy.max_images}", "too_many_images")
+
+
+def refs_in(messages: Sequence[Mapping[str, Any]]) -> list[ImageRef]:
+    """The images of chat messages (ImageRefs among their content parts), in their order: the
+    order of their markers in the rendered prompt."""
+    return [part for message in messages if isinstance(message.get("content"), list)
+            for part in message["content"] if isinstance(part, ImageRef)]
+
+
+def with_images(messages: Sequence[Mapping[str, Any]], images: Sequence[ImageSource] = ()
+                ) -> list[dict[str, Any]]:
+    """Chat messages whose image_url parts are ImageRefs, with `images` (paths, bytes, URLs or
+    RGB arrays) before the text of the last user message, as the Gemma 3 and Qwen2.5-VL model
+    cards place a picture (ember.LLM.chat's images=, `ember run --image`)."""
+    out = []
+    for i, message in enumerate(messages):
+        copy = dict(message)
+        content = copy.get("content")
+        if isinstance(content, list):
+            copy["content"] = [image_part(p, f"messages[{i}].content[{j}]")
+                               if isinstance(p, Mapping) and p.get("type") == "image_url" else p
+                               for j, p in enumerate(content)]
+        out.append(copy)
+    if images:
+        last = next((m for m in reversed(out) if m.get("role") == "user"), None)
+        if last is None:
+            raise ValueError("images go with a user message; the messages have none")
+        content = last.get("content")
+        text = [{"type": "text", "text": content}] if isinstance(content, str) and content \
+            else list(content or [])
+        last["content"] = [ImageRef(image, f"images[{k}]") for k, image in enumerate(images)] \
+            + text
+    return out
