@@ -252,7 +252,7 @@ def decode(data: bytes, policy: ImagePolicy = LOCAL) -> np.ndarray:
         raise ImageError(f"the image has more pixels than this server's limit of "
                          f"{policy.max_pixels}", "image_too_large") from None
     except (OSError, SyntaxError, ValueError, EOFError) as err:
-        raise ImageError(f"the image is corrupt ({err})") from None
+        raise ImageError(f"the image is truncated or corrupt ({err})") from None
     with image:
         _check_size(image.width, image.height, policy)  # from the header: nothing decoded yet
         try:
