@@ -13,7 +13,6 @@ Local files only under --allowed-local-media-path, remote URLs only with --allow
 from __future__ import annotations
 
 import base64
-import functools
 import http.server
 import io
 import threading
@@ -410,3 +409,36 @@ def test_limit_flag_parsing() -> None:
     for bad in ("image=0", "video=1", "image", '{"image": "x"}', "{"):
         with pytest.raises(typer.BadParameter):
             _image_limit(bad)
+
+
+# --- llama-server's /completion multimodal_data and /props ----------------------------------
+
+def test_completion_multimodal_data(server: RunningServer,
+                                    vision: tuple[RunningServer, VisionEngine]) -> None:
+    raw = base64.b64encode(PNG).decode()  # llama-server's: plain base64, no data URL
+    prompt = {"prompt_string": f"{MEDIA_MARKER}A picture of", "multimodal_data": [raw]}
+    error = error_of(post(server, "/completion", {"prompt": prompt, "n_predict": 2}))
+    assert error["param"] == "prompt.multimodal_data[0]" and NO_VISION in error["message"]
+    assert httpx.get(server.url + "/props").json()["modalities"]["vision"] is False
+    running, engine = vision
+    assert httpx.get(running.url + "/props").json()["modalities"]["vision"] is True
+    engine.tokenized.clear()
+    engine.submitted.clear()
+    answer = post(running, "/completion", {"prompt": prompt, "n_predict": 2})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["content"] == "ok"
+    [(text, images)] = engine.tokenized
+    assert text == f"{MEDIA_MARKER}A picture of"
+    np.testing.assert_array_equal(images[0], PIXELS)
+    np.testing.assert_array_equal(engine.submitted[0][0], PIXELS)
+    two = post(running, "/completion", {"prompt": [prompt, "text"], "n_predict": 2})
+    assert "only prompt" in error_of(two)["message"]
+    bad = post(running, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": 5}})
+    assert error_of(bad)["param"] == "prompt.multimodal_data"
+    truncated = {"prompt_string": MEDIA_MARKER, "multimodal_data": [
+        base64.b64encode(PNG[:len(PNG) // 2]).decode()]}
+    error = error_of(post(running, "/completion", {"prompt": truncated, "n_predict": 2}))
+    assert error["param"] == "prompt.multimodal_data[0]" and "truncated" in error["message"]
+    mismatch = {"prompt_string": "no marker", "multimodal_data": [raw]}
+    error = error_of(post(running, "/completion", {"prompt": mismatch, "n_predict": 2}))
+    assert error["param"] == "prompt" and "0 image markers for 1 images" in error["message"]

@@ -21,7 +21,7 @@ from ember.chat.limits import RenderLimits
 from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
 from ember.context_fit import Dropped, fit_chat, fit_tokens
 from ember.grammar import Constraint
-from ember.images import refs_in
+from ember.images import ImageRef, refs_in
 from ember.server import reasoning
 from ember.server.context import AppContext
 from ember.server.errors import bad_request, context_exceeded
@@ -259,6 +259,23 @@ async def prompt_tokens(ctx: AppContext, pieces: Sequence[str | int], param: str
         out, dropped = fit_tokens(out, fit.policy, ctx.require_ready().n_ctx, fit.max_tokens,
                                   fit.n_keep, _bos(ctx))
     return _check_tokens(ctx, out, param), dropped
+
+
+async def image_prompt(ctx: AppContext, text: str, refs: Sequence[ImageRef], param: str
+                       ) -> tuple[list[int], list[np.ndarray]]:
+    """A checked text prompt whose MEDIA_MARKERs stand for `refs` (llama-server's
+    multimodal_data): its tokens, image tokens included, and the images' pixels. It is not
+    fitted into the context: one too long is a 400."""
+    engine = ctx.require_ready()
+    check_text(text, param)
+    _bound(ctx).check(text, param)
+    pixels = await load_images(ctx, refs)
+    images = [pixels[id(ref)] for ref in refs]
+    try:
+        tokens = await ctx.in_worker(engine.tokenize_images, text, images)
+    except ValueError as err:  # e.g. a marker count unlike the images'
+        raise bad_request(f"'{param}': {err}", param=param, code="invalid_value") from None
+    return _check_tokens(ctx, tokens, param), images
 
 
 def infill_tokens(ctx: AppContext, prefix: str | Sequence[str | int], suffix: str, param: str,
