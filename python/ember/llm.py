@@ -82,7 +82,8 @@ class LLM:
         result's usage.dropped_tokens and dropped_messages say what went. lora: LoRA adapters
         by name, {"french": "french.gguf"} (`ember convert --lora` makes them); a call picks
         one with lora="french" (and lora_scale=0.5, default 1), e.g. llm.generate(prompt,
-        lora="french"); without it the plain model answers."""
+        lora="french"); without it the plain model answers. mmproj: a vision model's projector
+        (an mmproj .gguf): chat() then takes images (see chat_deltas)."""
         self.context_overflow = check_policy(context_overflow)
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
@@ -330,7 +331,8 @@ class LLM:
         tool_calls deltas; tool_choice "required" or a named function constrain the answer to
         a valid call of the allowed functions. prediction: Predicted Outputs, {"type":
         "content", "content": "..."} (or the text itself); the usage then has
-        completion_tokens_details.accepted/rejected_prediction_tokens."""
+        completion_tokens_details.accepted/rejected_prediction_tokens. User messages may hold
+        image_url parts, as the server takes them (see chat_deltas)."""
         if isinstance(prediction, Mapping):
             if prediction.get("type") != "content" or not isinstance(prediction.get("content"), str):
                 raise ValueError('prediction must be {"type": "content", "content": "..."}, got '

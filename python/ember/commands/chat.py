@@ -1,8 +1,9 @@
 """`ember chat [MODEL]`: an interactive chat in the terminal.
 
 Each line is a user message; the answer streams to stdout, then its speed goes to stderr
-(dimmed on a terminal). /clear starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C
-stops an answer. With stdin from a pipe there is no prompt and no terminal styling, so
+(dimmed on a terminal). /image FILE attaches a picture to the next message (a vision model:
+--mmproj), /clear starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.
+With stdin from a pipe there is no prompt and no terminal styling, so
 `printf 'Hi!\\n' | ember chat` prints just the answers.
 """
 

@@ -4,7 +4,9 @@ included, ember.tools.prompt), text and token-id prompts, fill-in-the-middle pro
 Every prompt a generation endpoint runs is made here, and checked here once, where its tokens
 are known: not UTF-8, empty, or longer than the context is a 400 naming the request's field.
 Texts are first held against PromptBound, which refuses a text certainly too long before
-tokenizing it. Rendering runs in a worker thread; short texts are tokenized on the event loop,
+tokenizing it. A chat's images (image_parts.py) are read and decoded first; the rendered text
+then holds a marker per image, which Engine.tokenize_images expands (ember.media).
+Rendering runs in a worker thread; short texts are tokenized on the event loop,
 longer ones in a thread.
 """
 
