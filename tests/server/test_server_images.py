@@ -442,3 +442,23 @@ def test_completion_multimodal_data(server: RunningServer,
     mismatch = {"prompt_string": "no marker", "multimodal_data": [raw]}
     error = error_of(post(running, "/completion", {"prompt": mismatch, "n_predict": 2}))
     assert error["param"] == "prompt" and "0 image markers for 1 images" in error["message"]
+
+
+def test_fitting_the_context_keeps_the_kept_messages_images(
+        vision: tuple[RunningServer, VisionEngine]) -> None:
+    running, engine = vision
+    engine.tokenized.clear()
+    engine.submitted.clear()
+    # Responses' truncation "auto" drops the oldest turn (600 characters: 600 scripted tokens,
+    # more than the context of 512) and its image with it.
+    response = post(running, "/v1/responses", {"max_output_tokens": 2, "truncation": "auto", "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(PNG)},
+                                     {"type": "input_text", "text": "x" * 600}]},
+        {"role": "assistant", "content": "Seen."},
+        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(JPEG)},
+                                     {"type": "input_text", "text": "And this?"}]}]})
+    assert response.status_code == 200, response.text
+    text, images = engine.tokenized[-1]
+    assert text == f"{MEDIA_MARKER}And this?"
+    assert len(images) == 1 and len(engine.submitted[-1]) == 1
+    np.testing.assert_array_equal(engine.submitted[-1][0], JPEG_PIXELS)
