@@ -146,6 +146,8 @@ def test_llm_chat_images_on_a_text_model(stories_path: Path, tmp_path: Path) -> 
         llm.chat(messages, images=[png], max_tokens=2)
     with pytest.raises(ImageError, match=r"^images\[0\]: the image is 1x1 pixels"):
         llm.chat(messages, images=[np.zeros((1, 1, 3), np.uint8)], max_tokens=2)
+    with pytest.raises(ImageError, match=r"^images\[0\]: the data is not an image"):
+        llm.chat(messages, images=[b"not a picture"], max_tokens=2)
     with pytest.raises(ImageError, match="missing.png: no such file"):
         llm.chat(messages, images=[tmp_path / "missing.png"], max_tokens=2)
     part = {"type": "image_url", "image_url": {"url": f"file://{png}"}}
