@@ -36,6 +36,7 @@ class Gemma3Tower : public VisionTower {
   }
   int64_t n_tokens(int64_t, int64_t) const override { return n_tokens_side_ * n_tokens_side_; }
   void encode(const float* pixels, int64_t width, int64_t height, float* out) override;
+  bool image_attends_both_ways() const override { return true; }
 
  private:
   const VisionConfig& c_;

@@ -67,6 +67,9 @@ class VisionTower {
   // (host, f32, normalized). Width and height must be what preprocessed_size gives (VisionModel::
   // encode checks). Runs on the engine's thread only: the backend is not shared across threads.
   virtual void encode(const float* pixels, int64_t width, int64_t height, float* out) = 0;
+  // Whether the language model's attention over an image's tokens is bidirectional within the
+  // image (Gemma 3, as transformers masks it and llama.cpp decodes it) rather than causal.
+  virtual bool image_attends_both_ways() const { return false; }
 };
 
 class VisionModel {

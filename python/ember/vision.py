@@ -118,3 +118,81 @@ def preprocess(pixels: Any, projector: Any, index: int = 0) -> np.ndarray:
         raise ValueError(f"no image preprocessing for projector type "
                          f"{projector.projector_type!r}") from None
     return fn(array, projector)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def placeholder_tokens(image_hash_: int, n_tokens: int, n_vocab: int) -> list[int]:
+    """The token ids an image's run carries into the engine: pseudo-random ids derived from its
+    content hash (as llama-server keys its cache by the image's id), so that the prefix cache
+    matches image positions by the image, and two images never share cached K/V. The forward
+    pass never reads them: those rows take the image's embeddings."""
+    return [_splitmix64(image_hash_ + i) % n_vocab for i in range(n_tokens)]
+
+
+class ImagePrompts:
+    """An engine's images: the projector (ember._core.VisionModel's attributes) and the
+    tokenizer's ids of its image tokens. Expands markers into image runs (image_tokens) and
+    turns a prompt's runs and images into what the C++ engine takes (request_images)."""
+
+    def __init__(self, projector: Any, tokenizer: Any) -> None:
+        self.projector = projector
+        self.n_vocab = int(tokenizer.n_vocab)
+        kind = projector.projector_type
+        if kind not in IMAGE_TOKENS or kind not in PREPROCESSORS:
+            raise ValueError(f"the vision projector's type {kind!r} has no image tokens or "
+                             f"preprocessing in ember")
+        spec = IMAGE_TOKENS[kind]
+
+        def token(text: str) -> int:
+            ids = list(tokenizer.encode(text, False, True))
+            if len(ids) != 1:
+                raise ValueError(f"the model's vocabulary has no {text!r} token, which "
+                                 f"{kind} images need")
+            return ids[0]
+        self.begin, self.soft, self.end = token(spec.begin), token(spec.soft), token(spec.end)
+
+    def n_tokens(self, image: Any, index: int = 0) -> int:
+        """The image tokens `image` (RGB uint8 (h, w, 3)) becomes."""
+        pixels = check_pixels(image, index)
+        width, height = self.projector.preprocessed_size(pixels.shape[1], pixels.shape[0])
+        return int(self.projector.n_tokens(width, height))
+
+    def image_tokens(self, image: Any, index: int = 0) -> list[int]:
+        """The prompt's run for `image`: begin, the soft token n_tokens times, end."""
+        return [self.begin, *[self.soft] * self.n_tokens(image, index), self.end]
+
+    def request_images(self, tokens: list[int], images: Any
+                       ) -> tuple[list[int], list[tuple[int, int, int, np.ndarray]]]:
+        """(the tokens the engine runs: each image's run of soft tokens replaced by its
+        placeholder_tokens, and per image (first position, tokens, hash, preprocessed
+        pixels)), the runs found in order. ValueError when an image has no run of its length."""
+        out = list(tokens)
+        core: list[tuple[int, int, int, np.ndarray]] = []
+        cursor = 0
+        for i, image in enumerate(images):
+            pixels = check_pixels(image, i)
+            n = self.n_tokens(pixels, i)
+            while cursor < len(tokens) and tokens[cursor] != self.soft:
+                cursor += 1
+            run_end = cursor
+            while run_end < len(tokens) and tokens[run_end] == self.soft:
+                run_end += 1
+            if run_end - cursor != n:
+                found = (f"a run of {run_end - cursor}" if run_end > cursor
+                         else "no further run")
+                raise ValueError(f"image {i} needs a run of {n} image tokens in the prompt; "
+                                 f"it has {found} (tokenize the prompt with tokenize_images)")
+            h = image_hash(pixels)
+            out[cursor:run_end] = placeholder_tokens(h, n, self.n_vocab)
+            core.append((cursor, n, h, preprocess(pixels, self.projector, i)))
+            cursor = run_end
+        return out, core

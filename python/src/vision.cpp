@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "core/error.h"
+#include "vision.h"
 #include "vision/vision_model.h"
 
 namespace nb = nanobind;
@@ -25,17 +26,21 @@ namespace {
 using Pixels = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Embeddings = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
 
-struct PyVisionModel {
-  std::unique_ptr<ember::VisionModel> model;
-
-  PyVisionModel(const std::string& path, const std::string& device, std::optional<int> n_threads) {
+void init_vision_model(PyVisionModel* self, const std::string& path, const std::string& device,
+                       std::optional<int> n_threads) {
+  std::shared_ptr<ember::VisionModel> model;
+  {
     nb::gil_scoped_release release;
     std::shared_ptr<ember::Backend> backend = ember::make_backend(device, n_threads.value_or(0));
     model = ember::VisionModel::load(path, std::move(backend));
   }
-};
+  new (self) PyVisionModel{std::move(model), false};
+}
 
 Embeddings encode(PyVisionModel& self, const Pixels& pixels) {
+  if (self.engine_owned) {
+    throw ember::InvalidArgument("[vision] an engine's projector encodes on the engine's thread: submit the image");
+  }
   if (pixels.shape(0) != 3) {
     throw ember::InvalidArgument(
         ember::cat("[vision] pixels must be float32 [3, height, width], got ", pixels.shape(0), " planes"));
@@ -60,8 +65,8 @@ Embeddings encode(PyVisionModel& self, const Pixels& pixels) {
 void init_vision(nb::module_& m) {
   nb::class_<PyVisionModel>(m, "VisionModel",
                             "A vision projector (an mmproj GGUF in llama.cpp's clip layout) on its own backend.")
-      .def(nb::init<const std::string&, const std::string&, std::optional<int>>(), nb::arg("path"),
-           nb::arg("device") = "cpu", nb::arg("n_threads") = nb::none())
+      .def("__init__", &init_vision_model, nb::arg("path"), nb::arg("device") = "cpu",
+           nb::arg("n_threads") = nb::none())
       .def_prop_ro("projector_type", [](const PyVisionModel& s) { return s.model->config().projector_type; })
       .def_prop_ro("image_size", [](const PyVisionModel& s) { return s.model->config().image_size; })
       .def_prop_ro("patch_size", [](const PyVisionModel& s) { return s.model->config().patch_size; })
