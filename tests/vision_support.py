@@ -70,7 +70,7 @@ def save_gemma3_vision(model, folder: Path) -> Path:
     return folder
 
 
-def test_image(seed: int = 0, size: tuple[int, int] = (64, 64)) -> np.ndarray:
+def sample_image(seed: int = 0, size: tuple[int, int] = (64, 64)) -> np.ndarray:
     """RGB pixels uint8 (height, width, 3): smooth gradients plus noise, so that every patch
     differs."""
     rng = np.random.default_rng(seed)
