@@ -16,9 +16,12 @@ struct LayerNormPush {
 
 void VulkanBackend::layer_norm(const float* x, const float* weight, const float* bias, int64_t n_rows,
                                int64_t n_cols, float eps, float* y) {
-  const LayerNormPush push{device_.device_address(x),     device_.device_address(weight),
-                           device_.device_address(bias),  device_.device_address(y),
-                           static_cast<uint32_t>(n_cols), static_cast<uint32_t>(n_rows),
+  const LayerNormPush push{device_.device_address(x),
+                           device_.device_address(weight),
+                           device_.device_address(bias),
+                           device_.device_address(y),
+                           static_cast<uint32_t>(n_cols),
+                           static_cast<uint32_t>(n_rows),
                            eps};
   const vk::Grid g = vk::grid(n_rows);
   device_.dispatch("layer_norm", &push, sizeof(push), g.x, g.y);

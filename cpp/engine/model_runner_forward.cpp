@@ -40,9 +40,10 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
     : model_(std::move(model)), config_(config), adapters_(std::move(adapters)), vision_(std::move(vision)) {
   if (!model_) throw InvalidArgument("[engine] the runner has no model");
   if (vision_ && vision_->config().n_embd_out != model_->config().n_embd) {
-    throw InvalidArgument(cat("[engine] the vision projector ", vision_->file().path(), " gives embeddings of ",
-                              vision_->config().n_embd_out, " values, the model ", model_->file().path(),
-                              " takes ", model_->config().n_embd, ": they are not one model's"));
+    throw InvalidArgument(cat("[engine] the vision projector ", vision_->file().path(),
+                              " gives embeddings of ", vision_->config().n_embd_out, " values, the model ",
+                              model_->file().path(), " takes ", model_->config().n_embd,
+                              ": they are not one model's"));
   }
   if (config.max_batch_tokens < 1 || config.parallel < 1) {
     throw InvalidArgument(cat("[engine] max_batch_tokens (", config.max_batch_tokens, ") and parallel (",
@@ -130,12 +131,14 @@ void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptio
     const auto [w, h] = tower.preprocessed_size(image.width, image.height);
     if (!image.pixels || w != image.width || h != image.height ||
         static_cast<int64_t>(image.pixels->size()) != 3 * image.width * image.height) {
-      throw InvalidRequest(cat("[request] image ", i, ": its pixels are not ", vision_->config().projector_type,
-                               " preprocessed planes of ", w, "x", h));
+      throw InvalidRequest(cat("[request] image ", i, ": its pixels are not ",
+                               vision_->config().projector_type, " preprocessed planes of ", w, "x", h));
     }
     if (image.n_tokens != tower.n_tokens(image.width, image.height)) {
-      throw InvalidRequest(cat("[request] image ", i, " stands for ", image.n_tokens, " prompt tokens; the "
-                               "projector makes ", tower.n_tokens(image.width, image.height), " of it"));
+      throw InvalidRequest(cat("[request] image ", i, " stands for ", image.n_tokens,
+                               " prompt tokens; the "
+                               "projector makes ",
+                               tower.n_tokens(image.width, image.height), " of it"));
     }
   }
   ember::validate(options.sampling, n_vocab);

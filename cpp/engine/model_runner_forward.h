@@ -116,9 +116,9 @@ class ForwardRunner : public ModelRunner {
   std::shared_ptr<VisionModel> vision_;
   std::vector<std::pair<uint64_t, std::vector<float>>> image_cache_;  // most recent last
   int64_t n_images_encoded_ = 0;
-  std::vector<float> embd_;           // [rows given as embeddings, n_embd] this step
-  std::vector<int32_t> embd_rows_;    // [rows given as embeddings]
-  std::vector<int32_t> key_bounds_;   // [n_rows (+ padding)] when the images attend both ways
+  std::vector<float> embd_;          // [rows given as embeddings, n_embd] this step
+  std::vector<int32_t> embd_rows_;   // [rows given as embeddings]
+  std::vector<int32_t> key_bounds_;  // [n_rows (+ padding)] when the images attend both ways
 };
 
 }  // namespace ember

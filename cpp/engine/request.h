@@ -54,9 +54,9 @@ std::string_view to_string(FinishReason reason);
 // are placeholders derived from `hash` (ember.vision.image_hash: the pixels' content), so the
 // prefix cache keys those positions by the image, not by a shared soft-token id.
 struct RequestImage {
-  int64_t pos = 0;       // first prompt position of the image's run
-  int64_t n_tokens = 0;  // its length: the projector's tokens for this image
-  uint64_t hash = 0;     // content hash: equal hashes are one image, encoded once
+  int64_t pos = 0;                                   // first prompt position of the image's run
+  int64_t n_tokens = 0;                              // its length: the projector's tokens for this image
+  uint64_t hash = 0;                                 // content hash: equal hashes are one image, encoded once
   std::shared_ptr<const std::vector<float>> pixels;  // f32 [3, height, width], preprocessed
   int64_t width = 0;
   int64_t height = 0;

@@ -72,7 +72,8 @@ void Scheduler::validate(std::span<const int32_t> prompt, const RequestOptions& 
     }
     if (image.n_tokens > config_.max_batch_tokens) {
       throw InvalidRequest(cat("[request] an image of ", image.n_tokens, " tokens is more than one step's ",
-                               config_.max_batch_tokens, " tokens (max_batch_tokens), which must hold it whole"));
+                               config_.max_batch_tokens,
+                               " tokens (max_batch_tokens), which must hold it whole"));
     }
     image_end = image.end();
   }

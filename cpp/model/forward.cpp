@@ -83,8 +83,9 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
   if (b.key_bounds) {
     for (int64_t r = 0; r < b.n_tokens; ++r) {
       if (b.key_bounds[r] < b.positions[r] || b.key_bounds[r] - b.positions[r] > b.n_tokens - 1 - r) {
-        throw InvalidArgument(cat("[model] row ", r, " at position ", b.positions[r], " attends up to position ",
-                                  b.key_bounds[r], ", past the rows the batch writes"));
+        throw InvalidArgument(cat("[model] row ", r, " at position ", b.positions[r],
+                                  " attends up to position ", b.key_bounds[r],
+                                  ", past the rows the batch writes"));
       }
     }
   }

@@ -55,25 +55,26 @@ class Gemma3Tower : public VisionTower {
   WeightTensor proj;            // {n_embd, n_embd_out} mm.input_projection, transposed at load
 
   // Scratch, sized at load for one image.
-  Buffer patches_;  // f32 [n_patches, 3 * patch²]
-  Buffer x_;        // f32 [n_patches, n_embd] residual stream
-  Buffer h_;        // f32 [n_patches, n_embd] normed input, then a block's output
-  Buffer q_, k_, v_, attn_;      // f32 [n_patches, n_embd]
-  Buffer ff_;                    // f32 [kMlpRows, n_ff]
-  Buffer ones_;                  // f32 [kMlpRows, n_ff] of 1
-  Buffer kv_k_, kv_v_;           // f16 [n_head][n_patches][head_dim]: one block holding every key
-  Buffer pooled_;                // f32 [n_tokens, n_embd]
-  Buffer y_;                     // f32 [n_tokens, n_embd_out]
-  std::vector<int32_t> bounds_;  // [n_patches] every row sees every key: n_patches - 1
-  std::vector<int32_t> key_pos_; // [n_patches] 0 .. n_patches - 1
-  std::vector<float> host_;      // host staging: patches, then the states to pool
+  Buffer patches_;                // f32 [n_patches, 3 * patch²]
+  Buffer x_;                      // f32 [n_patches, n_embd] residual stream
+  Buffer h_;                      // f32 [n_patches, n_embd] normed input, then a block's output
+  Buffer q_, k_, v_, attn_;       // f32 [n_patches, n_embd]
+  Buffer ff_;                     // f32 [kMlpRows, n_ff]
+  Buffer ones_;                   // f32 [kMlpRows, n_ff] of 1
+  Buffer kv_k_, kv_v_;            // f16 [n_head][n_patches][head_dim]: one block holding every key
+  Buffer pooled_;                 // f32 [n_tokens, n_embd]
+  Buffer y_;                      // f32 [n_tokens, n_embd_out]
+  std::vector<int32_t> bounds_;   // [n_patches] every row sees every key: n_patches - 1
+  std::vector<int32_t> key_pos_;  // [n_patches] 0 .. n_patches - 1
+  std::vector<float> host_;       // host staging: patches, then the states to pool
 };
 
 Gemma3Tower::Gemma3Tower(const VisionModel& model)
     : c_(model.config()), be_(model.backend()), bind_(model.file(), model.backend()) {
   const std::string where = cat("[vision] ", model.file().path(), ": ");
   if (c_.image_size % c_.patch_size != 0) {
-    throw FormatError(cat(where, "image_size ", c_.image_size, " is not a multiple of patch_size ", c_.patch_size));
+    throw FormatError(
+        cat(where, "image_size ", c_.image_size, " is not a multiple of patch_size ", c_.patch_size));
   }
   n_side_ = c_.image_size / c_.patch_size;
   n_patches_ = n_side_ * n_side_;
@@ -84,8 +85,8 @@ Gemma3Tower::Gemma3Tower(const VisionModel& model)
   n_tokens_side_ = n_side_ / n_merge_;
   for (Op op : {Op::layer_norm, Op::gelu_mul, Op::attention}) {
     if (!be_.supports(op, op == Op::attention ? DType::f16 : DType::f32)) {
-      throw Unsupported(cat(where, "the gemma3 encoder needs the ", op_name(op), " op, which the ", be_.name(),
-                            " backend lacks"));
+      throw Unsupported(cat(where, "the gemma3 encoder needs the ", op_name(op), " op, which the ",
+                            be_.name(), " backend lacks"));
     }
   }
   const int64_t d = c_.n_embd, n_in = 3 * c_.patch_size * c_.patch_size;

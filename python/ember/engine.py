@@ -32,10 +32,10 @@ from ember.context_fit import Dropped
 from ember.core_attribute import CoreAttribute
 from ember.grammar import GrammarCompiler
 from ember.media import MEDIA_MARKER
-from ember.vision import ImagePrompts
 from ember.options import EngineOptions, engine_options, resolve_device  # noqa: F401 (re-exported)
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
+from ember.vision import ImagePrompts
 
 Prompt = Union[str, Sequence[int]]  # text (tokenized with the model's vocabulary) or token ids
 

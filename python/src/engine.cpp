@@ -94,7 +94,7 @@ struct PyEngine {
   ember::EngineConfig config;
   ember::DType kv_type = ember::DType::f16;
   std::vector<std::shared_ptr<const ember::LoraAdapter>> adapters;  // the engine's, in index order
-  std::shared_ptr<ember::VisionModel> vision;                         // EngineOptions::mmproj's, or null
+  std::shared_ptr<ember::VisionModel> vision;                       // EngineOptions::mmproj's, or null
 };
 
 std::optional<std::string> finish_reason(const TokenEvent& e) {
@@ -247,8 +247,8 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
     image.n_tokens = n_tokens;
     image.hash = hash;
     if (pixels.shape(0) != 3) {
-      throw ember::InvalidRequest(
-          ember::cat("[request] image pixels must be float32 [3, height, width], got ", pixels.shape(0), " planes"));
+      throw ember::InvalidRequest(ember::cat(
+          "[request] image pixels must be float32 [3, height, width], got ", pixels.shape(0), " planes"));
     }
     image.height = static_cast<int64_t>(pixels.shape(1));
     image.width = static_cast<int64_t>(pixels.shape(2));

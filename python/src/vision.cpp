@@ -39,7 +39,8 @@ void init_vision_model(PyVisionModel* self, const std::string& path, const std::
 
 Embeddings encode(PyVisionModel& self, const Pixels& pixels) {
   if (self.engine_owned) {
-    throw ember::InvalidArgument("[vision] an engine's projector encodes on the engine's thread: submit the image");
+    throw ember::InvalidArgument(
+        "[vision] an engine's projector encodes on the engine's thread: submit the image");
   }
   if (pixels.shape(0) != 3) {
     throw ember::InvalidArgument(
@@ -63,14 +64,15 @@ Embeddings encode(PyVisionModel& self, const Pixels& pixels) {
 }  // namespace
 
 void init_vision(nb::module_& m) {
-  nb::class_<PyVisionModel>(m, "VisionModel",
-                            "A vision projector (an mmproj GGUF in llama.cpp's clip layout) on its own backend.")
+  nb::class_<PyVisionModel>(
+      m, "VisionModel", "A vision projector (an mmproj GGUF in llama.cpp's clip layout) on its own backend.")
       .def("__init__", &init_vision_model, nb::arg("path"), nb::arg("device") = "cpu",
            nb::arg("n_threads") = nb::none())
       .def_prop_ro("projector_type", [](const PyVisionModel& s) { return s.model->config().projector_type; })
       .def_prop_ro("image_size", [](const PyVisionModel& s) { return s.model->config().image_size; })
       .def_prop_ro("patch_size", [](const PyVisionModel& s) { return s.model->config().patch_size; })
-      .def_prop_ro("spatial_merge_size", [](const PyVisionModel& s) { return s.model->config().spatial_merge_size; })
+      .def_prop_ro("spatial_merge_size",
+                   [](const PyVisionModel& s) { return s.model->config().spatial_merge_size; })
       .def_prop_ro("image_mean", [](const PyVisionModel& s) { return s.model->config().image_mean; })
       .def_prop_ro("image_std", [](const PyVisionModel& s) { return s.model->config().image_std; })
       .def_prop_ro(

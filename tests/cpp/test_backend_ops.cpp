@@ -380,8 +380,10 @@ TEST(layer_norm) {
     for (int64_t i = 0; i < n_cols; ++i) var += (x[r * n_cols + i] - mean) * (x[r * n_cols + i] - mean);
     const double inv_std = 1 / std::sqrt(var / n_cols + eps);
     for (int64_t i = 0; i < n_cols; ++i) {
-      const double spread = std::fabs(w[i]) * (std::fabs(x[r * n_cols + i] - mean) + std::fabs(mean)) * inv_std;
-      tol[r * n_cols + i] = (spread + std::fabs(double(p.cpu[r * n_cols + i]))) * 2 * (n_cols + 8) * kU + 1e-37;
+      const double spread = std::fabs(w[i]) * (std::fabs(x[r * n_cols + i] - mean) + std::fabs(mean)) *
+                            inv_std;
+      tol[r * n_cols + i] = (spread + std::fabs(double(p.cpu[r * n_cols + i]))) * 2 * (n_cols + 8) * kU +
+                            1e-37;
     }
   }
   expect_close(p, tol, cat("layer_norm ", n_rows, "x", n_cols));

@@ -21,7 +21,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from vision_support import IMAGE, make_gemma3_vision, save_gemma3_vision, sample_image
+from vision_support import IMAGE, make_gemma3_vision, sample_image, save_gemma3_vision
 
 from ember import _core, vision
 from ember.convert import convert
