@@ -60,13 +60,20 @@ def make_gemma3_vision(seed: int = 0) -> transformers.Gemma3ForConditionalGenera
 
 
 def save_gemma3_vision(model, folder: Path) -> Path:
-    """The checkpoint folder: weights, stories260K's tokenizer with the image tokens added."""
+    """The checkpoint folder: weights, stories260K's tokenizer with the image tokens added, the
+    image processor's config."""
     model.save_pretrained(folder)
     shutil.copy(DATA / "stories260K-hf" / "tokenizer.model", folder / "tokenizer.model")
     config = json.loads((DATA / "stories260K-hf" / "tokenizer_config.json").read_text())
     config["added_tokens_decoder"] = {str(i): {"content": t, "special": True}
                                       for i, t in IMAGE_TOKEN_TEXTS.items()}
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    # As published Gemma 3 folders have it (llama.cpp's converter reads the mean and std here).
+    side = GEMMA3_VISION["image_size"]
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma3ImageProcessor", "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3, "image_seq_length": GEMMA3_MM_TOKENS, "resample": 2,
+        "rescale_factor": 1 / 255, "size": {"height": side, "width": side}}))
     return folder
 
 

@@ -33,6 +33,18 @@ from ember.sampling import SamplingParams
 EMBED_REL_RMS = 1e-3
 LOGPROB_ABS = 0.01
 
+# llama.cpp's mtmd on the same files (convert --type f16 of this checkpoint, the mmproj beside
+# it), from llama-server --mmproj (LLAMA_MEDIA_MARKER='<__media__>') /completion with
+# {"prompt_string": PROMPT, "multimodal_data": [PNG of sample_image()]}, n_probs 5, cache_prompt
+# off: the five most likely first tokens and their log-probabilities. Both engines keep f16
+# weights and an f16 KV cache and accumulate in f32; they differ in summation order and llama.cpp
+# rounds activations to f16 in places: measured within 0.002, bound 0.01.
+LLAMA_CPP_TOP5 = {
+    f"Hello {MEDIA_MARKER} world": [(17, -3.2882), (341, -3.6921), (181, -3.7125), (348, -4.0169),
+                                    (29, -4.1238)],
+    MEDIA_MARKER: [(513, -2.7614), (127, -3.4796), (483, -3.9676), (406, -4.0909), (95, -4.1961)],
+}
+
 
 @pytest.fixture(scope="module")
 def gemma3(tmp_path_factory):
@@ -179,6 +191,27 @@ def vulkan_device() -> str | None:
     devices, _ = _core.devices()
     usable = [d["device"] for d in devices if d["backend"] == "vulkan" and d["usable"]]
     return usable[0] if usable else None
+
+
+def test_f16_files_match_llama_cpps_mtmd(gemma3, tmp_path) -> None:
+    import gguf
+    folder = gemma3[1].parent / "hf"
+    result = convert(folder, tmp_path / "f16.gguf", "f16", progress=False)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(result.mmproj).tensors}
+    # The tensor types llama.cpp's --mmproj writes: embeddings f32, the projection f16.
+    assert types["v.patch_embd.weight"] == types["v.position_embd.weight"] == gguf.GGMLQuantizationType.F32
+    assert types["mm.input_projection.weight"] == types["v.blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    image = sample_image()
+    with Engine(result.path, mmproj=result.mmproj, device="cpu", n_threads=2, n_ctx=128,
+                parallel=1) as e:
+        for prompt, expected in LLAMA_CPP_TOP5.items():
+            tokens = e.tokenize_images(prompt, [image])
+            got = e.submit(tokens, SamplingParams(max_tokens=1, temperature=0, logprobs=True,
+                                                  top_logprobs=5), images=[image]).result()
+            top = [(t.token, t.logprob) for t in got.logprobs[0].top]
+            assert [t for t, _ in top] == [t for t, _ in expected], prompt
+            assert np.abs(np.array([lp for _, lp in top]) -
+                          np.array([lp for _, lp in expected])).max() < LOGPROB_ABS, prompt
 
 
 def test_vulkan_embeddings_match_the_cpu(gemma3) -> None:

@@ -12,7 +12,7 @@ clip layout (what convert_hf_to_gguf.py --mmproj writes and llama-server --mmpro
   attn_v, attn_out, ln2, ffn_up (fc1), ffn_down (fc2)}.{weight,bias}, v.post_ln.{weight,bias},
   mm.input_projection.weight (as transformers stores it, [vision, text]: always f16, as llama.cpp
   forces it) and mm.soft_emb_norm.weight (1 + w: Gemma's RMSNorm scale). Matrices are f16 (f32
-  for an f32 output); vectors and the position embeddings f32.
+  for an f32 output); the embeddings (patch and position) and vectors f32, as llama.cpp's.
 
 Checkpoints name their parts in three ways (transformers 4.5x: language_model.model.*,
 vision_tower.vision_model.*; transformers 5: model.language_model.*, model.vision_tower.*; or
@@ -152,7 +152,7 @@ def write_mmproj(folder: Path, config: dict, out: Path, matrix_type: GGMLQuantiz
         specs.append((gguf_name, hf_name, shape, qtype, fn))
 
     e = f"{vprefix}embeddings."
-    add("v.patch_embd.weight", e + "patch_embedding.weight", (d, 3, patch, patch))
+    add("v.patch_embd.weight", e + "patch_embedding.weight", (d, 3, patch, patch), f32)
     add("v.patch_embd.bias", e + "patch_embedding.bias", (d,))
     add("v.position_embd.weight", e + "position_embedding.weight", (n_side * n_side, d), f32)
     for i in range(n_layer):
