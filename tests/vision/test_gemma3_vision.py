@@ -199,8 +199,9 @@ def test_f16_files_match_llama_cpps_mtmd(gemma3, tmp_path) -> None:
     result = convert(folder, tmp_path / "f16.gguf", "f16", progress=False)
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(result.mmproj).tensors}
     # The tensor types llama.cpp's --mmproj writes: embeddings f32, the projection f16.
-    assert types["v.patch_embd.weight"] == types["v.position_embd.weight"] == gguf.GGMLQuantizationType.F32
-    assert types["mm.input_projection.weight"] == types["v.blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    f32, f16 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16
+    assert types["v.patch_embd.weight"] == types["v.position_embd.weight"] == f32
+    assert types["mm.input_projection.weight"] == types["v.blk.0.attn_q.weight"] == f16
     image = sample_image()
     with Engine(result.path, mmproj=result.mmproj, device="cpu", n_threads=2, n_ctx=128,
                 parallel=1) as e:
