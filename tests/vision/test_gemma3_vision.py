@@ -238,3 +238,37 @@ def test_vulkan_embeddings_match_the_cpu(gemma3) -> None:
             outs.append(e.submit(tokens, SamplingParams(max_tokens=6, temperature=0),
                                  images=[image]).result().tokens)
     assert outs[0] == outs[1]
+
+
+
+def test_chunked_prefill_and_prefix_hits_over_an_image_give_the_same_logprobs(gemma3) -> None:
+    """The prompt run whole; then behind a prefix hit that covers the image (its cached rows
+    reused, another text after it); then in steps of 20 tokens (the chunk before the image ends
+    at its start, the image runs whole in the next): the first token's log-probabilities agree
+    within float rounding of the different chunking."""
+    _, text, mmproj = gemma3
+    image = sample_image(7)
+    params = SamplingParams(max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
+    prompt = f"one two {MEDIA_MARKER} three four five"
+
+    def top(e: Engine, prompt: str) -> tuple[list[tuple[int, float]], int]:
+        tokens = e.tokenize_images(prompt, [image])
+        got = e.submit(tokens, params, images=[image]).result()
+        return [(t.token, t.logprob) for t in got.logprobs[0].top], got.usage.cached_tokens
+
+    runs = []
+    for kw in ({}, {}, {"max_batch_tokens": 20}):
+        with Engine(text, mmproj=mmproj, device="cpu", n_threads=2, n_ctx=128, parallel=1,
+                    **kw) as e:
+            if len(runs) == 1:
+                top(e, f"one two {MEDIA_MARKER} six")
+            got, cached = top(e, prompt)
+            if len(runs) == 1:
+                tokens = e.tokenize_images(prompt, [image])
+                assert cached > tokens.index(IMAGE) + 16  # the image's rows came from the cache
+            runs.append(got)
+    whole = runs[0]
+    for other in runs[1:]:
+        assert [t for t, _ in other] == [t for t, _ in whole]
+        assert np.abs(np.array([lp for _, lp in other]) -
+                      np.array([lp for _, lp in whole])).max() < 1e-3
