@@ -272,3 +272,22 @@ def test_chunked_prefill_and_prefix_hits_over_an_image_give_the_same_logprobs(ge
         assert [t for t, _ in other] == [t for t, _ in whole]
         assert np.abs(np.array([lp for _, lp in other]) -
                       np.array([lp for _, lp in whole])).max() < 1e-3
+
+
+def test_cli_convert_writes_the_mmproj_where_asked(gemma3, tmp_path) -> None:
+    import subprocess
+    import sys
+    folder = gemma3[1].parent / "hf"
+    out, mmproj = tmp_path / "m.gguf", tmp_path / "vision" / "proj.gguf"
+    mmproj.parent.mkdir()
+    r = subprocess.run([sys.executable, "-m", "ember.cli", "convert", str(folder), "-o", str(out),
+                        "--mmproj-out", str(mmproj)], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {mmproj}" in r.stderr
+    assert _core.VisionModel(str(mmproj)).projector_type == "gemma3"
+    assert not (tmp_path / "mmproj-m.gguf").exists()
+    r = subprocess.run([sys.executable, "-m", "ember.cli", "convert", str(folder), "-o", str(out),
+                        "--mmproj-out", str(mmproj)], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode != 0 and "already exists" in r.stderr  # the model, then the mmproj
