@@ -69,7 +69,9 @@ class LLM:
         KV cache of kv_size tokens. Speculative decoding (same output, sooner): spec="ngram"
         (prompt lookup) or draft_model=PATH (a small model with the same vocabulary), at most
         draft_max drafts per step; a request's prediction= (text the output is expected to be)
-        drafts from that text. device "cpu", "cuda[:N]", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
+        drafts from that text. mmproj=PATH: the model's vision projector (llama.cpp's clip
+        layout, `ember convert` writes it beside a vision model), so prompts may hold images.
+        device "cpu", "cuda[:N]", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
         else "auto": the first GPU, else the CPU; an embedding model runs on the CPU, see
         ember.embeddings.Embedder). chat_template: a built-in template's name (gemma, chatml,
         llama3) or a Jinja file, instead of the model's (see ember.chat.builtin). pooling: how

@@ -374,6 +374,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                 "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+                                                "Gemma3ForConditionalGeneration",
                                                 "Phi3ForCausalLM", "BertModel",
                                                 "BertForSequenceClassification",
                                                 "LlamaForSequenceClassification",

@@ -361,6 +361,34 @@ TEST(rms_norm) {
   expect_close(p, tol, cat("rms_norm ", n_rows, "x", n_cols));
 }
 
+// layer_norm: the CPU and the device sum the mean and the variance in different orders, each
+// within 2·(n + 8)·u relatively of its terms' magnitudes: a value moves by that much of
+// |w|·(|x - mean| + |mean|)/std, plus the bias's rounding.
+TEST(layer_norm) {
+  const int64_t n_rows = pick({1, 5, 40}), n_cols = pick({7, 64, 300, 2049});
+  const std::vector<float> x = randoms(n_rows * n_cols, 4), w = randoms(n_cols, 2), b = randoms(n_cols, 1);
+  const float eps = 1e-6f;
+  const Pair p = run_both({x, w, b}, n_rows * n_cols, [&](Backend& be, auto& in, Buffer& y) {
+    be.layer_norm(in[0].template as<float>(), in[1].template as<float>(), in[2].template as<float>(), n_rows,
+                  n_cols, eps, y.as<float>());
+  });
+  std::vector<double> tol(p.cpu.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n_cols; ++i) mean += x[r * n_cols + i];
+    mean /= n_cols;
+    for (int64_t i = 0; i < n_cols; ++i) var += (x[r * n_cols + i] - mean) * (x[r * n_cols + i] - mean);
+    const double inv_std = 1 / std::sqrt(var / n_cols + eps);
+    for (int64_t i = 0; i < n_cols; ++i) {
+      const double spread = std::fabs(w[i]) * (std::fabs(x[r * n_cols + i] - mean) + std::fabs(mean)) *
+                            inv_std;
+      tol[r * n_cols + i] = (spread + std::fabs(double(p.cpu[r * n_cols + i]))) * 2 * (n_cols + 8) * kU +
+                            1e-37;
+    }
+  }
+  expect_close(p, tol, cat("layer_norm ", n_rows, "x", n_cols));
+}
+
 TEST(softmax) {
   const int64_t n_rows = pick({1, 3, 20}), n_cols = pick({1, 37, 1000, 5000});
   const std::vector<float> x = randoms(n_rows * n_cols, 10);
