@@ -37,6 +37,7 @@ class ConvertResult:
     n_tensors: int
     n_bytes: int
     tensor_types: dict[str, int] = field(default_factory=dict)  # type name -> tensor count
+    mmproj: Path | None = None  # the vision projector written beside it, if asked for
 
 
 def read_config(folder: Path) -> dict:
@@ -71,8 +72,10 @@ def _plan(family: DecoderFamily, out: OutputType) -> list[TensorPlan]:
 
 def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: bool = False,
             progress: bool | None = None, name: str | None = None,
-            revision: str | None = None) -> ConvertResult:
-    """Converts checkpoint SRC (folder or hub repo id) to the GGUF file OUT of type OUT_TYPE."""
+            revision: str | None = None, mmproj: str | Path | None = None) -> ConvertResult:
+    """Converts checkpoint SRC (folder or hub repo id) to the GGUF file OUT of type OUT_TYPE, and
+    with MMPROJ a multimodal checkpoint's vision tower to that mmproj file (llama.cpp's clip
+    layout, as its --mmproj takes)."""
     target = output_type(out_type)
     out = Path(out).expanduser()
     check_target(out, force)
@@ -80,8 +83,15 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
     config = read_config(folder)
     where = str(folder / "config.json")
     family_class = family_for(config, where)
+    config = family_class.text_config(config)
     hp = HParams.from_config(config, where)
     family: DecoderFamily = family_class(hp, Checkpoint(folder), where, config)
+    mmproj_out = Path(mmproj).expanduser() if mmproj is not None else None
+    if mmproj_out is not None:
+        if not hasattr(family, "write_mmproj"):
+            raise ConvertError(f"{where}: {family.gguf_arch} has no vision tower to write to "
+                               f"{mmproj_out}")
+        check_target(mmproj_out, force)
     plans = _plan(family, target)
     check_available({p.qtype for p in plans}, f"--type {target.name}")
     vocab = load_vocab(folder, hp.n_vocab, hp.model_type)
@@ -98,5 +108,7 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
 
     write_gguf(out, family.gguf_arch, set_metadata, plans, force=force, progress=progress,
                label=f"{folder.name} -> {target.name}")
+    if mmproj_out is not None:
+        family.write_mmproj(mmproj_out, target, name=model_name, force=force, progress=progress)
     return ConvertResult(out, family.gguf_arch, len(plans), out.stat().st_size,
-                         dict(Counter(type_name(p.qtype) for p in plans)))
+                         dict(Counter(type_name(p.qtype) for p in plans)), mmproj_out)
