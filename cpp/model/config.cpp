@@ -37,9 +37,10 @@ void read_mrope_sections(const GGUFFile& file, ModelConfig& c) {
   const bool fourth_unused = sections.size() == 4 && sections[3] == 0;
   if ((sections.size() != 3 && !fourth_unused) || n_pairs != c.n_rot / 2 ||
       std::any_of(sections.begin(), sections.end(), [](int64_t s) { return s < 0; })) {
-    throw FormatError(cat("[model] ", file.path(), ": metadata '", key, "' must be three sections (t, h, w; a ",
-                          "fourth of 0 allowed) of >= 0 pairs summing to rope.dimension_count / 2 = ",
-                          c.n_rot / 2, ", got ", sections.size(), " entries summing to ", n_pairs));
+    throw FormatError(
+        cat("[model] ", file.path(), ": metadata '", key, "' must be three sections (t, h, w; a ",
+            "fourth of 0 allowed) of >= 0 pairs summing to rope.dimension_count / 2 = ", c.n_rot / 2,
+            ", got ", sections.size(), " entries summing to ", n_pairs));
   }
   for (int i = 0; i < 3; ++i) c.mrope_sections[i] = sections[i];
 }
