@@ -70,7 +70,8 @@ def test_mmproj_layout_is_llama_cpp_clip(qwen25vl) -> None:
     assert meta["clip.use_silu"] is True
     assert (meta["clip.vision.projection_dim"], meta["clip.vision.embedding_length"],
             meta["clip.vision.feed_forward_length"], meta["clip.vision.block_count"],
-            meta["clip.vision.attention.head_count"], meta["clip.vision.patch_size"]) == (64, 32, 48, 2, 2, 14)
+            meta["clip.vision.attention.head_count"],
+            meta["clip.vision.patch_size"]) == (64, 32, 48, 2, 2, 14)
     assert meta["clip.vision.n_wa_pattern"] == 2  # fullatt_block_indexes [1]
     assert meta["clip.vision.window_size"] == 28
     assert np.allclose(meta["clip.vision.image_mean"], [0.48145466, 0.4578275, 0.40821073])
@@ -81,8 +82,10 @@ def test_mmproj_layout_is_llama_cpp_clip(qwen25vl) -> None:
     np.testing.assert_array_equal(tensors["v.patch_embd.weight.1"].data, conv[:, :, 1])
     qkv = state["model.visual.blocks.1.attn.qkv.weight"].numpy()
     for j, proj in enumerate("qkv"):
-        np.testing.assert_array_equal(tensors[f"v.blk.1.attn_{proj}.weight"].data, qkv[32 * j:32 * (j + 1)])
-    np.testing.assert_array_equal(tensors["mm.2.weight"].data, state["model.visual.merger.mlp.2.weight"].numpy())
+        np.testing.assert_array_equal(tensors[f"v.blk.1.attn_{proj}.weight"].data,
+                                      qkv[32 * j:32 * (j + 1)])
+    np.testing.assert_array_equal(tensors["mm.2.weight"].data,
+                                  state["model.visual.merger.mlp.2.weight"].numpy())
     assert len(tensors) == 2 + 2 * 16 + 5
 
 

@@ -84,9 +84,9 @@ class Qwen25VLVision:
     def specs(self) -> list[tuple[str, str, tuple[int, ...], slice | None]]:
         """(GGUF name, checkpoint name, GGUF shape, rows of the checkpoint tensor or None)."""
         e, f, merged = self.n_embd, self.n_ff, self.n_embd * self.merge * self.merge
-        out = [("v.patch_embd.weight", "visual.patch_embed.proj.weight", (e, 3, self.patch, self.patch), None),
-               ("v.patch_embd.weight.1", "visual.patch_embed.proj.weight", (e, 3, self.patch, self.patch),
-                None)]
+        patch = (e, 3, self.patch, self.patch)
+        out = [("v.patch_embd.weight", "visual.patch_embed.proj.weight", patch, None),
+               ("v.patch_embd.weight.1", "visual.patch_embed.proj.weight", patch, None)]
         for i in range(self.n_layer):
             p, b = f"visual.blocks.{i}.", f"v.blk.{i}."
             for j, proj in enumerate("qkv"):
@@ -117,7 +117,7 @@ class Qwen25VLVision:
     def plans(self, out: OutputType) -> list[TensorPlan]:
         ckpt = self.checkpoint
         expected = {"visual.patch_embed.proj.weight": (self.n_embd, 3, 2, self.patch, self.patch)}
-        for gguf_name, hf_name, shape, rows in self.specs():
+        for _, hf_name, shape, rows in self.specs():
             if hf_name in expected:
                 continue
             expected[hf_name] = (3 * shape[0], *shape[1:]) if rows is not None else shape
@@ -168,7 +168,8 @@ class Qwen25VLVision:
         w.add_uint32("clip.vision.window_size", self.window)
 
 
-_FILE_TYPES = {Q.F32: LlamaFileType.ALL_F32, Q.F16: LlamaFileType.MOSTLY_F16, Q.BF16: LlamaFileType.MOSTLY_BF16}
+_FILE_TYPES = {Q.F32: LlamaFileType.ALL_F32, Q.F16: LlamaFileType.MOSTLY_F16,
+               Q.BF16: LlamaFileType.MOSTLY_BF16}
 
 
 def _matrix_type(out: OutputType) -> GGMLQuantizationType:
