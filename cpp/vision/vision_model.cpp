@@ -17,6 +17,8 @@ using TowerMaker = std::unique_ptr<VisionTower> (*)(const VisionModel&);
 // files say "qwen25vl" (both go to the same tower once vision/qwen25vl.cpp adds itself here).
 constexpr std::pair<std::string_view, TowerMaker> kTowers[] = {
     {"gemma3", make_gemma3_tower},
+    {"qwen2.5vl_merger", make_qwen25vl_tower},
+    {"qwen25vl", make_qwen25vl_tower},
 };
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -51,7 +53,8 @@ VisionConfig read_vision_config(const GGUFFile& f) {
   c.n_embd_out = need("clip.vision.projection_dim");
   c.eps = static_cast<float>(f.get_float("clip.vision.attention.layer_norm_epsilon", 1e-6));
   if (c.n_embd % c.n_head != 0) {
-    throw FormatError(cat(where, "embedding_length ", c.n_embd, " is not a multiple of head_count ", c.n_head));
+    throw FormatError(
+        cat(where, "embedding_length ", c.n_embd, " is not a multiple of head_count ", c.n_head));
   }
   for (auto [key, values] : {std::pair{"clip.vision.image_mean", &c.image_mean},
                              std::pair{"clip.vision.image_std", &c.image_std}}) {

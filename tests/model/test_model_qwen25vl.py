@@ -97,3 +97,88 @@ def test_mmproj_asked_of_a_text_only_model_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConvertError, match="no vision tower"):
         convert(folder, tmp_path / "t.gguf", "f32", progress=False, mmproj=tmp_path / "m.gguf")
     assert not (tmp_path / "t.gguf").exists()
+
+
+# --- the vision tower -------------------------------------------------------------------------
+
+# The tower's weights are f32 here, as are its activations; what it rounds is the attention's K/V,
+# stored as f16 (half an f16 ulp, 2^-11 relative, as the language model's cache). Through two
+# blocks and the merger that moves outputs of magnitude ~2.4 by at most 4.2e-4 (measured on the
+# three shapes below: 1.2e-4 to 1.7e-4 of the largest output), while a patch out of order, a
+# window too wide or narrow, or a RoPE pair turned by the wrong axis moves them by O(1). 1e-3 of
+# the largest output leaves ~6x room on one side and ~1000x on the other.
+TOWER_REL = 1e-3
+
+# (height, width): square; 3x4 merged tokens (windows of one token in a grid of odd height);
+# 2x5 (a wide one).
+TOWER_SHAPES = [(56, 56), (84, 112), (56, 140)]
+
+
+def hf_tower(model, pixels: np.ndarray) -> np.ndarray:
+    from qwen25vl_support import hf_pixel_values
+
+    values, grid = hf_pixel_values(pixels)
+    with torch.no_grad():
+        return model.model.visual(values, grid_thw=grid).pooler_output.numpy()
+
+
+@pytest.mark.parametrize("shape", TOWER_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_vision_tower_matches_transformers(qwen25vl, shape) -> None:
+    model, _, mmproj = qwen25vl
+    vision = _core.VisionModel(str(mmproj), "cpu", 2)
+    height, width = shape
+    assert vision.preprocessed_size(width, height) == [width, height]
+    assert vision.n_tokens(width, height) == (width // 28) * (height // 28)
+    pixels = np.random.default_rng(1).standard_normal((3, height, width)).astype(np.float32)
+    ours, ref = vision.encode(pixels), hf_tower(model, pixels)
+    assert ours.shape == ref.shape == (vision.n_tokens(width, height), 64)
+    assert np.abs(ours - ref).max() < TOWER_REL * np.abs(ref).max()
+
+
+def test_window_attention_is_not_full_attention(qwen25vl) -> None:
+    """The bound above can tell the windowed block from a full one: the same checkpoint with
+    every block full (fullatt_block_indexes [0, 1]) moves the outputs by far more than it."""
+    model, _, _ = qwen25vl
+    pixels = np.random.default_rng(1).standard_normal((3, 56, 56)).astype(np.float32)
+    windowed = hf_tower(model, pixels)
+    model.model.visual.fullatt_block_indexes = [0, 1]
+    try:
+        full = hf_tower(model, pixels)
+    finally:
+        model.model.visual.fullatt_block_indexes = [1]
+    assert np.abs(full - windowed).max() > 30 * TOWER_REL * np.abs(windowed).max()
+
+
+def test_smart_resize_is_transformers(qwen25vl) -> None:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    _, _, mmproj = qwen25vl
+    vision = _core.VisionModel(str(mmproj), "cpu", 1)
+    # The file's limits: min_pixels 4 and max_pixels 64 merged tokens (preprocessor_config.json).
+    for width, height in [(56, 56), (70, 42), (13, 200), (640, 480), (30, 30), (1, 150), (98, 14)]:
+        h, w = smart_resize(height, width, factor=28, min_pixels=4 * 28 * 28, max_pixels=64 * 28 * 28)
+        assert vision.preprocessed_size(width, height) == [w, h], (width, height)
+
+
+def test_preprocessing_is_transformers_processor(qwen25vl) -> None:
+    """ember.vision.preprocess against Qwen2VLImageProcessor (its Pillow path) on an image it
+    resizes: same size; values within one 8-bit level of the resize (both filter in PIL's
+    bicubic way; PIL in fixed point), i.e. 1/255/std ~ 0.015 after normalization."""
+    from qwen25vl_support import IMAGE_MEAN, IMAGE_STD, hf_pixel_values
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from ember.vision import preprocess
+
+    _, _, mmproj = qwen25vl
+    vision = _core.VisionModel(str(mmproj), "cpu", 1)
+    image = np.random.default_rng(2).integers(0, 256, (75, 130, 3), dtype=np.uint8)
+    ours = preprocess(image, vision)
+    processor = Qwen2VLImageProcessorPil(image_mean=IMAGE_MEAN, image_std=IMAGE_STD, min_pixels=4 * 28 * 28,
+                                         max_pixels=64 * 28 * 28)
+    out = processor(images=[image], return_tensors="pt")
+    assert ours.shape == (3, 84, 140)
+    assert out["image_grid_thw"].tolist() == [[1, 6, 10]]
+    mine, _ = hf_pixel_values(ours)
+    diff = np.abs(mine.numpy() - out["pixel_values"].numpy())
+    assert diff.max() <= 1.01 / 255 / min(IMAGE_STD)
+    assert diff.mean() < 0.1 / 255 / min(IMAGE_STD)  # mostly exact

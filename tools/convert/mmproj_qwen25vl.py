@@ -9,8 +9,10 @@
 - merger.ln_q is v.post_ln, merger.mlp.0 / mlp.2 are mm.0 / mm.2;
 - fullatt_block_indexes as clip.vision.n_wa_pattern (every n-th block full attention, the others
   windowed), window_size as clip.vision.window_size (llama.cpp's qwen2.5vl code assumes 112, the
-  published checkpoints' value, and does not read it), image_mean / image_std from
-  preprocessor_config.json.
+  published checkpoints' value, and does not read it), image_mean / image_std and min_pixels /
+  max_pixels (as clip.vision.image_min_pixels / image_max_pixels, the image sizes transformers
+  resizes into; llama.cpp's qwen2.5vl code uses its own, 8 to 4096 merged tokens, as ember does
+  for a file without them) from preprocessor_config.json.
 
 Float types as llama.cpp's converter: 1-D tensors f32, matrices in the output type (f16 for a
 quantized --type: vision towers are small and precision-sensitive), the patch embedding f16 or f32.
@@ -79,7 +81,7 @@ class Qwen25VLVision:
                                f"{self.n_wa_pattern}-th block, the only layout "
                                "clip.vision.n_wa_pattern can say")
         self.image_size = int(v.get("image_size", DEFAULT_IMAGE_SIZE))
-        self.image_mean, self.image_std = _normalization(checkpoint.folder)
+        self.image_mean, self.image_std, self.pixel_limits = _preprocessing(checkpoint.folder)
 
     def specs(self) -> list[tuple[str, str, tuple[int, ...], slice | None]]:
         """(GGUF name, checkpoint name, GGUF shape, rows of the checkpoint tensor or None)."""
@@ -166,6 +168,9 @@ class Qwen25VLVision:
         w.add_vision_n_wa_pattern(self.n_wa_pattern)
         w.add_uint32("clip.vision.spatial_merge_size", self.merge)
         w.add_uint32("clip.vision.window_size", self.window)
+        if self.pixel_limits is not None:
+            w.add_vision_min_pixels(self.pixel_limits[0])
+            w.add_vision_max_pixels(self.pixel_limits[1])
 
 
 _FILE_TYPES = {Q.F32: LlamaFileType.ALL_F32, Q.F16: LlamaFileType.MOSTLY_F16,
@@ -177,9 +182,10 @@ def _matrix_type(out: OutputType) -> GGMLQuantizationType:
     return out.base if out.base in _FILE_TYPES else Q.F16
 
 
-def _normalization(folder: Path) -> tuple[list[float], list[float]]:
-    """image_mean and image_std from preprocessor_config.json (or processor_config.json's
-    image_processor), as llama.cpp's converter reads them."""
+def _preprocessing(folder: Path) -> tuple[list[float], list[float], tuple[int, int] | None]:
+    """image_mean, image_std and (min_pixels, max_pixels) (None when not given) from
+    preprocessor_config.json (or processor_config.json's image_processor), as llama.cpp's
+    converter reads them."""
     for name in ("preprocessor_config.json", "processor_config.json"):
         path = folder / name
         if not path.is_file():
@@ -194,7 +200,17 @@ def _normalization(folder: Path) -> tuple[list[float], list[float]]:
             if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
                 raise ConvertError(f"{path}: image_mean {mean} and image_std {std} must be 3 values "
                                    "each, std > 0")
-            return [float(x) for x in mean], [float(x) for x in std]
+            limits = (cfg.get("min_pixels"), cfg.get("max_pixels"))
+            size = cfg.get("size") or {}  # newer processors: size.shortest_edge / longest_edge
+            limits = (limits[0] or size.get("shortest_edge"), limits[1] or size.get("longest_edge"))
+            if limits[0] is None or limits[1] is None:
+                pixel_limits = None
+            elif not (0 < int(limits[0]) <= int(limits[1])):
+                raise ConvertError(f"{path}: min_pixels {limits[0]} and max_pixels {limits[1]} must be "
+                                   "> 0 and ordered")
+            else:
+                pixel_limits = (int(limits[0]), int(limits[1]))
+            return [float(x) for x in mean], [float(x) for x in std], pixel_limits
     raise ConvertError(f"{folder}: no preprocessor_config.json with image_mean and image_std")
 
 
