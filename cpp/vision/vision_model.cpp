@@ -53,8 +53,7 @@ VisionConfig read_vision_config(const GGUFFile& f) {
   c.n_embd_out = need("clip.vision.projection_dim");
   c.eps = static_cast<float>(f.get_float("clip.vision.attention.layer_norm_epsilon", 1e-6));
   if (c.n_embd % c.n_head != 0) {
-    throw FormatError(
-        cat(where, "embedding_length ", c.n_embd, " is not a multiple of head_count ", c.n_head));
+    throw FormatError(cat(where, "embedding_length ", c.n_embd, " is not a multiple of head_count ", c.n_head));
   }
   for (auto [key, values] : {std::pair{"clip.vision.image_mean", &c.image_mean},
                              std::pair{"clip.vision.image_std", &c.image_std}}) {

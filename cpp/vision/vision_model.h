@@ -47,8 +47,7 @@ struct VisionConfig {
   std::array<float, 3> image_mean = {0.5f, 0.5f, 0.5f};  // clip.vision.image_mean (RGB)
   std::array<float, 3> image_std = {0.5f, 0.5f, 0.5f};   // clip.vision.image_std
   int64_t spatial_merge_size = 0;  // clip.vision.spatial_merge_size (Qwen2.5-VL), 0 when absent
-  int64_t n_merge =
-      0;  // Gemma 3: patches per side pooled into one token (clip.vision.projector.scale_factor, 4)
+  int64_t n_merge = 0;  // Gemma 3: patches per side pooled into one token (clip.vision.projector.scale_factor, 4)
 
   int64_t head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
 };
