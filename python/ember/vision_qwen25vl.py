@@ -60,3 +60,38 @@ def preprocess_qwen25vl(pixels: np.ndarray, projector: Any) -> np.ndarray:
     height, width = pixels.shape[:2]
     w, h = projector.preprocessed_size(width, height)
     return normalize(resize_bicubic(pixels, int(w), int(h)), projector.image_mean, projector.image_std)
+
+
+def mrope_positions(tokens: list[int], image_token: int, grids: list[tuple[int, int]]) -> np.ndarray:
+    """int32 [3, len(tokens)]: each token's (temporal, height, width) M-RoPE positions, as
+    transformers' Qwen2_5_VLModel.get_rope_index gives them for images. A text token's three are
+    equal, one past the previous token's largest; the k-th run of image_token (grids[k] = its
+    merged (rows, columns)) starts at s, one past the text before it: temporal s, height s + row,
+    width s + column, row-major; the text after it goes on from s + max(rows, columns).
+
+    So a sequence's rope position and its token index part after an image (the index runs on by
+    rows * columns, the position by max(rows, columns)); the caller keeps the difference (what
+    transformers calls rope_deltas) to place the tokens it generates."""
+    out = np.empty((3, len(tokens)), np.int32)
+    next_pos, i, k = 0, 0, 0
+    while i < len(tokens):
+        if tokens[i] != image_token:
+            out[:, i] = next_pos
+            next_pos += 1
+            i += 1
+            continue
+        if k >= len(grids):
+            raise ValueError(f"image run {k + 1} at token {i} has no grid (got {len(grids)})")
+        rows, cols = grids[k]
+        if tokens[i:i + rows * cols] != [image_token] * (rows * cols):
+            raise ValueError(f"image {k}: expected {rows * cols} image tokens at {i}")
+        r, c = np.divmod(np.arange(rows * cols), cols)
+        out[0, i:i + rows * cols] = next_pos
+        out[1, i:i + rows * cols] = next_pos + r
+        out[2, i:i + rows * cols] = next_pos + c
+        next_pos += max(rows, cols)
+        i += rows * cols
+        k += 1
+    if k != len(grids):
+        raise ValueError(f"{len(grids)} image grids for {k} image runs")
+    return out

@@ -182,3 +182,26 @@ def test_preprocessing_is_transformers_processor(qwen25vl) -> None:
     diff = np.abs(mine.numpy() - out["pixel_values"].numpy())
     assert diff.max() <= 1.01 / 255 / min(IMAGE_STD)
     assert diff.mean() < 0.1 / 255 / min(IMAGE_STD)  # mostly exact
+
+
+def test_mrope_positions_are_transformers_rope_index(qwen25vl) -> None:
+    """Two images (2x2 and 3x4 merged tokens) between text: the positions the language model's
+    M-RoPE needs, as transformers' get_rope_index computes them."""
+    from qwen25vl_support import IMAGE_PAD, VISION_END, VISION_START
+
+    from ember.vision_qwen25vl import mrope_positions
+
+    model, _, _ = qwen25vl
+    grids = [(2, 2), (3, 4)]
+    tokens = [5, 6, VISION_START, *[IMAGE_PAD] * 4, VISION_END, 7, VISION_START, *[IMAGE_PAD] * 12,
+              VISION_END, 8, 9]
+    types = torch.tensor([[1 if t == IMAGE_PAD else 0 for t in tokens]])
+    ref, deltas = model.model.get_rope_index(torch.tensor([tokens]), types,
+                                             image_grid_thw=torch.tensor([[1, 4, 4], [1, 6, 8]]))
+    ours = mrope_positions(tokens, IMAGE_PAD, grids)
+    np.testing.assert_array_equal(ours, ref[:, 0].numpy())
+    assert ours.max() + 1 - len(tokens) == int(deltas[0, 0])
+    with pytest.raises(ValueError, match="3 image grids for 2 image runs"):
+        mrope_positions(tokens, IMAGE_PAD, [*grids, (1, 1)])
+    with pytest.raises(ValueError, match="expected 16 image tokens"):
+        mrope_positions(tokens, IMAGE_PAD, [(2, 2), (4, 4)])
