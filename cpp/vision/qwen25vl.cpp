@@ -30,13 +30,13 @@ constexpr int64_t kMaxTokens = 4096;
 constexpr int64_t kDefaultWindow = 112;  // pixels; what llama.cpp assumes and the checkpoints use
 
 struct QwenVitLayer {
-  WeightTensor ln1, ln2;          // [n_embd] RMSNorm weights
-  WeightTensor wq, wk, wv, wo;    // {n_embd, n_embd}
-  WeightTensor bq, bk, bv, bo;    // [n_embd]
-  WeightTensor gate, up;          // {n_embd, n_ff}
-  WeightTensor gate_b, up_b;      // [n_ff]
-  WeightTensor down, down_b;      // {n_ff, n_embd}, [n_embd]
-  bool full_attention = false;    // else windowed
+  WeightTensor ln1, ln2;        // [n_embd] RMSNorm weights
+  WeightTensor wq, wk, wv, wo;  // {n_embd, n_embd}
+  WeightTensor bq, bk, bv, bo;  // [n_embd]
+  WeightTensor gate, up;        // {n_embd, n_ff}
+  WeightTensor gate_b, up_b;    // [n_ff]
+  WeightTensor down, down_b;    // {n_ff, n_embd}, [n_embd]
+  bool full_attention = false;  // else windowed
 };
 
 class Qwen25VLTower : public VisionTower {
@@ -60,29 +60,29 @@ class Qwen25VLTower : public VisionTower {
   const VisionConfig& c_;
   Backend& be_;
   VisionBinder bind_;
-  int64_t merge_ = 2;            // patches per side of one merged token
-  int64_t unit_ = 28;            // pixels per side of one merged token: patch * merge
-  int64_t window_ = 2;           // merged tokens per side of one attention window
+  int64_t merge_ = 2;   // patches per side of one merged token
+  int64_t unit_ = 28;   // pixels per side of one merged token: patch * merge
+  int64_t window_ = 2;  // merged tokens per side of one attention window
   int64_t min_pixels_ = 0, max_pixels_ = 0;
   std::vector<float> inv_freq_h_, inv_freq_w_;  // [head_dim / 2] the 2-D RoPE's, others' pairs 0
 
   WeightTensor patch0, patch1;  // {3 * patch², n_embd}: the Conv3d's kernels of frames 0 and 1
   std::vector<QwenVitLayer> layers;
-  WeightTensor post_ln;         // [n_embd] the merger's ln_q
-  WeightTensor mm0, mm0_b;      // {4 n_embd, 4 n_embd}, [4 n_embd]
-  WeightTensor mm2, mm2_b;      // {4 n_embd, n_embd_out}, [n_embd_out]
+  WeightTensor post_ln;     // [n_embd] the merger's ln_q
+  WeightTensor mm0, mm0_b;  // {4 n_embd, 4 n_embd}, [4 n_embd]
+  WeightTensor mm2, mm2_b;  // {4 n_embd, n_embd_out}, [n_embd_out]
 
   // Scratch for the largest image so far (n patches).
   int64_t n_reserved_ = 0;
-  Buffer patches_;                // f32 [n, 3 * patch²]
+  Buffer patches_;                   // f32 [n, 3 * patch²]
   Buffer x_, h_, q_, k_, v_, attn_;  // f32 [n, n_embd]
-  Buffer gate_, up_;              // f32 [n, n_ff]
-  Buffer kv_k_, kv_v_;            // f16 [n_head][n][head_dim]: one block holding every key
-  Buffer merged_;                 // f32 [n / 4, 4 n_embd]
-  Buffer y_, y_ordered_;          // f32 [n / 4, n_embd_out]
+  Buffer gate_, up_;                 // f32 [n, n_ff]
+  Buffer kv_k_, kv_v_;               // f16 [n_head][n][head_dim]: one block holding every key
+  Buffer merged_;                    // f32 [n / 4, 4 n_embd]
+  Buffer y_, y_ordered_;             // f32 [n / 4, n_embd_out]
   std::vector<int32_t> order_, window_ends_, inverse_;  // merged-token tables (window_order)
-  std::vector<int32_t> pos_h_, pos_w_;  // [n] each processed patch's row and column
-  std::vector<int32_t> key_pos_, bounds_;  // [n] 0 .. n - 1; a window's rows' last key
+  std::vector<int32_t> pos_h_, pos_w_;                  // [n] each processed patch's row and column
+  std::vector<int32_t> key_pos_, bounds_;               // [n] 0 .. n - 1; a window's rows' last key
   std::vector<float> host_;
 };
 
@@ -99,7 +99,8 @@ Qwen25VLTower::Qwen25VLTower(const VisionModel& model)
   if (merge_ != 2 || window_ <= 0 || window_px % unit_ != 0 || n_wa_pattern < 0 || hd % 4 != 0) {
     throw FormatError(cat(where, "spatial_merge_size ", merge_, " (2 expected), window_size ", window_px,
                           " (a positive multiple of ", unit_, "), n_wa_pattern ", n_wa_pattern,
-                          " (>= 0) and head size ", hd, " (a multiple of 4) do not describe a Qwen2.5-VL tower"));
+                          " (>= 0) and head size ", hd,
+                          " (a multiple of 4) do not describe a Qwen2.5-VL tower"));
   }
   min_pixels_ = f.get_int("clip.vision.image_min_pixels", kMinTokens * unit_ * unit_);
   max_pixels_ = f.get_int("clip.vision.image_max_pixels", kMaxTokens * unit_ * unit_);
@@ -210,7 +211,8 @@ void Qwen25VLTower::window_order(int64_t gh, int64_t gw) {
   for (int64_t wy = 0; wy < gh; wy += window_) {
     for (int64_t wx = 0; wx < gw; wx += window_) {
       for (int64_t y = wy; y < std::min(gh, wy + window_); ++y) {
-        for (int64_t x = wx; x < std::min(gw, wx + window_); ++x) order_.push_back(static_cast<int32_t>(y * gw + x));
+        for (int64_t x = wx; x < std::min(gw, wx + window_); ++x)
+          order_.push_back(static_cast<int32_t>(y * gw + x));
       }
       window_ends_.push_back(static_cast<int32_t>(order_.size()));
     }
