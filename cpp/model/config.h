@@ -58,6 +58,10 @@ struct ModelConfig {
   // may reach past n_ctx_orig uses the long ones (Model::rope_params).
   int64_t n_ctx_orig = 0;         // {arch}.rope.scaling.original_context_length, else n_ctx_train
   float rope_attn_factor = 1.0f;  // {arch}.rope.scaling.attn_factor: multiplies cos and sin
+  // M-RoPE (qwen2vl): pairs [0, s0) rotate by a token's temporal position, [s0, s0 + s1) by its
+  // height, the rest by its width (all {0, 0, 0}: plain RoPE). Text tokens' three positions are
+  // equal, so only image tokens (model/mrope.h) rotate differently.
+  int64_t mrope_sections[3] = {0, 0, 0};  // {arch}.rope.dimension_sections
   // NoPE layers (SmolLM3): layer il rotates Q and K unless rope_layers[il] is 0.
   std::vector<uint8_t> rope_layers;  // [n_layer] {arch}.attention.rope_pattern; empty: all rotate
 
@@ -91,6 +95,7 @@ struct ModelConfig {
   bool expert_weights_norm = false;  // top-k weights renormalised to sum 1 ({arch}.expert_weights_norm)
 
   bool is_moe() const { return n_expert > 0; }
+  bool is_mrope() const { return mrope_sections[0] + mrope_sections[1] + mrope_sections[2] > 0; }
   bool uses_rope(int64_t il) const { return rope_layers.empty() || rope_layers[il] != 0; }
   bool is_encoder() const { return arch->family == ArchFamily::bert; }
   bool is_swa(int64_t il) const {

@@ -17,6 +17,8 @@ using TowerMaker = std::unique_ptr<VisionTower> (*)(const VisionModel&);
 // files say "qwen25vl" (both go to the same tower once vision/qwen25vl.cpp adds itself here).
 constexpr std::pair<std::string_view, TowerMaker> kTowers[] = {
     {"gemma3", make_gemma3_tower},
+    {"qwen2.5vl_merger", make_qwen25vl_tower},
+    {"qwen25vl", make_qwen25vl_tower},
 };
 
 std::string shape_string(const std::vector<int64_t>& shape) {

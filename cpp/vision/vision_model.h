@@ -124,5 +124,6 @@ class VisionBinder {
 
 // The towers (vision_model.cpp's kTowers holds these): each file defines its maker.
 std::unique_ptr<VisionTower> make_gemma3_tower(const VisionModel& model);
+std::unique_ptr<VisionTower> make_qwen25vl_tower(const VisionModel& model);
 
 }  // namespace ember

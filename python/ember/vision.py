@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .vision_qwen25vl import preprocess_qwen25vl
+
 
 def image_hash(pixels: np.ndarray) -> int:
     """A 63-bit content hash of an image's pixels and shape: equal images are encoded once and
@@ -88,6 +90,8 @@ def preprocess_gemma3(pixels: np.ndarray, projector: Any) -> np.ndarray:
 
 PREPROCESSORS: dict[str, Callable[[np.ndarray, Any], np.ndarray]] = {
     "gemma3": preprocess_gemma3,
+    "qwen2.5vl_merger": preprocess_qwen25vl,
+    "qwen25vl": preprocess_qwen25vl,
 }
 
 
@@ -106,6 +110,9 @@ class ImageTokens:
 IMAGE_TOKENS: dict[str, ImageTokens] = {
     "gemma3": ImageTokens("<start_of_image>", "<image_soft_token>", "<end_of_image>",
                           bidirectional=True),
+    # Qwen2.5-VL: its image tokens attend causally (transformers' and llama.cpp's).
+    "qwen2.5vl_merger": ImageTokens("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"),
+    "qwen25vl": ImageTokens("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"),
 }
 
 

@@ -334,6 +334,26 @@ TEST(silu_gelu_mul) {
   }
 }
 
+TEST(gelu) {
+  const int64_t n = pick({1, 37, 1000, 70000});
+  const std::vector<float> x = randoms(n, 8);
+  const Pair p = run_both({x}, n, [&](Backend& be, auto& in, Buffer& y) {
+    be.gelu(in[0].template as<float>(), n, y.as<float>());
+  });
+  std::vector<double> tol(n);
+  for (int64_t i = 0; i < n; ++i) {
+    // The reference: the exact GELU in double; the CPU (std::erf in f32) within a few ulp of it.
+    const double a = x[i], want = 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+    EXPECT(std::fabs(p.cpu[i] - want) <= std::fabs(want) * 8 * kUlp + std::fabs(a) * 2 * kU + 1e-37,
+           cat("gelu: the CPU gives ", p.cpu[i], " for ", a, ", the exact value is ", want));
+    // The shader's erf (Abramowitz-Stegun 7.1.26) is within 1.5e-7 absolutely: 0.5|a| of that,
+    // plus the multiplies' rounding on both sides.
+    tol[i] = std::fabs(a) * 0.5 * 1.5e-7 + std::fabs(double(p.cpu[i])) * 8 * kUlp + std::fabs(a) * 2 * kU +
+             1e-37;
+  }
+  expect_close(p, tol, cat("gelu ", n));
+}
+
 TEST(softcap) {
   const int64_t n = pick({1, 37, 1000, 70000});
   const std::vector<float> x = randoms(n, 80);

@@ -50,8 +50,8 @@ if DEVICE is None:
 WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q2_k", "q3_k",
                 "q4_k", "q5_k", "q6_k", "tq1_0", "tq2_0")
 OP_CASES = [f"{op}_{t}" for t in WEIGHT_TYPES for op in ("matmul", "get_rows")] + [
-    "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "softcap", "rms_norm", "layer_norm",
-    "softmax", "rope",
+    "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "gelu", "softcap", "rms_norm",
+    "layer_norm", "softmax", "rope",
     "store_kv_f16", "store_kv_q8_0", "copy_kv", "attention_f16", "attention_q8_0",
     "one_submission_per_download"]
 

@@ -75,8 +75,9 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
             revision: str | None = None, mmproj_out: str | Path | None = None) -> ConvertResult:
     """Converts checkpoint SRC (folder or hub repo id) to the GGUF file OUT of type OUT_TYPE.
     A vision model's tower and projector (a family with `mmproj`) go to a second file in
-    llama.cpp's clip layout: MMPROJ_OUT, by default mmproj-OUT's name beside OUT (f16 matrices,
-    f32 for an f32 OUT, as llama.cpp's --mmproj writes them)."""
+    llama.cpp's clip layout: MMPROJ_OUT, by default mmproj-OUT's name beside OUT (the family's
+    mmproj(folder, config, out, out_type, ...) picks its matrices' type: a float OUT_TYPE's
+    own, f16 for a quantized one, as llama.cpp's --mmproj writes them)."""
     target = output_type(out_type)
     out = Path(out).expanduser()
     check_target(out, force)
@@ -84,8 +85,7 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
     full_config = read_config(folder)
     where = str(folder / "config.json")
     family_class = family_for(full_config, where)
-    text_config = getattr(family_class, "text_config", None)
-    config = text_config(full_config) if text_config else full_config
+    config = family_class.text_config(full_config)
     mmproj = getattr(family_class, "mmproj", None)
     mmproj_path = None
     if mmproj is not None:
@@ -114,9 +114,7 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
     write_gguf(out, family.gguf_arch, set_metadata, plans, force=force, progress=progress,
                label=f"{folder.name} -> {target.name}")
     if mmproj is not None:
-        matrices = (GGMLQuantizationType.F32 if target.base == GGMLQuantizationType.F32
-                    else GGMLQuantizationType.F16)
-        mmproj(folder, full_config, mmproj_path, matrices, force=force, progress=progress,
+        mmproj(folder, full_config, mmproj_path, target, force=force, progress=progress,
                name=model_name)
     return ConvertResult(out, family.gguf_arch, len(plans), out.stat().st_size,
                          dict(Counter(type_name(p.qtype) for p in plans)), mmproj_path)

@@ -62,8 +62,11 @@ UNUSED_VISION = ("head.",)
 class Gemma3VisionFamily(Gemma3Family):
     """The text half; `mmproj` writes the vision half."""
 
-    # convert() calls a family's mmproj(folder, config, out, matrix_type, ...) when it has one.
-    mmproj = staticmethod(lambda *args, **kwargs: write_mmproj(*args, **kwargs))
+    # convert() calls a family's mmproj(folder, config, out, out_type, ...) when it has one:
+    # f32 matrices for an f32 file, f16 otherwise.
+    mmproj = staticmethod(lambda folder, config, out, out_type, **kwargs: write_mmproj(
+        folder, config, out, GGMLQuantizationType.F32 if out_type.base == GGMLQuantizationType.F32
+        else GGMLQuantizationType.F16, **kwargs))
 
     @staticmethod
     def text_config(config: dict) -> dict:
