@@ -89,13 +89,14 @@ struct LoraRows {
   bool empty() const { return groups.empty(); }
 };
 
-// LoRA buffers of a scratch: the gathered inputs, the rank-wide middle and the product.
+// LoRA buffers of a scratch (Backend::add_low_rank's LowRankScratch) and the groups of one call.
 struct LoraScratch {
-  Buffer x;  // f32 [n_batch, max(n_embd, n_q_dim, n_ff)] a group's input rows
-  Buffer t;  // f32 [kMaxLoraOuts][n_batch, max_rank] A · x of each output
+  Buffer x;  // f32 [n_batch, max(n_embd, n_q_dim, n_ff)] the groups' input rows, gathered
+  Buffer t;  // f32 [kMaxLowRankOuts][n_batch, max_rank] A · x of each output
   Buffer y;  // f32 [n_batch, max(n_embd, n_q_dim, n_kv_dim, n_ff)] B · (A · x)
   int64_t max_rank = 0;
   LoraRows all_rows, output_rows;  // the pass's groups, and those of the last layer's output rows
+  std::vector<LowRankGroup> groups;  // [n_batch] add_lora's, with this call's pairs
 
   LoraScratch() = default;
   LoraScratch(Backend& backend, const ModelConfig& c, int64_t n_batch, int64_t max_rank);
@@ -109,11 +110,9 @@ struct LoraOut {
 };
 
 // y[r] += scale[r] · B · (A · x[r]) for the rows r of `rows` and each of outs[n_outs] (at most
-// kMaxLoraOuts projections of the same input: q, k and v; gate and up), with each group's
+// kMaxLowRankOuts projections of the same input: q, k and v; gate and up), with each group's
 // adapter's pair of the output's target in layer il (a group whose adapter leaves it alone adds
-// nothing); x [*, n_in] and the y are rows of the pass's buffers. A group's rows are gathered
-// once and their A products taken in one matmul_many.
-inline constexpr int kMaxLoraOuts = 3;
+// nothing); x [*, n_in] and the y are rows of the pass's buffers. One Backend::add_low_rank.
 void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const LoraRows& rows, int64_t il,
               const LoraOut* outs, int n_outs, const float* x, int64_t n_in);
 
