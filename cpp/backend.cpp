@@ -22,7 +22,7 @@ void Backend::add_low_rank(const LowRankGroup* groups, int n_groups, const LowRa
       const LowRankPair& pair = g.pairs[j];
       if (pair.rank == 0) continue;
       ts[j] = scratch.t + j * scratch.t_stride + begin * scratch.max_rank;
-      a_outs[n++] = MatmulOut{DType::f32, pair.a, pair.rank, ts[j]};
+      a_outs[n++] = MatmulOut{pair.type, pair.a, pair.rank, ts[j]};
     }
     if (n == 0) continue;
     const float* xg = x + int64_t{g.rows[0]} * n_in;
@@ -35,7 +35,7 @@ void Backend::add_low_rank(const LowRankGroup* groups, int n_groups, const LowRa
     for (int j = 0; j < n_outs; ++j) {
       const LowRankPair& pair = g.pairs[j];
       if (pair.rank == 0) continue;
-      matmul(DType::f32, pair.b, pair.rank, outs[j].n_out, ts[j], g.n_rows, scratch.y_rows);
+      matmul(pair.type, pair.b, pair.rank, outs[j].n_out, ts[j], g.n_rows, scratch.y_rows);
       add_rows_scaled(scratch.y_rows, g.rows, g.scales, g.n_rows, outs[j].n_out, outs[j].y);
     }
   }

@@ -93,8 +93,9 @@ struct MatmulOut {
 inline constexpr int kMaxLowRankOuts = 3;
 
 // A low-rank pair of add_low_rank: prepare_matmul_weight()'s buffers of A {n_in, rank} and of
-// B {rank, n_out}, both f32; rank 0: no pair.
+// B {rank, n_out}, both `type` (f32 or f16); rank 0: no pair.
 struct LowRankPair {
+  DType type = DType::f32;
   const void* a = nullptr;
   const void* b = nullptr;
   int64_t rank = 0;

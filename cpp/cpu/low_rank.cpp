@@ -18,7 +18,10 @@ namespace {
 constexpr int64_t kUnitRows = 8;
 // Phase B's unit: this many columns of one output (a multiple of every ISA's GEMM columns), every
 // group; its rows go through a tile of kTileRows rows on the stack before they are summed in.
-constexpr int64_t kUnitCols = 64;
+// The GEMM writes the tile with masked stores, which a load cannot take from the store queue:
+// summing a tile of 64 columns right after it was written stalled on them (that loop alone was
+// 2.5% of a 4-adapter decode step, perf); 256 columns leave the stores time to land.
+constexpr int64_t kUnitCols = 256;
 constexpr int64_t kTileRows = 16;
 // Below this many multiply-adds a phase runs on the caller alone (a few microseconds: less than
 // a round trip through the pool; one request's decode step).
@@ -57,10 +60,9 @@ void run_units(ThreadPool& pool, int max_parts, const Visit& visit) {
 void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs, const float* x,
                   int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool, MatmulWorkspace& workspace) {
   const IsaKernels& kernels = active_kernels();
-  const TypeKernels& k = kernels.of(DType::f32);
-  // Every row count goes the same way (the GEMM where the table has one), so a row's bits never
-  // depend on the rows beside it.
-  const bool use_gemm = k.gemm != nullptr;
+  // Every row count goes the same way (the GEMM where the table has one: f32 and f16 have one or
+  // none together), so a row's bits never depend on the rows beside it.
+  const bool use_gemm = kernels.of(DType::f32).gemm != nullptr;
   const int max_parts = pool.n_threads() > 1 ? pool.n_threads() * 4 : 1;
   const int64_t panel_bytes =
       use_gemm && kernels.panel_bytes
@@ -92,7 +94,7 @@ void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* ou
           for (int j = 0; j < n_outs; ++j) {
             const LowRankPair& pair = g.pairs[j];
             if (pair.rank == 0) continue;
-            matmul_columns(k, use_gemm, pair.a, DType::f32, n_in, reinterpret_cast<const uint8_t*>(act),
+            matmul_columns(kernels.of(pair.type), use_gemm, pair.a, pair.type, n_in, reinterpret_cast<const uint8_t*>(act),
                            n_in * int64_t(sizeof(float)), n_rows, 0, pair.rank,
                            scratch.t + j * scratch.t_stride + p0 * ld_t, ld_t, panels + part * panel_bytes,
                            nullptr);
@@ -120,11 +122,11 @@ void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* ou
             const LowRankPair& pair = g.pairs[j];
             if (pair.rank == 0) continue;
             // Columns [c0, c0 + n_cols) of B are columns [0, n_cols) from B's column c0 on.
-            const auto* b = static_cast<const uint8_t*>(pair.b) + c0 * row_bytes(DType::f32, pair.rank);
+            const auto* b = static_cast<const uint8_t*>(pair.b) + c0 * row_bytes(pair.type, pair.rank);
             for (int64_t r0 = 0; r0 < g.n_rows; r0 += kTileRows) {
               const int64_t n_rows = std::min(kTileRows, g.n_rows - r0);
               const float* t = scratch.t + j * scratch.t_stride + (begin + r0) * ld_t;
-              matmul_columns(k, use_gemm, b, DType::f32, pair.rank, reinterpret_cast<const uint8_t*>(t),
+              matmul_columns(kernels.of(pair.type), use_gemm, b, pair.type, pair.rank, reinterpret_cast<const uint8_t*>(t),
                              ld_t * int64_t(sizeof(float)), n_rows, 0, n_cols, tile, kUnitCols,
                              panels + part * panel_bytes, nullptr);
               for (int64_t r = 0; r < n_rows; ++r) {

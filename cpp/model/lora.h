@@ -24,10 +24,11 @@ struct ForwardBatch;
 enum class LoraTarget { q, k, v, o, gate, up, down };
 inline constexpr int kLoraTargets = 7;
 
-// One projection's low-rank pair, as the backend's matmul reads them (f32, prepared).
+// One projection's low-rank pair, as the backend's matmul reads them (prepared): f16 where the
+// file's pair is f16, else f32.
 struct LoraWeight {
-  WeightTensor a;    // {n_in, rank} f32
-  WeightTensor b;    // {rank, n_out} f32, alpha / rank folded in (alpha 0: 1, as llama.cpp)
+  WeightTensor a;    // {n_in, rank}
+  WeightTensor b;    // {rank, n_out}, alpha / rank folded in (alpha 0: 1, as llama.cpp)
   int64_t rank = 0;  // 0: the adapter leaves this projection alone
 
   explicit operator bool() const { return rank > 0; }
@@ -35,7 +36,7 @@ struct LoraWeight {
 
 class LoraAdapter {
  public:
-  // Reads the LoRA GGUF at `path` for `model` (f32 or f16 tensors, kept as f32). Throws
+  // Reads the LoRA GGUF at `path` for `model` (f32 or f16 tensors; an f16 pair stays f16). Throws
   // FormatError naming the file and the key or tensor (not an adapter, another architecture, a
   // tensor of no projection of the model, a shape that does not fit it), Unsupported for a
   // backend without the ops the product needs.
@@ -63,7 +64,8 @@ class LoraAdapter {
   std::vector<std::array<LoraWeight, kLoraTargets>> layers_;  // [n_layer]
 
   std::shared_ptr<const Model> model_;    // its backend holds the prepared weights
-  std::vector<std::vector<float>> host_;  // the f32 values the prepared weights may view
+  std::vector<std::vector<float>> host_;  // the f32 values (identity's input, the f32 weights' source)
+  std::vector<std::vector<uint16_t>> host_f16_;  // the f16 weights' source: the prepared ones may view it
   std::vector<Buffer> prepared_;          // Backend::prepare_matmul_weight of each A and B
 };
 
