@@ -57,17 +57,19 @@ void run_units(ThreadPool& pool, int max_parts, const Visit& visit) {
 
 }  // namespace
 
-void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs, const float* x,
-                  int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool, MatmulWorkspace& workspace) {
+void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                  const float* x, int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool,
+                  MatmulWorkspace& workspace) {
   const IsaKernels& kernels = active_kernels();
   // Every row count goes the same way (the GEMM where the table has one: f32 and f16 have one or
   // none together), so a row's bits never depend on the rows beside it.
   const bool use_gemm = kernels.of(DType::f32).gemm != nullptr;
   const int max_parts = pool.n_threads() > 1 ? pool.n_threads() * 4 : 1;
-  const int64_t panel_bytes =
-      use_gemm && kernels.panel_bytes
-          ? round_up(std::max(kernels.panel_bytes(n_in), kernels.panel_bytes(scratch.max_rank)), 64)
-          : 0;
+  const int64_t panel_bytes = use_gemm && kernels.panel_bytes
+                                  ? round_up(std::max(kernels.panel_bytes(n_in),
+                                                      kernels.panel_bytes(scratch.max_rank)),
+                                             64)
+                                  : 0;
   uint8_t* const panels = workspace.reserve(panel_bytes * max_parts);  // [max_parts][panel_bytes]
   const int64_t ld_t = scratch.max_rank;
 
@@ -94,10 +96,10 @@ void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* ou
           for (int j = 0; j < n_outs; ++j) {
             const LowRankPair& pair = g.pairs[j];
             if (pair.rank == 0) continue;
-            matmul_columns(kernels.of(pair.type), use_gemm, pair.a, pair.type, n_in, reinterpret_cast<const uint8_t*>(act),
-                           n_in * int64_t(sizeof(float)), n_rows, 0, pair.rank,
-                           scratch.t + j * scratch.t_stride + p0 * ld_t, ld_t, panels + part * panel_bytes,
-                           nullptr);
+            matmul_columns(kernels.of(pair.type), use_gemm, pair.a, pair.type, n_in,
+                           reinterpret_cast<const uint8_t*>(act), n_in * int64_t(sizeof(float)), n_rows, 0,
+                           pair.rank, scratch.t + j * scratch.t_stride + p0 * ld_t, ld_t,
+                           panels + part * panel_bytes, nullptr);
           }
         });
       }
@@ -126,9 +128,9 @@ void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* ou
             for (int64_t r0 = 0; r0 < g.n_rows; r0 += kTileRows) {
               const int64_t n_rows = std::min(kTileRows, g.n_rows - r0);
               const float* t = scratch.t + j * scratch.t_stride + (begin + r0) * ld_t;
-              matmul_columns(kernels.of(pair.type), use_gemm, b, pair.type, pair.rank, reinterpret_cast<const uint8_t*>(t),
-                             ld_t * int64_t(sizeof(float)), n_rows, 0, n_cols, tile, kUnitCols,
-                             panels + part * panel_bytes, nullptr);
+              matmul_columns(kernels.of(pair.type), use_gemm, b, pair.type, pair.rank,
+                             reinterpret_cast<const uint8_t*>(t), ld_t * int64_t(sizeof(float)), n_rows, 0,
+                             n_cols, tile, kUnitCols, panels + part * panel_bytes, nullptr);
               for (int64_t r = 0; r < n_rows; ++r) {
                 float* y = out.y + int64_t{g.rows[r0 + r]} * out.n_out + c0;
                 const float s = g.scales[r0 + r];

@@ -121,8 +121,8 @@ void matmul_columns(const TypeKernels& k, bool use_gemm, const void* w, DType wt
   const auto* w_bytes = static_cast<const uint8_t*>(w);
   const int64_t w_row_bytes = row_bytes(wtype, n_in);
   if (use_gemm) {
-    GemmArgs args{w_bytes, w_row_bytes, n_in, c_begin, c_end, act, act_row_bytes, n_rows, y, ldy, panel,
-                  act_tiles};
+    GemmArgs args{w_bytes,       w_row_bytes, n_in, c_begin, c_end, act,
+                  act_row_bytes, n_rows,      y,    ldy,     panel, act_tiles};
     k.gemm(args);
     return;
   }

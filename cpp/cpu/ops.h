@@ -1,6 +1,7 @@
 // cpu/ops.h: the CPU implementations of backend.h's ops other than matmul (cpu/matmul.h), one
-// file each (get_rows.cpp, low_rank.cpp, rms_norm.cpp, layer_norm.cpp, rope.cpp, elementwise.cpp, softmax.cpp,
-// store_kv.cpp, attention.cpp), threaded on the caller's pool. Shapes and semantics are those of backend.h.
+// file each (get_rows.cpp, low_rank.cpp, rms_norm.cpp, layer_norm.cpp, rope.cpp, elementwise.cpp,
+// softmax.cpp, store_kv.cpp, attention.cpp), threaded on the caller's pool. Shapes and semantics are those of
+// backend.h.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,9 @@ void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, in
                      float* y, ThreadPool& pool);
 // The groups' low-rank products added to the outputs' rows (Backend::add_low_rank), in two
 // jobs; the GEMM panels come from `workspace`.
-void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs, const float* x,
-                  int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool, MatmulWorkspace& workspace);
+void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                  const float* x, int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool,
+                  MatmulWorkspace& workspace);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
 // x[n] = cap * tanh(x[n] / cap)

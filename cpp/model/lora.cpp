@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "kv/block_hash.h"
-#include "quant/blocks.h"
 #include "model/run_state.h"
+#include "quant/blocks.h"
 
 namespace ember {
 namespace {
@@ -143,7 +143,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path,
     // An f16 pair stays f16 (half the bytes each step reads: four adapters' A and B in f32 are
     // 200 MB a step of a 1.1B model, more than a third of its weights); B then holds the f16 of
     // its values times alpha / rank, rounded once more where that factor is no power of two.
-    const bool f16 = a_info.type == DType::f16 && b_info->type == DType::f16 && be.supports(Op::matmul, DType::f16);
+    const bool f16 = a_info.type == DType::f16 && b_info->type == DType::f16 &&
+                     be.supports(Op::matmul, DType::f16);
     const DType type = f16 ? DType::f16 : DType::f32;
     const void* a_data = a.data();
     const void* b_data = b.data();
@@ -243,8 +244,10 @@ void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const Lora
   LowRankOut low_rank_outs[kMaxLowRankOuts];
   for (int j = 0; j < n_outs; ++j) low_rank_outs[j] = LowRankOut{outs[j].y, outs[j].n_out};
   const LowRankScratch scratch{s.x.as<float>(), s.t.as<float>(), s.y.as<float>(),
-                               static_cast<int64_t>(s.t.n_bytes() / sizeof(float) / kMaxLowRankOuts), s.max_rank};
-  be.add_low_rank(s.groups.data(), static_cast<int>(s.groups.size()), low_rank_outs, n_outs, x, n_in, scratch);
+                               static_cast<int64_t>(s.t.n_bytes() / sizeof(float) / kMaxLowRankOuts),
+                               s.max_rank};
+  be.add_low_rank(s.groups.data(), static_cast<int>(s.groups.size()), low_rank_outs, n_outs, x, n_in,
+                  scratch);
 }
 
 }  // namespace ember

@@ -63,10 +63,10 @@ class LoraAdapter {
   uint64_t identity_ = 0;
   std::vector<std::array<LoraWeight, kLoraTargets>> layers_;  // [n_layer]
 
-  std::shared_ptr<const Model> model_;    // its backend holds the prepared weights
-  std::vector<std::vector<float>> host_;  // the f32 values (identity's input, the f32 weights' source)
+  std::shared_ptr<const Model> model_;           // its backend holds the prepared weights
+  std::vector<std::vector<float>> host_;         // the f32 values (identity's input, the f32 weights' source)
   std::vector<std::vector<uint16_t>> host_f16_;  // the f16 weights' source: the prepared ones may view it
-  std::vector<Buffer> prepared_;          // Backend::prepare_matmul_weight of each A and B
+  std::vector<Buffer> prepared_;                 // Backend::prepare_matmul_weight of each A and B
 };
 
 // The rows of a pass that run with an adapter, grouped by adapter: the host tables the LoRA ops
@@ -97,7 +97,7 @@ struct LoraScratch {
   Buffer t;  // f32 [kMaxLowRankOuts][n_batch, max_rank] A · x of each output
   Buffer y;  // f32 [n_batch, max(n_embd, n_q_dim, n_kv_dim, n_ff)] B · (A · x)
   int64_t max_rank = 0;
-  LoraRows all_rows, output_rows;  // the pass's groups, and those of the last layer's output rows
+  LoraRows all_rows, output_rows;    // the pass's groups, and those of the last layer's output rows
   std::vector<LowRankGroup> groups;  // [n_batch] add_lora's, with this call's pairs
 
   LoraScratch() = default;
