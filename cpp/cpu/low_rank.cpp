@@ -3,7 +3,8 @@
 // their jobs on the pool: one matmul per A and per B product, one scatter per B, of every group,
 // took 18% of a 16-request decode step on one adapter and 24% on four (2 threads, Zen 4). Here
 // every A product of the call (all groups, all outputs of the shared input) is one job, and every
-// B product with its scaled sum into the outputs another, both on the f32 GEMM kernels.
+// B product with its scaled sum into the outputs another, both on the float GEMM kernels (f32,
+// or f16 where the adapter file is f16).
 #include <algorithm>
 #include <cstring>
 
