@@ -46,6 +46,9 @@ void quantize_row_q4_1(const float* src, void* dst, int64_t n);
 void quantize_row_q5_0(const float* src, void* dst, int64_t n);
 void quantize_row_q5_1(const float* src, void* dst, int64_t n);
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n);
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n);
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
 
 // dst = blocks of src[n] by llama.cpp's reference k-quant search (quantize_row_qX_K_ref, no
 // importance matrix). gguf-py cannot write these types; the error matches llama.cpp's.

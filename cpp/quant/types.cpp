@@ -40,9 +40,9 @@ constexpr TypeTraits kTypes[] = {
     {DType::f64, "f64", 1, 8, nullptr, nullptr},
     {DType::iq1_m, "iq1_m", 256, 56, dequantize_row_iq1_m, nullptr},
     {DType::bf16, "bf16", 1, 2, dequantize_row_bf16, quantize_row_bf16},
-    {DType::tq1_0, "tq1_0", 256, 54, dequantize_row_tq1_0, nullptr},
-    {DType::tq2_0, "tq2_0", 256, 66, dequantize_row_tq2_0, nullptr},
-    {DType::mxfp4, "mxfp4", 32, 17, dequantize_row_mxfp4, nullptr},
+    {DType::tq1_0, "tq1_0", 256, 54, dequantize_row_tq1_0, quantize_row_tq1_0},
+    {DType::tq2_0, "tq2_0", 256, 66, dequantize_row_tq2_0, quantize_row_tq2_0},
+    {DType::mxfp4, "mxfp4", 32, 17, dequantize_row_mxfp4, quantize_row_mxfp4},
 };
 
 }  // namespace

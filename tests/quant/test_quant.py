@@ -28,7 +28,7 @@ DEQUANT_TYPES = [
     "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
 ]  # fmt: skip
 # bit-identical to gguf-py
-QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "tq1_0", "tq2_0", "mxfp4"]
 K_QUANT_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]  # gguf-py cannot write these
 
 # Byte offsets of the f16 scale fields inside each block (see cpp/quant/blocks.h).
@@ -233,7 +233,7 @@ def test_quantize_rounds_each_operation_like_numpy(name: str) -> None:
 @pytest.mark.parametrize("name", QUANT_TYPES)
 def test_quantize_shapes_and_conversion(name: str) -> None:
     rng = rng_for(name)
-    data = rng.standard_normal((3, 4, 64)).astype(np.float32)
+    data = rng.standard_normal((3, 4, 256)).astype(np.float32)
     flat = core.quantize(data.reshape(-1), name)
     assert core.quantize(data, name) == flat  # any leading shape: same blocks in C order
     assert core.quantize(data.astype(np.float64), name) == flat  # converted to float32 first
