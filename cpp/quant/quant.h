@@ -58,4 +58,9 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n);
 void quantize_row_q5_k(const float* src, void* dst, int64_t n);
 void quantize_row_q6_k(const float* src, void* dst, int64_t n);
 
+// dst = blocks of src[n] by llama.cpp's iq4 scale search (quantize_iq4_nl / quantize_iq4_xs without
+// an importance matrix): the same format, an error within llama.cpp's.
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
+
 }  // namespace ember

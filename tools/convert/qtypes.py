@@ -6,9 +6,9 @@ quantized types follow llama-quantize (llama_tensor_get_type in llama-quant.cpp)
 importance matrix: the output projection (or the token embedding when it doubles as the output)
 gets q6_k, and the *_k_m mixes give attn_v and ffn_down more bits in some layers. A tensor whose
 rows are not whole blocks of its type falls back the way llama.cpp does (q4_k -> q5_0, q5_k ->
-q5_1, q6_k -> q8_0, q2_k/q3_k -> iq4_nl in llama.cpp, q4_0 here since ember cannot write iq4_nl;
-then f16). Ternary (tq1_0, tq2_0): the token embedding gets q4_k, rows that are not whole blocks
-q4_0. mxfp4_moe: the experts' 3-D tensors mxfp4, every other matrix (the output included) q8_0.
+q5_1, q6_k -> q8_0, q2_k/q3_k -> iq4_nl; then f16). Ternary (tq1_0, tq2_0): the token embedding
+gets q4_k, rows that are not whole blocks q4_0. mxfp4_moe: the experts' 3-D tensors mxfp4, every
+other matrix (the output included) q8_0.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ OUTPUT_TYPES: dict[str, OutputType] = {t.name: t for t in (
 )}
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
-_BLOCK_FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0, Q.Q4_K: Q.Q5_0,
+_BLOCK_FALLBACK = {Q.Q2_K: Q.IQ4_NL, Q.Q3_K: Q.IQ4_NL, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0, Q.Q4_K: Q.Q5_0,
                    Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 _TERNARY = (LlamaFileType.MOSTLY_TQ1_0, LlamaFileType.MOSTLY_TQ2_0)
 _LAYER = re.compile(r"^blk\.(\d+)\.")
