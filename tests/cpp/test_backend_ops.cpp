@@ -123,27 +123,23 @@ void expect_equal(const Pair& p, const std::string& what) {
   EXPECT(n_bad == 0, cat(what, ": ", n_bad, " of ", p.cpu.size(), " values differ"));
 }
 
-// Random blocks of a type ember has no quantizer for (iq4_nl and the rest of issue 41's list until
-// they gain one, the grid i-quants always: a quantizer would not reach every encoding): every
-// byte random (every grid row, sign pattern and sub-block scale is a valid encoding), then the
-// block's scale set for values of about 1 or less: the f16 d of either sign, or mxfp4's exponent.
+// Random blocks of a type ember has no quantizer for (the grid i-quants): every byte random (every
+// grid row, sign pattern and sub-block scale is a valid encoding), then the block's scale set for
+// values of about 1 or less: the f16 d of either sign.
 void random_blocks(DType type, uint8_t* bytes, int64_t n_blocks) {
   const int64_t size = type_traits(type).type_size;
   for (int64_t i = 0; i < n_blocks * size; ++i) bytes[i] = static_cast<uint8_t>(rng()() & 0xff);
-  const bool ternary = type == DType::tq1_0 || type == DType::tq2_0;
   for (int64_t b = 0; b < n_blocks; ++b) {
     uint8_t* block = bytes + b * size;
-    const uint16_t d = f32_to_f16(uniform(-1.0f, 1.0f) / (ternary ? 1.0f : 128.0f));
-    if (type == DType::mxfp4) {
-      block[0] = static_cast<uint8_t>(120 + rng()() % 8);  // 2^-8 .. 2^-1 times codes up to 12
-    } else if (type == DType::iq1_m) {                     // d's nibbles top the four u16 scale words
+    const uint16_t d = f32_to_f16(uniform(-1.0f, 1.0f) / 128.0f);
+    if (type == DType::iq1_m) {  // d's nibbles top the four u16 scale words
       uint16_t words[4];
       std::memcpy(words, block + size - 8, 8);
       for (int i = 0; i < 4; ++i)
         words[i] = static_cast<uint16_t>((words[i] & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
       std::memcpy(block + size - 8, words, 8);
-    } else {  // ternary types end with d, the others lead with it
-      std::memcpy(block + (ternary ? size - 2 : 0), &d, 2);
+    } else {  // the other i-quants lead with d
+      std::memcpy(block, &d, 2);
     }
   }
 }
