@@ -123,27 +123,24 @@ void expect_equal(const Pair& p, const std::string& what) {
   EXPECT(n_bad == 0, cat(what, ": ", n_bad, " of ", p.cpu.size(), " values differ"));
 }
 
-// Random iq4_nl blocks (ember has no iq4_nl quantizer): every codebook index, scales of either
-// sign with |d·value| up to about 1, as quantized random values would have.
-void random_iq4_nl(uint8_t* bytes, int64_t n_blocks) {
-  auto* blocks = reinterpret_cast<BlockIQ4_NL*>(bytes);
+// Random blocks of a type ember has no quantizer for (the grid i-quants): every byte random (every
+// grid row, sign pattern and sub-block scale is a valid encoding), then the block's scale set for
+// values of about 1 or less: the f16 d of either sign.
+void random_blocks(DType type, uint8_t* bytes, int64_t n_blocks) {
+  const int64_t size = type_traits(type).type_size;
+  for (int64_t i = 0; i < n_blocks * size; ++i) bytes[i] = static_cast<uint8_t>(rng()() & 0xff);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f) / 127);
-    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
-  }
-}
-
-// Random tq1_0 / tq2_0 blocks (ember has no ternary quantizer): every byte value, the f16 scale
-// last, of either sign up to about 1.
-template <typename Block>
-void random_ternary(uint8_t* bytes, int64_t n_blocks) {
-  auto* blocks = reinterpret_cast<Block*>(bytes);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
-    if constexpr (requires { blocks[b].qh; }) {
-      for (uint8_t& q : blocks[b].qh) q = static_cast<uint8_t>(rng()() & 0xff);
+    uint8_t* block = bytes + b * size;
+    const uint16_t d = f32_to_f16(uniform(-1.0f, 1.0f) / 128.0f);
+    if (type == DType::iq1_m) {  // d's nibbles top the four u16 scale words
+      uint16_t words[4];
+      std::memcpy(words, block + size - 8, 8);
+      for (int i = 0; i < 4; ++i)
+        words[i] = static_cast<uint16_t>((words[i] & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
+      std::memcpy(block + size - 8, words, 8);
+    } else {  // the other i-quants lead with d
+      std::memcpy(block, &d, 2);
     }
-    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f));
   }
 }
 
@@ -152,12 +149,8 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
   const TypeTraits& t = type_traits(type);
   std::vector<float> src = randoms(n_in * n_out);
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(type, n_in) * n_out));
-  if (type == DType::iq4_nl) {
-    random_iq4_nl(bytes.data(), n_in * n_out / kQK);
-  } else if (type == DType::tq1_0) {
-    random_ternary<BlockTQ1_0>(bytes.data(), n_in * n_out / kQK_K);
-  } else if (type == DType::tq2_0) {
-    random_ternary<BlockTQ2_0>(bytes.data(), n_in * n_out / kQK_K);
+  if (t.quantize_row == nullptr) {
+    random_blocks(type, bytes.data(), n_in * n_out / t.block_size);
   } else {
     for (int64_t o = 0; o < n_out; ++o) {
       t.quantize_row(src.data() + o * n_in, bytes.data() + o * row_bytes(type, n_in), n_in);
@@ -253,6 +246,10 @@ WEIGHT_CASES(q5_k)
 WEIGHT_CASES(q6_k)
 WEIGHT_CASES(tq1_0)
 WEIGHT_CASES(tq2_0)
+WEIGHT_CASES(iq4_xs)
+WEIGHT_CASES(mxfp4)
+WEIGHT_CASES(iq2_xxs)
+WEIGHT_CASES(iq2_xs)
 
 // Every row's bits are the same whatever rows come with it (matmul_exact_min_rows() == 1), across
 // the device's decode and prefill kernels; else the same from matmul_exact_min_rows() rows on.

@@ -10,7 +10,8 @@ import typer
 if TYPE_CHECKING:
     from ember.convert import ConvertResult
 
-TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k"
+TYPES = ("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k, tq1_0, tq2_0, "
+         "mxfp4_moe")
 
 
 def summary(result: ConvertResult) -> str:
