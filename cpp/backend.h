@@ -91,6 +91,44 @@ struct MatmulOut {
   float* y;
 };
 
+// Backend::add_low_rank takes up to this many outputs of one input (a layer's q, k and v).
+inline constexpr int kMaxLowRankOuts = 3;
+
+// A low-rank pair of add_low_rank: prepare_matmul_weight()'s buffers of A {n_in, rank} and of
+// B {rank, n_out}, both `type` (f32 or f16); rank 0: no pair.
+struct LowRankPair {
+  DType type = DType::f32;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int64_t rank = 0;
+};
+
+// Rows that add the same pairs (one LoRA adapter's rows of a pass). The rows and scales are host
+// tables.
+struct LowRankGroup {
+  const int32_t* rows = nullptr;  // [n_rows] rows of x and of every output, ascending
+  const float* scales = nullptr;  // [n_rows] each row's factor
+  int64_t n_rows = 0;
+  bool contiguous = false;             // rows[i] == rows[0] + i
+  LowRankPair pairs[kMaxLowRankOuts];  // output j's pair
+};
+
+// One output of add_low_rank: y [*, n_out].
+struct LowRankOut {
+  float* y;
+  int64_t n_out;
+};
+
+// add_low_rank's scratch (backend memory, f32), where the groups' rows lie end to end (group g's
+// first row at the sum of the groups' n_rows before it).
+struct LowRankScratch {
+  float* x_rows;     // [rows, n_in] the groups' input rows, gathered
+  float* t;          // [kMaxLowRankOuts][t_stride] of [rows, max_rank]: A · x of each output
+  float* y_rows;     // [max group rows, max n_out] B · (A · x)
+  int64_t t_stride;  // floats of t per output
+  int64_t max_rank;  // the largest rank of any pair, t's row stride
+};
+
 // How RoPE pairs up the dimensions of a head.
 enum class RopeLayout {
   interleaved,  // pairs (2i, 2i+1): llama.cpp's "normal" mode (GGUF llama Q/K rows are permuted for it)
@@ -227,6 +265,14 @@ class Backend {
     for (int i = 0; i < n_outs; ++i)
       matmul(outs[i].wtype, outs[i].w, n_in, outs[i].n_out, x, n_rows, outs[i].y);
   }
+  // y_j[rows[i], :] += scales[i] · B · (A · x[rows[i], :]) for every row i of every group and
+  // every output j the group has a pair for (LoRA adapters' products, each row with its own
+  // adapter), x [*, n_in]. Made here of get_rows, matmul_many, matmul and add_rows_scaled, one
+  // group after another (their supports() answer for it); the CPU backend runs every A product in
+  // one job, then every B product with its sum in another, each row's result the same bits
+  // whatever rows come with it.
+  virtual void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                            const float* x, int64_t n_in, const LowRankScratch& scratch);
   // y[n_ids, n_cols] = table[ids[i], :] dequantized; table is {n_cols, n_table_rows} of `type`.
   virtual void get_rows(DType type, const void* table, int64_t n_cols, const int32_t* ids, int64_t n_ids,
                         float* y) = 0;

@@ -261,9 +261,11 @@ class ScriptedEngine:
                  ) -> list[int]:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
 
+    vision = False  # takes no images (a subclass may)
+
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
-               keep_tokens: Sequence[int] = (), dropped: Dropped | None = None
-               ) -> ScriptedRequest:
+               keep_tokens: Sequence[int] = (), dropped: Dropped | None = None,
+               images: Sequence[Any] = ()) -> ScriptedRequest:
         text = "".join(chr(t - 1) for t in prompt_tokens)
         self.prompts.append(text)
         if "bug-in-submit" in text:

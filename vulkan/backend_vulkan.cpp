@@ -58,9 +58,7 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::get_rows: return vk::has_weight_shaders(dtype);
     case Op::store_kv:
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
-    case Op::layer_norm:
-    case Op::gelu:             // no shaders yet (the encoders' ops): Model::load refuses those models
-    case Op::add_rows_scaled:  // nor for mixture-of-experts routing (its host-side top-k)
+    case Op::add_rows_scaled:  // no shader for mixture-of-experts routing (its host-side top-k)
     case Op::swiglu_oai:
     case Op::attention_sinks: return false;  // nor gpt-oss's (Model::load refuses it)
     default: return dtype == DType::f32;
@@ -95,10 +93,6 @@ void VulkanBackend::download(const Buffer& src, size_t offset, void* dst, size_t
 }
 
 // Never called: supports() answers no for these, and Model::load refuses the models that need them.
-void VulkanBackend::layer_norm(const float*, const float*, const float*, int64_t, int64_t, float, float*) {
-  unreachable_op("layer_norm");
-}
-void VulkanBackend::gelu(const float*, int64_t, float*) { unreachable_op("gelu"); }
 void VulkanBackend::add_rows_scaled(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
   unreachable_op("add_rows_scaled");
 }

@@ -11,7 +11,10 @@
 
 namespace ember::vk {
 
-// Types dequant.glsl decodes: matmul weights and get_rows tables.
+// Types dequant.glsl decodes: matmul weights and get_rows tables. iq2_s, iq3_xxs, iq3_s, iq1_s and
+// iq1_m have decoders there but are not built: on lavapipe one iq2_s matmul check ran past 25
+// minutes (its 2048-word grid as a shader constant), so they stay refused until the grids move
+// to a buffer and the checks run.
 inline bool has_weight_shaders(DType t) {
   switch (t) {
     case DType::f32:
@@ -28,8 +31,12 @@ inline bool has_weight_shaders(DType t) {
     case DType::q4_k:
     case DType::q5_k:
     case DType::q6_k:
+    case DType::iq4_xs:
+    case DType::mxfp4:
     case DType::tq1_0:
-    case DType::tq2_0: return true;
+    case DType::tq2_0:
+    case DType::iq2_xxs:
+    case DType::iq2_xs: return true;
     default: return false;
   }
 }

@@ -1,5 +1,5 @@
-// vulkan/elementwise.cpp: add, add_bias, silu_mul, gelu_mul, scale and softcap, one shader (an op
-// code).
+// vulkan/elementwise.cpp: add, add_bias, silu_mul, gelu_mul, scale, softcap and gelu, one shader (an
+// op code).
 #include "vulkan/backend_vulkan.h"
 #include "vulkan/dispatch.h"
 
@@ -13,7 +13,8 @@ enum ElementwiseOp : uint32_t {
   kSiluMul = 2,
   kGeluMul = 3,
   kScale = 4,
-  kSoftcap = 5
+  kSoftcap = 5,
+  kGelu = 6
 };
 
 struct ElementwisePush {
@@ -53,6 +54,8 @@ void VulkanBackend::silu_mul(const float* gate, const float* up, int64_t n, floa
 void VulkanBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
   elementwise(kGeluMul, gate, up, n, 1, 0, y);
 }
+
+void VulkanBackend::gelu(const float* x, int64_t n, float* y) { elementwise(kGelu, x, nullptr, n, 1, 0, y); }
 
 void VulkanBackend::scale(float* x, int64_t n, float s) { elementwise(kScale, x, nullptr, n, 1, s, x); }
 

@@ -152,6 +152,11 @@ void CpuBackend::add_rows_scaled(const float* x, const int32_t* ids, const float
   cpu::add_rows_scaled(x, ids, scales, n_ids, n_cols, y, pool_);
 }
 
+void CpuBackend::add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                              const float* x, int64_t n_in, const LowRankScratch& scratch) {
+  cpu::add_low_rank(groups, n_groups, outs, n_outs, x, n_in, scratch, pool_, matmul_workspace_);
+}
+
 void CpuBackend::softmax(float* x, int64_t n_rows, int64_t n_cols) { cpu::softmax(x, n_rows, n_cols, pool_); }
 
 void CpuBackend::copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) {

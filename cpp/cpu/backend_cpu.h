@@ -56,6 +56,8 @@ class CpuBackend final : public Backend {
   void softmax(float* x, int64_t n_rows, int64_t n_cols) override;
   void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
                        float* y) override;
+  void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                    const float* x, int64_t n_in, const LowRankScratch& scratch) override;
   void store_kv(const KVView& kv, const int32_t* positions, int64_t n_rows, int64_t n_kv_dim, const float* k,
                 const float* v) override;
   void copy_kv(const KVView& kv, int32_t src_block, int32_t dst_block, int64_t n_slots) override;

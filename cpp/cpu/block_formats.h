@@ -179,6 +179,23 @@ struct FormatIQ4_NL : OneScale<BlockIQ4_NL, false> {
   }
 };
 
+// iq4_xs: iq4_nl's codebook (+ 128) under 32-block scales d * (s - 32), s six bits (BlockIQ4_XS).
+struct FormatIQ4_XS : SuperScales<FormatIQ4_XS, BlockIQ4_XS> {
+  static constexpr int kBias = 128, kMaxU = 255;
+  static constexpr bool kSub16 = false;
+  static void one(const Block& x, int j, float d, float /*dmin*/, BlockScales* s) {
+    const int low = (x.scales_l[j / 2] >> (4 * (j % 2))) & 15, high = (x.scales_h >> (2 * j)) & 3;
+    set_scales(s, d * static_cast<float>((low | high << 4) - 32), 0.0f);
+  }
+  static void quants(const void* row, int64_t b, uint8_t u[32]) {
+    const uint8_t* qs = static_cast<const Block*>(row)[b / 8].qs + 16 * (b % 8);
+    for (int l = 0; l < 16; ++l) {
+      u[l] = static_cast<uint8_t>(kIq4nlValues[qs[l] & 15] + 128);
+      u[l + 16] = static_cast<uint8_t>(kIq4nlValues[qs[l] >> 4] + 128);
+    }
+  }
+};
+
 // mxfp4: the E8M0 scale (halved, as the codebook is doubled) times kMxfp4Values[q] + 12.
 struct FormatMXFP4 {
   using Block = BlockMXFP4;
@@ -531,6 +548,7 @@ constexpr void for_each_block_format(Fn&& fn) {
   fn(DType::q5_1, FormatQ5_1{});
   fn(DType::q8_0, FormatQ8_0{});
   fn(DType::iq4_nl, FormatIQ4_NL{});
+  fn(DType::iq4_xs, FormatIQ4_XS{});
   fn(DType::q2_k, FormatQ2_K{});
   fn(DType::q3_k, FormatQ3_K{});
   fn(DType::q4_k, FormatQ4_K{});

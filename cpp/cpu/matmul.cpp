@@ -115,6 +115,25 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
   matmul_many_with(kernels, &out, 1, n_in, x, n_rows, pool, workspace);
 }
 
+void matmul_columns(const TypeKernels& k, bool use_gemm, const void* w, DType wtype, int64_t n_in,
+                    const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t c_begin, int64_t c_end,
+                    float* y, int64_t ldy, void* panel, const uint8_t* act_tiles) {
+  const auto* w_bytes = static_cast<const uint8_t*>(w);
+  const int64_t w_row_bytes = row_bytes(wtype, n_in);
+  if (use_gemm) {
+    GemmArgs args{w_bytes,       w_row_bytes, n_in, c_begin, c_end, act,
+                  act_row_bytes, n_rows,      y,    ldy,     panel, act_tiles};
+    k.gemm(args);
+    return;
+  }
+  // Decode without a GEMM: each thread streams its contiguous range of weight rows once; the
+  // vec_dot kernels prefetch a fixed distance ahead along that stream (see vec_dot_x86.h).
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const uint8_t* w_row = w_bytes + c * w_row_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) y[r * ldy + c] = k.vec_dot(n_in, w_row, act + r * act_row_bytes);
+  }
+}
+
 void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_outs, int64_t n_in,
                       const float* x, int64_t n_rows, ThreadPool& pool, MatmulWorkspace& workspace) {
   for (int i = 0; i < n_outs; ++i) {
@@ -222,33 +241,10 @@ void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_ou
       const int64_t u_begin = first_unit_at(s, cost_lo), u_end = first_unit_at(s, cost_hi);
       if (u_begin >= u_end) continue;
       const MatmulOut& out = outs[i];
-      const TypeKernels& k = kernels.of(out.wtype);
-      const auto* w_bytes = static_cast<const uint8_t*>(out.w);
-      const int64_t w_row_bytes = row_bytes(out.wtype, n_in);
       const int64_t c_begin = u_begin * s.cols_per_unit, c_end = std::min(u_end * s.cols_per_unit, out.n_out);
-      if (use_gemm) {
-        GemmArgs args{w_bytes,
-                      w_row_bytes,
-                      n_in,
-                      c_begin,
-                      c_end,
-                      act,
-                      act_row_bytes,
-                      n_rows,
-                      out.y,
-                      out.n_out,
-                      panels + ith * layout.panel_bytes,
-                      tiled ? act_tiles : nullptr};
-        k.gemm(args);
-        continue;
-      }
-      // Decode without a GEMM: each thread streams its contiguous range of weight rows once; the
-      // vec_dot kernels prefetch a fixed distance ahead along that stream (see vec_dot_x86.h).
-      for (int64_t c = c_begin; c < c_end; ++c) {
-        const uint8_t* w_row = w_bytes + c * w_row_bytes;
-        for (int64_t r = 0; r < n_rows; ++r)
-          out.y[r * out.n_out + c] = k.vec_dot(n_in, w_row, act + r * act_row_bytes);
-      }
+      matmul_columns(kernels.of(out.wtype), use_gemm, out.w, out.wtype, n_in, act, act_row_bytes, n_rows,
+                     c_begin, c_end, out.y, out.n_out, panels + ith * layout.panel_bytes,
+                     tiled ? act_tiles : nullptr);
     }
   });
 }

@@ -122,6 +122,13 @@ void matmul_with(const IsaKernels& kernels, DType wtype, const void* w, int64_t 
                  const float* x, int64_t n_rows, float* y, ThreadPool& pool, MatmulWorkspace& workspace);
 void matmul_many_with(const IsaKernels& kernels, const MatmulOut* outs, int n_outs, int64_t n_in,
                       const float* x, int64_t n_rows, ThreadPool& pool, MatmulWorkspace& workspace);
+// y[r, c] (rows ldy floats apart) for r < n_rows, c in [c_begin, c_end) = act row r · weight row
+// c of w (`wtype`, in k's layout), on the calling thread: one part's share of a matmul. act is
+// [n_rows][act_row_bytes] in k's ActFormat (act_tiles: its tiling, or nullptr); use_gemm: through
+// k.gemm (c_begin a multiple of gemm_cols, panel its scratch), else vec_dot per row and column.
+void matmul_columns(const TypeKernels& k, bool use_gemm, const void* w, DType wtype, int64_t n_in,
+                    const uint8_t* act, int64_t act_row_bytes, int64_t n_rows, int64_t c_begin, int64_t c_end,
+                    float* y, int64_t ldy, void* panel, const uint8_t* act_tiles);
 int64_t matmul_exact_min_rows(const IsaKernels& kernels, DType wtype);
 int64_t matmul_workspace_bytes(const IsaKernels& kernels, int64_t n_rows, int64_t n_in, int n_threads);
 // Writes w (the file's rows, {n_in, n_out}) in the layout kernels.of(wtype).pack defines into

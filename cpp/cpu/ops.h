@@ -1,12 +1,14 @@
 // cpu/ops.h: the CPU implementations of backend.h's ops other than matmul (cpu/matmul.h), one
-// file each (get_rows.cpp, rms_norm.cpp, layer_norm.cpp, rope.cpp, elementwise.cpp, softmax.cpp,
-// store_kv.cpp, attention.cpp), threaded on the caller's pool. Shapes and semantics are those of backend.h.
+// file each (get_rows.cpp, low_rank.cpp, rms_norm.cpp, layer_norm.cpp, rope.cpp, elementwise.cpp,
+// softmax.cpp, store_kv.cpp, attention.cpp), threaded on the caller's pool. Shapes and semantics are those of
+// backend.h.
 #pragma once
 
 #include <cstdint>
 
 #include "backend.h"
 #include "core/thread_pool.h"
+#include "cpu/matmul_workspace.h"
 #include "quant/types.h"
 
 namespace ember::cpu {
@@ -48,6 +50,11 @@ void gelu(const float* x, int64_t n, float* y, ThreadPool& pool);
 // y[ids[i], :] += scales[i] * x[i, :] for i in order; x [n_ids, n_cols].
 void add_rows_scaled(const float* x, const int32_t* ids, const float* scales, int64_t n_ids, int64_t n_cols,
                      float* y, ThreadPool& pool);
+// The groups' low-rank products added to the outputs' rows (Backend::add_low_rank), in two
+// jobs; the GEMM panels come from `workspace`.
+void add_low_rank(const LowRankGroup* groups, int n_groups, const LowRankOut* outs, int n_outs,
+                  const float* x, int64_t n_in, const LowRankScratch& scratch, ThreadPool& pool,
+                  MatmulWorkspace& workspace);
 // x[n] *= s.
 void scale(float* x, int64_t n, float s, ThreadPool& pool);
 // x[n] = cap * tanh(x[n] / cap)

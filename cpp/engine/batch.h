@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/request.h"
 #include "kv/kv_cache_manager.h"
 
 namespace ember {
@@ -37,6 +38,8 @@ struct BatchSequence {
                                                          // valid until the scheduler's next update
   std::span<const int32_t> draft_tokens;                 // [n_drafts] guesses run after the known tokens (its
                                                          // last rows); valid like token_history
+  std::span<const RequestImage> images;                  // the request's images (RequestOptions::images);
+                                                         // valid like token_history
   int64_t n_keys() const { return start_pos + n_rows; }  // positions attention of the last row sees
   int64_t n_drafts() const { return static_cast<int64_t>(draft_tokens.size()); }
   int64_t n_known_keys() const { return n_keys() - n_drafts(); }  // rows' positions that are not drafts

@@ -31,6 +31,7 @@ Batch build_batch(const StepPlan& plan, const Scheduler& scheduler) {
     s.start_pos = p.start_pos;
     s.token_history = r->token_ids;
     s.draft_tokens = p.draft_tokens;
+    s.images = r->options.images;
     s.lora_adapter = r->options.lora_adapter;
     s.lora_scale = r->options.lora_scale;
     const auto table = kv.block_table(p.id);

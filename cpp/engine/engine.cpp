@@ -98,6 +98,7 @@ void Engine::publish_stats() {
   s.n_generation_tokens_total = n_generation_tokens_total_;
   s.n_preemptions = scheduler_.n_preemptions();
   s.n_steps = n_steps_;
+  s.n_images_encoded = runner_->n_images_encoded();
   s.speculation = speculator_.stats();
   s.step_fixed_s = speculator_.cost().fixed_s();
   s.step_per_row_s = speculator_.cost().per_row_s();

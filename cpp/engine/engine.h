@@ -64,6 +64,7 @@ struct EngineStats {
   double step_per_row_s = 0.0;
   double draft_fixed_s = 0.0;  // likewise for one pass of the draft model (0 without one)
   double draft_per_row_s = 0.0;
+  int64_t n_images_encoded = 0;  // by the vision encoder (ModelRunner::n_images_encoded)
 };
 
 class Engine {

@@ -37,6 +37,8 @@ struct EngineOptions {
   int draft_min = 1;                       // a request given fewer drafts than this gets none
   bool spec_adaptive = true;               // draft only as deep as the measured step cost says
                                            // pays; false: always draft_max (tests, benchmarks)
+  std::optional<std::string> mmproj;       // a vision projector .gguf (llama.cpp's clip layout):
+                                           // prompts may hold images (vision/vision_model.h)
   std::optional<int> n_threads;            // CPU threads; unset: the physical cores
   std::string device = "auto";             // "cpu", "vulkan" / "vulkan:N", or "auto" (the first GPU, else
                                            // the CPU)

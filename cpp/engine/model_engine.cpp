@@ -107,7 +107,8 @@ EngineConfig model_engine_config(const Model& model, const EngineOptions& o) {
 
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
                                           std::shared_ptr<const Model> draft,
-                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters) {
+                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters,
+                                          std::shared_ptr<VisionModel> vision) {
   if (!model) throw InvalidArgument("[engine] no model");
   EngineConfig config = model_engine_config(*model, options);
   if (options.cache_dir) {
@@ -135,7 +136,8 @@ std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, co
   runner.parallel = config.scheduler.parallel;
   runner.batch_invariant = options.batch_invariant;
   runner.kv_type = model_engine_kv_type(*model, options.kv_type);
-  auto forward = std::make_unique<ForwardRunner>(std::move(model), runner, std::move(adapters));
+  auto forward = std::make_unique<ForwardRunner>(std::move(model), runner, std::move(adapters),
+                                                 std::move(vision));
   if (forward->block_payload_bytes() != config.block_layout.payload_bytes) {
     throw std::logic_error(cat("[engine] a block's K/V takes ", forward->block_payload_bytes(),
                                " bytes, the disk layout says ", config.block_layout.payload_bytes));

@@ -12,6 +12,7 @@
 #include "engine/engine_options.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "vision/vision_model.h"
 
 namespace ember {
 
@@ -38,10 +39,12 @@ EngineConfig model_engine_config(const Model& model, const EngineOptions& option
 // draft model of speculation, over a KV cache with as many blocks as the model's, and with a
 // DiskCache in options.cache_dir when set (warnings on stderr); requests may pick one of
 // `adapters` (LoRA adapters loaded for `model`; the draft model runs without them: its guesses
-// are checked by the target anyway). Throws like model_engine_config, and InvalidArgument for a
+// are checked by the target anyway), and requests may hold images for `vision` (an mmproj loaded
+// on the model's backend; may be null). Throws like model_engine_config, and InvalidArgument for a
 // draft model of another vocabulary.
 std::unique_ptr<Engine> make_model_engine(std::shared_ptr<const Model> model, const EngineOptions& options,
                                           std::shared_ptr<const Model> draft = nullptr,
-                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters = {});
+                                          std::vector<std::shared_ptr<const LoraAdapter>> adapters = {},
+                                          std::shared_ptr<VisionModel> vision = nullptr);
 
 }  // namespace ember

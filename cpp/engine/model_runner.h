@@ -47,6 +47,8 @@ class ModelRunner {
   // The prefix-cache namespace of a validated request's K/V: requests share cached blocks (in
   // memory, and on disk across restarts) only within one. 0: the model's own K/V.
   virtual uint64_t cache_namespace(const RequestOptions& options) const { return 0; }
+  // Images run through the vision encoder so far (a repeated image is not encoded again).
+  virtual int64_t n_images_encoded() const { return 0; }
 
   // A request entered the engine (loop thread, before its first execute): set up its sampler.
   virtual void add(RequestId id, const RequestOptions& options) {}

@@ -35,9 +35,16 @@ int64_t matmul_exact_min_rows(const Model& model) {
 }  // namespace
 
 ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config,
-                             std::vector<std::shared_ptr<const LoraAdapter>> adapters)
-    : model_(std::move(model)), config_(config), adapters_(std::move(adapters)) {
+                             std::vector<std::shared_ptr<const LoraAdapter>> adapters,
+                             std::shared_ptr<VisionModel> vision)
+    : model_(std::move(model)), config_(config), adapters_(std::move(adapters)), vision_(std::move(vision)) {
   if (!model_) throw InvalidArgument("[engine] the runner has no model");
+  if (vision_ && vision_->config().n_embd_out != model_->config().n_embd) {
+    throw InvalidArgument(cat("[engine] the vision projector ", vision_->file().path(),
+                              " gives embeddings of ", vision_->config().n_embd_out, " values, the model ",
+                              model_->file().path(), " takes ", model_->config().n_embd,
+                              ": they are not one model's"));
+  }
   if (config.max_batch_tokens < 1 || config.parallel < 1) {
     throw InvalidArgument(cat("[engine] max_batch_tokens (", config.max_batch_tokens, ") and parallel (",
                               config.parallel, ") must be >= 1"));
@@ -76,6 +83,20 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model, const ForwardRu
   logits_.reserve(static_cast<size_t>(config.parallel + n_pad_rows) * c.n_vocab);
 }
 
+const std::vector<float>& ForwardRunner::image_embeddings(const RequestImage& image) {
+  auto it = std::find_if(image_cache_.begin(), image_cache_.end(),
+                         [&](const auto& entry) { return entry.first == image.hash; });
+  if (it != image_cache_.end()) {  // most recently used goes last
+    std::rotate(it, it + 1, image_cache_.end());
+    return image_cache_.back().second;
+  }
+  std::vector<float> e = vision_->encode(image.pixels->data(), image.width, image.height);
+  ++n_images_encoded_;
+  if (image_cache_.size() >= kImageCacheSize) image_cache_.erase(image_cache_.begin());
+  image_cache_.emplace_back(image.hash, std::move(e));
+  return image_cache_.back().second;
+}
+
 void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptions& options) const {
   const int32_t n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -100,6 +121,25 @@ void ForwardRunner::validate(std::span<const int32_t> prompt, const RequestOptio
   }
   if (!std::isfinite(options.lora_scale)) {
     throw InvalidRequest(cat("[request] the LoRA scale must be a finite number, got ", options.lora_scale));
+  }
+  if (!options.images.empty() && !vision_) {
+    throw InvalidRequest("[request] the prompt has images, but the model has no vision projector (mmproj)");
+  }
+  for (size_t i = 0; i < options.images.size(); ++i) {
+    const RequestImage& image = options.images[i];
+    const VisionTower& tower = vision_->tower();
+    const auto [w, h] = tower.preprocessed_size(image.width, image.height);
+    if (!image.pixels || w != image.width || h != image.height ||
+        static_cast<int64_t>(image.pixels->size()) != 3 * image.width * image.height) {
+      throw InvalidRequest(cat("[request] image ", i, ": its pixels are not ",
+                               vision_->config().projector_type, " preprocessed planes of ", w, "x", h));
+    }
+    if (image.n_tokens != tower.n_tokens(image.width, image.height)) {
+      throw InvalidRequest(cat("[request] image ", i, " stands for ", image.n_tokens,
+                               " prompt tokens; the "
+                               "projector makes ",
+                               tower.n_tokens(image.width, image.height), " of it"));
+    }
   }
   ember::validate(options.sampling, n_vocab);
   if (options.grammar && options.grammar->n_vocab() > n_vocab) {
@@ -250,8 +290,34 @@ std::vector<SampledTokens> ForwardRunner::execute(const Batch& batch) {
   }
   if (n_pad > 0) add_rows(n_rows, n_pad, pad_table_.data(), -1, 1.0f);
 
+  // Image rows: the projector's embeddings instead of their (placeholder) tokens; where the
+  // images attend both ways, each of their rows sees up to its image's last position (the
+  // scheduler keeps an image's remaining rows in one chunk).
+  embd_.clear();
+  embd_rows_.clear();
+  const bool both_ways = vision_ && vision_->tower().image_attends_both_ways();
+  if (both_ways) key_bounds_.assign(positions_.begin(), positions_.end());
+  const int64_t n_embd = model_->config().n_embd;
+  for (const BatchSequence& s : batch.seqs) {
+    const int64_t first = s.start_pos, end = s.start_pos + s.n_rows - s.n_drafts();
+    for (const RequestImage& image : s.images) {
+      const int64_t from = std::max(first, image.pos), to = std::min(end, image.end());
+      if (from >= to) continue;
+      const std::vector<float>& e = image_embeddings(image);
+      for (int64_t pos = from; pos < to; ++pos) {
+        const int64_t row = s.row_begin + (pos - first);
+        embd_rows_.push_back(static_cast<int32_t>(row));
+        const float* src = e.data() + (pos - image.pos) * n_embd;
+        embd_.insert(embd_.end(), src, src + n_embd);
+        if (both_ways) key_bounds_[row] = static_cast<int32_t>(image.end() - 1);
+      }
+    }
+  }
+  const RowEmbeddings embeddings{embd_.data(), embd_rows_.data(), static_cast<int64_t>(embd_rows_.size())};
+
   forward_rows(*model_, scratch_, tokens_, positions_, rows_, cache_.layer_bytes(), output_rows_, logits_, 0,
-               nullptr, adapter_ptrs_, lora_row_at_a_time_);
+               nullptr, adapter_ptrs_, lora_row_at_a_time_, embd_rows_.empty() ? nullptr : &embeddings,
+               both_ways && !embd_rows_.empty() ? key_bounds_.data() : nullptr);
 
   std::vector<SampledTokens> sampled;
   for (const BatchSequence& s : batch.seqs) {

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/run_state.h"
 #include "sampling/sampler.h"
+#include "vision/vision_model.h"
 
 namespace ember {
 
@@ -49,8 +50,11 @@ class ForwardRunner : public ModelRunner {
   // model's heads cannot use (PagedKVCache::check_type).
   // `adapters`: the LoRA adapters requests may pick (RequestOptions::lora_adapter indexes them),
   // loaded for this model; their buffers are sized here.
+  // `vision`: the projector of the requests' images (RequestOptions::images), on the model's
+  // backend; null: the runner takes no images. Its embeddings must be the model's width.
   ForwardRunner(std::shared_ptr<const Model> model, const ForwardRunnerConfig& config,
-                std::vector<std::shared_ptr<const LoraAdapter>> adapters = {});
+                std::vector<std::shared_ptr<const LoraAdapter>> adapters = {},
+                std::shared_ptr<VisionModel> vision = nullptr);
 
   std::vector<SampledTokens> execute(const Batch& batch) override;
   void release(std::span<const SequenceId> ids) override;
@@ -68,6 +72,7 @@ class ForwardRunner : public ModelRunner {
   void write_blocks(std::span<const BlockLoad> loads) override;
   int64_t block_payload_bytes() const { return cache_.n_layer * 2 * cache_.block_size * cache_.row_bytes; }
 
+  int64_t n_images_encoded() const override { return n_images_encoded_; }
   const Model& model() const { return *model_; }
   const PagedKVCache& cache() const { return cache_; }
   const std::vector<std::shared_ptr<const LoraAdapter>>& adapters() const { return adapters_; }
@@ -103,6 +108,17 @@ class ForwardRunner : public ModelRunner {
   std::vector<int32_t> tokens_, positions_, output_rows_;  // [n_rows (+ padding)]
   std::vector<SequenceRows> rows_;                         // [n_seqs], or [n_rows] one row each
   std::vector<float> logits_;                              // [n_outputs, n_vocab]
+
+  // Images: each encoded once, its embeddings [n_tokens, n_embd] kept by content hash for the
+  // kImageCacheSize most recently used (a repeated image, a preempted request's recompute).
+  static constexpr size_t kImageCacheSize = 16;
+  const std::vector<float>& image_embeddings(const RequestImage& image);
+  std::shared_ptr<VisionModel> vision_;
+  std::vector<std::pair<uint64_t, std::vector<float>>> image_cache_;  // most recent last
+  int64_t n_images_encoded_ = 0;
+  std::vector<float> embd_;          // [rows given as embeddings, n_embd] this step
+  std::vector<int32_t> embd_rows_;   // [rows given as embeddings]
+  std::vector<int32_t> key_bounds_;  // [n_rows (+ padding)] when the images attend both ways
 };
 
 }  // namespace ember

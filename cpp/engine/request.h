@@ -49,6 +49,21 @@ enum class FinishReason {
 std::string_view to_string(RequestStatus status);
 std::string_view to_string(FinishReason reason);
 
+// One image of a prompt: its run of n_tokens prompt positions [pos, pos + n_tokens) takes the
+// vision projector's embeddings of `pixels` instead of token lookups. The prompt's tokens there
+// are placeholders derived from `hash` (ember.vision.image_hash: the pixels' content), so the
+// prefix cache keys those positions by the image, not by a shared soft-token id.
+struct RequestImage {
+  int64_t pos = 0;                                   // first prompt position of the image's run
+  int64_t n_tokens = 0;                              // its length: the projector's tokens for this image
+  uint64_t hash = 0;                                 // content hash: equal hashes are one image, encoded once
+  std::shared_ptr<const std::vector<float>> pixels;  // f32 [3, height, width], preprocessed
+  int64_t width = 0;
+  int64_t height = 0;
+
+  int64_t end() const { return pos + n_tokens; }
+};
+
 // What a caller chooses about a request.
 struct RequestOptions {
   int64_t max_tokens = 256;             // output tokens at most (>= 1)
@@ -75,6 +90,9 @@ struct RequestOptions {
   // Constrained decoding: every output token is one the grammar allows, and end-of-generation
   // tokens only where the output is complete. Null: unconstrained. Shared, immutable.
   std::shared_ptr<const Grammar> grammar;
+  // The prompt's images, ascending and apart (ModelRunner::validate checks them against the
+  // projector; the scheduler never ends a prefill chunk inside one).
+  std::vector<RequestImage> images;
 };
 
 struct Request {

@@ -10,6 +10,24 @@
 
 namespace ember {
 
+namespace {
+
+// n tokens of r from position `start`, cut so that the chunk never ends inside one of its
+// images: an image's rows run in one pass (Gemma 3's image tokens attend to each other both
+// ways, so the rows of one image must all be in the cache when any of them attends). A chunk
+// that would end inside an image ends before it; one that starts inside an image (a prefix hit
+// ending there) must reach its end, else it gets 0 tokens this step.
+int64_t without_split_image(const Request& r, int64_t start, int64_t n) {
+  for (const RequestImage& image : r.options.images) {
+    const int64_t end = start + n;
+    if (end <= image.pos || end >= image.end()) continue;
+    n = image.pos > start ? image.pos - start : 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
     : config_(config), kv_(kv), max_model_len_(std::min(config.max_model_len, kv.capacity_tokens())) {
   if (config.max_batch_tokens < 1) {
@@ -45,6 +63,19 @@ void Scheduler::validate(std::span<const int32_t> prompt, const RequestOptions& 
                             kv_.n_blocks(), " blocks of ", kv_.block_size(), " = ", kv_.capacity_tokens(),
                             " tokens); raise the KV cache size"),
                         n, kv_.capacity_tokens());
+  }
+  int64_t image_end = 0;
+  for (const RequestImage& image : options.images) {
+    if (image.pos < image_end || image.n_tokens < 1 || image.end() > n) {
+      throw InvalidRequest(cat("[request] an image at positions ", image.pos, "..", image.end() - 1,
+                               " does not lie inside the prompt of ", n, " tokens after the one before it"));
+    }
+    if (image.n_tokens > config_.max_batch_tokens) {
+      throw InvalidRequest(cat("[request] an image of ", image.n_tokens, " tokens is more than one step's ",
+                               config_.max_batch_tokens,
+                               " tokens (max_batch_tokens), which must hold it whole"));
+    }
+    image_end = image.end();
   }
 }
 
@@ -129,7 +160,11 @@ StepPlan Scheduler::schedule() {
       ++i;
       continue;
     }
-    const int64_t n_new = std::min(n_remaining, budget);
+    const int64_t n_new = without_split_image(r, r.num_computed_tokens, std::min(n_remaining, budget));
+    if (n_new == 0) {  // the rest of an image does not fit this step's budget
+      ++i;
+      continue;
+    }
     // Drafts ride along only on a decode (the last known token is all that is left), within the
     // budget, and never at the price of preempting anyone: without room they are dropped.
     std::vector<int32_t> drafts = std::exchange(r.draft_token_ids, {});
@@ -181,9 +216,9 @@ StepPlan Scheduler::schedule() {
       }
       const int64_t n_remaining = r.n_tokens() - hit.n_tokens();
       if (!config_.enable_chunked_prefill && n_remaining > budget) break;
-      if (kv_.allocate_slots(r.kv_state(), std::min(n_remaining, budget), hit)) {
-        n_new = std::min(n_remaining, budget);
-      }
+      const int64_t n = without_split_image(r, hit.n_tokens(), std::min(n_remaining, budget));
+      if (n == 0) break;
+      if (kv_.allocate_slots(r.kv_state(), n, hit)) n_new = n;
     }
     if (!n_new) break;
     waiting_.pop_front();

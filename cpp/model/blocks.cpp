@@ -39,6 +39,19 @@ void project(ForwardPass& p, int64_t il, LoraTarget target, const WeightTensor& 
   add_lora_of(p, il, {{target, y, w.ne1}}, x, w.ne0);
 }
 
+void place_embeddings(ForwardPass& p) {
+  const RowEmbeddings* e = p.batch.embeddings;
+  if (!e || e->n_rows == 0) return;
+  p.be.upload(p.s.xn, 0, e->data, sizeof(float) * static_cast<size_t>(e->n_rows * p.n_embd));
+  for (int64_t i = 0; i < e->n_rows;) {
+    int64_t j = i + 1;
+    while (j < e->n_rows && e->rows[j] == e->rows[j - 1] + 1) ++j;
+    p.be.get_rows(DType::f32, p.xn + i * p.n_embd, p.n_embd, p.s.row_ids.data(), j - i,
+                  p.x + e->rows[i] * p.n_embd);
+    i = j;
+  }
+}
+
 AttentionParams attention_params(const ModelConfig& c, int64_t il) {
   AttentionParams params;
   params.n_head = c.n_head;
@@ -104,7 +117,7 @@ int64_t decoder_attention(ForwardPass& p, int64_t il, const RopeParams& rope) {
   if (rotate) be.rope(p.q, n, c.n_head, c.head_dim, p.batch.positions, rope);
   AttentionParams params = attention_params(c, il);
   params.sinks = l.attn_sinks ? l.attn_sinks.f32() : nullptr;
-  attend_sequences(be, p.batch, il, p.n_q, params, p.q, p.attn);
+  attend_sequences(be, p.batch, il, p.n_q, params, p.q, p.attn, p.batch.key_bounds);
 
   const int64_t n_rows = keep_output_rows(p, last);
   project(p, il, LoraTarget::o, l.wo, p.attn, n_rows, p.xn);

@@ -39,6 +39,11 @@ struct ForwardPass {
   ForwardPass(const Model& model, Scratch& scratch, const ForwardBatch& forward_batch);
 };
 
+// The rows the batch gives as embeddings (ForwardBatch::embeddings) replace their token
+// lookups in p.x: uploaded through p.xn (free until the first layer), then one get_rows per run
+// of consecutive rows. Call after the lookup and any scaling of it; a no-op without them.
+void place_embeddings(ForwardPass& p);
+
 // The attention of layer il (heads, head size, q·k scale, soft-capping, its sliding window).
 AttentionParams attention_params(const ModelConfig& c, int64_t il);
 

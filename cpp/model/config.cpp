@@ -2,6 +2,7 @@
 // hyper-parameter (as llama.cpp's converter writes them).
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -23,7 +24,27 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3moe", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/false, /*qk_norm=*/true},
     {"smollm3", ArchFamily::llama, RopeLayout::interleaved, /*qkv_bias=*/false, /*qk_norm=*/false},
     {"gpt-oss", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
+    {"qwen2vl", ArchFamily::llama, RopeLayout::neox, /*qkv_bias=*/true, /*qk_norm=*/false},
 };
+
+// Qwen2-VL's M-RoPE: the rotated pairs fall into sections rotated by a token's temporal, height
+// and width positions in turn ({arch}.rope.dimension_sections, llama.cpp pads it to 4 entries
+// with zeros); a text token's three positions are equal, so text alone rotates as plain RoPE.
+void read_mrope_sections(const GGUFFile& file, ModelConfig& c) {
+  const std::string key = cat(c.arch->name, ".rope.dimension_sections");
+  const std::vector<int64_t> sections = file.get_ints(key);
+  int64_t n_pairs = 0;
+  for (int64_t s : sections) n_pairs += s;
+  const bool fourth_unused = sections.size() == 4 && sections[3] == 0;
+  if ((sections.size() != 3 && !fourth_unused) || n_pairs != c.n_rot / 2 ||
+      std::any_of(sections.begin(), sections.end(), [](int64_t s) { return s < 0; })) {
+    throw FormatError(
+        cat("[model] ", file.path(), ": metadata '", key, "' must be three sections (t, h, w; a ",
+            "fourth of 0 allowed) of >= 0 pairs summing to rope.dimension_count / 2 = ", c.n_rot / 2,
+            ", got ", sections.size(), " entries summing to ", n_pairs));
+  }
+  for (int i = 0; i < 3; ++i) c.mrope_sections[i] = sections[i];
+}
 
 }  // namespace
 
@@ -142,6 +163,8 @@ ModelConfig read_config(const GGUFFile& file) {
       c.rope_layers.push_back(rotates ? 1 : 0);
     }
   }
+
+  if (arch_name == "qwen2vl") read_mrope_sections(file, c);
 
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.arch->family == ArchFamily::llama) {

@@ -69,6 +69,10 @@ struct ModelConfig {
   float rope_yarn_beta_fast = 32.0f;  // {arch}.rope.scaling.yarn_beta_fast
   float rope_yarn_beta_slow = 1.0f;   // {arch}.rope.scaling.yarn_beta_slow
   bool rope_yarn_truncate = true;     // {arch}.rope.scaling.yarn_truncate
+  // M-RoPE (qwen2vl): pairs [0, s0) rotate by a token's temporal position, [s0, s0 + s1) by its
+  // height, the rest by its width (all {0, 0, 0}: plain RoPE). Text tokens' three positions are
+  // equal, so only image tokens (model/mrope.h) rotate differently.
+  int64_t mrope_sections[3] = {0, 0, 0};  // {arch}.rope.dimension_sections
   // NoPE layers (SmolLM3): layer il rotates Q and K unless rope_layers[il] is 0.
   std::vector<uint8_t> rope_layers;  // [n_layer] {arch}.attention.rope_pattern; empty: all rotate
 
@@ -107,6 +111,7 @@ struct ModelConfig {
   float swiglu_limit = 0.0f;  // > 0: the clamped SwiGLU; 0: silu(gate) * up
 
   bool is_moe() const { return n_expert > 0; }
+  bool is_mrope() const { return mrope_sections[0] + mrope_sections[1] + mrope_sections[2] > 0; }
   bool uses_rope(int64_t il) const { return rope_layers.empty() || rope_layers[il] != 0; }
   bool is_encoder() const { return arch->family == ArchFamily::bert; }
   bool is_swa(int64_t il) const {

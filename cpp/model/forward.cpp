@@ -66,6 +66,29 @@ void validate_batch(const Model& model, const Scratch& scratch, const ForwardBat
     throw InvalidArgument(cat("[model] logits of ", b.n_vocab_rows, " tokens asked for; the vocabulary has ",
                               n_vocab, ", and a part of it must be a multiple of ", kVocabRowsAlign));
   }
+  if (const RowEmbeddings* e = b.embeddings) {
+    if (model.config().is_encoder() || e->n_rows > b.n_tokens) {
+      throw InvalidArgument(cat("[model] ", e->n_rows, " rows given as embeddings in a batch of ", b.n_tokens,
+                                " rows", model.config().is_encoder() ? " of an encoder" : ""));
+    }
+    for (int64_t i = 0; i < e->n_rows; ++i) {
+      if (e->rows[i] < 0 || e->rows[i] >= b.n_tokens || (i > 0 && e->rows[i] <= e->rows[i - 1])) {
+        throw InvalidArgument(cat("[model] rows given as embeddings must be strictly ascending rows below ",
+                                  b.n_tokens, "; embedding ", i, " is row ", e->rows[i]));
+      }
+    }
+  }
+  // A bound past a row's own position names keys later rows of the batch write (the runner may
+  // split one sequence into one-row sequences over the same cache: batch invariance).
+  if (b.key_bounds) {
+    for (int64_t r = 0; r < b.n_tokens; ++r) {
+      if (b.key_bounds[r] < b.positions[r] || b.key_bounds[r] - b.positions[r] > b.n_tokens - 1 - r) {
+        throw InvalidArgument(cat("[model] row ", r, " at position ", b.positions[r],
+                                  " attends up to position ", b.key_bounds[r],
+                                  ", past the rows the batch writes"));
+      }
+    }
+  }
   for (int64_t i = 0; i < b.n_outputs; ++i) {
     const int32_t row = b.output_rows[i];
     if (row < 0 || row >= b.n_tokens || (i > 0 && row <= b.output_rows[i - 1])) {
@@ -90,7 +113,8 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
                   std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
                   int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out,
                   int64_t n_vocab_rows, std::vector<float>* hidden,
-                  std::span<const LoraAdapter* const> adapters, bool lora_row_at_a_time) {
+                  std::span<const LoraAdapter* const> adapters, bool lora_row_at_a_time,
+                  const RowEmbeddings* embeddings, const int32_t* key_bounds) {
   if (positions.size() != tokens.size()) {
     throw InvalidArgument(
         cat("[model] a batch has ", tokens.size(), " tokens and ", positions.size(), " positions"));
@@ -108,6 +132,8 @@ void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t>
   batch.adapters = adapters.data();
   batch.n_adapters = static_cast<int64_t>(adapters.size());
   batch.lora_row_at_a_time = lora_row_at_a_time;
+  batch.embeddings = embeddings;
+  batch.key_bounds = key_bounds;
   validate_batch(model, scratch, batch);
   const ModelConfig& c = model.config();
   if (hidden) {

@@ -31,11 +31,13 @@ void forward(const Model& model, Scratch& scratch, const ForwardBatch& batch, fl
 // [n_outputs, n_vocab] (a states scratch: [n_outputs, n_embd]) and runs forward() into it. With
 // n_vocab_rows, logits of that many leading tokens only ([n_outputs, n_vocab_rows]); with
 // `hidden`, sized to [n_outputs, n_embd], the final states too; with `adapters`, the LoRA
-// adapters the seqs name (ForwardBatch's fields).
+// adapters the seqs name (ForwardBatch's fields); with `embeddings` and `key_bounds`, rows given
+// as embeddings and each row's last key (ForwardBatch's fields).
 void forward_rows(const Model& model, Scratch& scratch, std::span<const int32_t> tokens,
                   std::span<const int32_t> positions, std::span<const SequenceRows> seqs,
                   int64_t kv_layer_stride, std::span<const int32_t> output_rows, std::vector<float>& out,
                   int64_t n_vocab_rows = 0, std::vector<float>* hidden = nullptr,
-                  std::span<const LoraAdapter* const> adapters = {}, bool lora_row_at_a_time = false);
+                  std::span<const LoraAdapter* const> adapters = {}, bool lora_row_at_a_time = false,
+                  const RowEmbeddings* embeddings = nullptr, const int32_t* key_bounds = nullptr);
 
 }  // namespace ember

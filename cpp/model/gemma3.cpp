@@ -16,6 +16,7 @@ void gemma3_forward(const Model& model, Scratch& s, const ForwardBatch& batch, f
 
   p.be.get_rows(p.w.token_embd.type, p.w.token_embd.data, p.n_embd, batch.tokens, p.n, p.x);
   p.be.scale(p.x, p.n * p.n_embd, std::sqrt(static_cast<float>(p.n_embd)));
+  place_embeddings(p);  // image tokens: the projector's output, unscaled (as transformers)
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = p.w.layers[il];

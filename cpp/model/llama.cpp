@@ -14,6 +14,7 @@ void llama_forward(const Model& model, Scratch& s, const ForwardBatch& batch, fl
   const RopeParams rope = model.rope_params(0, s.long_rope);
 
   p.be.get_rows(p.w.token_embd.type, p.w.token_embd.data, p.n_embd, batch.tokens, p.n, p.x);
+  place_embeddings(p);  // image tokens (a vision model's): the projector's output
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = p.w.layers[il];

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kv/block_hash.h"
 #include "model/run_state.h"
+#include "quant/blocks.h"
 
 namespace ember {
 namespace {
@@ -139,10 +140,25 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path,
     LoraWeight& lw = adapter->layers_[static_cast<size_t>(il)][static_cast<size_t>(target)];
     if (lw) throw FormatError(cat(where, "'", base, "' has two adapter pairs"));
     lw.rank = rank;
-    Buffer pa = be.prepare_matmul_weight(DType::f32, a.data(), n_in, rank);
-    Buffer pb = be.prepare_matmul_weight(DType::f32, b.data(), rank, n_out);
-    lw.a = WeightTensor{DType::f32, pa.data(), n_in, rank};
-    lw.b = WeightTensor{DType::f32, pb.data(), rank, n_out};
+    // An f16 pair stays f16 (half the bytes each step reads: four adapters' A and B in f32 are
+    // 200 MB a step of a 1.1B model, more than a third of its weights); B then holds the f16 of
+    // its values times alpha / rank, rounded once more where that factor is no power of two.
+    const bool f16 = a_info.type == DType::f16 && b_info->type == DType::f16 &&
+                     be.supports(Op::matmul, DType::f16);
+    const DType type = f16 ? DType::f16 : DType::f32;
+    const void* a_data = a.data();
+    const void* b_data = b.data();
+    if (f16) {
+      std::vector<uint16_t> a16(a.size()), b16(b.size());
+      std::transform(a.begin(), a.end(), a16.begin(), f32_to_f16);
+      std::transform(b.begin(), b.end(), b16.begin(), f32_to_f16);
+      a_data = adapter->host_f16_.emplace_back(std::move(a16)).data();
+      b_data = adapter->host_f16_.emplace_back(std::move(b16)).data();
+    }
+    Buffer pa = be.prepare_matmul_weight(type, a_data, n_in, rank);
+    Buffer pb = be.prepare_matmul_weight(type, b_data, rank, n_out);
+    lw.a = WeightTensor{type, pa.data(), n_in, rank};
+    lw.b = WeightTensor{type, pb.data(), rank, n_out};
     adapter->prepared_.push_back(std::move(pa));
     adapter->prepared_.push_back(std::move(pb));
     adapter->host_.push_back(std::move(a));  // a prepared weight may be a view of these
@@ -203,46 +219,35 @@ LoraScratch::LoraScratch(Backend& backend, const ModelConfig& c, int64_t n_batch
     : max_rank(max_rank_) {
   auto floats = [&](int64_t n_cols) { return backend.alloc(sizeof(float) * n_batch * n_cols); };
   x = floats(std::max({c.n_embd, c.n_q_dim(), c.n_ff}));
-  t = floats(kMaxLoraOuts * max_rank);
+  t = floats(kMaxLowRankOuts * max_rank);
   y = floats(std::max({c.n_embd, c.n_q_dim(), c.n_kv_dim(), c.n_ff}));
   all_rows.reserve(n_batch);
   output_rows.reserve(n_batch);
+  groups.reserve(static_cast<size_t>(n_batch));
 }
 
 void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const LoraRows& rows, int64_t il,
               const LoraOut* outs, int n_outs, const float* x, int64_t n_in) {
-  const int64_t t_stride = s.t.n_bytes() / sizeof(float) / kMaxLoraOuts;  // one output's share of t
+  s.groups.clear();
   for (const LoraRows::Group& g : rows.groups) {
     const LoraAdapter& adapter = *batch.adapters[g.adapter];
-    const LoraWeight* pairs[kMaxLoraOuts];
-    float* ts[kMaxLoraOuts];
-    MatmulOut a_outs[kMaxLoraOuts];
-    int n = 0;
+    LowRankGroup& lg = s.groups.emplace_back();
+    lg.rows = rows.ids.data() + g.begin;
+    lg.scales = rows.scales.data() + g.begin;
+    lg.n_rows = g.n_rows;
+    lg.contiguous = g.contiguous;
     for (int j = 0; j < n_outs; ++j) {
       const LoraWeight& w = adapter.weight(il, outs[j].target);
-      if (!w) continue;
-      pairs[n] = &w;
-      ts[n] = s.t.as<float>() + j * t_stride;
-      a_outs[n] = MatmulOut{DType::f32, w.a.data, w.rank, ts[n]};
-      ++n;
-    }
-    if (n == 0) continue;
-    const int32_t* ids = rows.ids.data() + g.begin;
-    const float* xg = x + int64_t{ids[0]} * n_in;
-    if (!g.contiguous) {
-      be.get_rows(DType::f32, x, n_in, ids, g.n_rows, s.x.as<float>());
-      xg = s.x.as<float>();
-    }
-    be.matmul_many(a_outs, n, n_in, xg, g.n_rows);
-    for (int j = 0, k = 0; j < n_outs; ++j) {
-      if (!adapter.weight(il, outs[j].target)) continue;
-      const LoraWeight& w = *pairs[k];
-      be.matmul(DType::f32, w.b.data, w.rank, outs[j].n_out, ts[k], g.n_rows, s.y.as<float>());
-      be.add_rows_scaled(s.y.as<float>(), ids, rows.scales.data() + g.begin, g.n_rows, outs[j].n_out,
-                         outs[j].y);
-      ++k;
+      if (w) lg.pairs[j] = LowRankPair{w.a.type, w.a.data, w.b.data, w.rank};
     }
   }
+  LowRankOut low_rank_outs[kMaxLowRankOuts];
+  for (int j = 0; j < n_outs; ++j) low_rank_outs[j] = LowRankOut{outs[j].y, outs[j].n_out};
+  const LowRankScratch scratch{s.x.as<float>(), s.t.as<float>(), s.y.as<float>(),
+                               static_cast<int64_t>(s.t.n_bytes() / sizeof(float) / kMaxLowRankOuts),
+                               s.max_rank};
+  be.add_low_rank(s.groups.data(), static_cast<int>(s.groups.size()), low_rank_outs, n_outs, x, n_in,
+                  scratch);
 }
 
 }  // namespace ember

@@ -24,10 +24,11 @@ struct ForwardBatch;
 enum class LoraTarget { q, k, v, o, gate, up, down };
 inline constexpr int kLoraTargets = 7;
 
-// One projection's low-rank pair, as the backend's matmul reads them (f32, prepared).
+// One projection's low-rank pair, as the backend's matmul reads them (prepared): f16 where the
+// file's pair is f16, else f32.
 struct LoraWeight {
-  WeightTensor a;    // {n_in, rank} f32
-  WeightTensor b;    // {rank, n_out} f32, alpha / rank folded in (alpha 0: 1, as llama.cpp)
+  WeightTensor a;    // {n_in, rank}
+  WeightTensor b;    // {rank, n_out}, alpha / rank folded in (alpha 0: 1, as llama.cpp)
   int64_t rank = 0;  // 0: the adapter leaves this projection alone
 
   explicit operator bool() const { return rank > 0; }
@@ -35,7 +36,7 @@ struct LoraWeight {
 
 class LoraAdapter {
  public:
-  // Reads the LoRA GGUF at `path` for `model` (f32 or f16 tensors, kept as f32). Throws
+  // Reads the LoRA GGUF at `path` for `model` (f32 or f16 tensors; an f16 pair stays f16). Throws
   // FormatError naming the file and the key or tensor (not an adapter, another architecture, a
   // tensor of no projection of the model, a shape that does not fit it), Unsupported for a
   // backend without the ops the product needs.
@@ -62,9 +63,10 @@ class LoraAdapter {
   uint64_t identity_ = 0;
   std::vector<std::array<LoraWeight, kLoraTargets>> layers_;  // [n_layer]
 
-  std::shared_ptr<const Model> model_;    // its backend holds the prepared weights
-  std::vector<std::vector<float>> host_;  // the f32 values the prepared weights may view
-  std::vector<Buffer> prepared_;          // Backend::prepare_matmul_weight of each A and B
+  std::shared_ptr<const Model> model_;           // its backend holds the prepared weights
+  std::vector<std::vector<float>> host_;         // the f32 values (identity's input, the f32 weights' source)
+  std::vector<std::vector<uint16_t>> host_f16_;  // the f16 weights' source: the prepared ones may view it
+  std::vector<Buffer> prepared_;                 // Backend::prepare_matmul_weight of each A and B
 };
 
 // The rows of a pass that run with an adapter, grouped by adapter: the host tables the LoRA ops
@@ -89,13 +91,14 @@ struct LoraRows {
   bool empty() const { return groups.empty(); }
 };
 
-// LoRA buffers of a scratch: the gathered inputs, the rank-wide middle and the product.
+// LoRA buffers of a scratch (Backend::add_low_rank's LowRankScratch) and the groups of one call.
 struct LoraScratch {
-  Buffer x;  // f32 [n_batch, max(n_embd, n_q_dim, n_ff)] a group's input rows
-  Buffer t;  // f32 [kMaxLoraOuts][n_batch, max_rank] A · x of each output
+  Buffer x;  // f32 [n_batch, max(n_embd, n_q_dim, n_ff)] the groups' input rows, gathered
+  Buffer t;  // f32 [kMaxLowRankOuts][n_batch, max_rank] A · x of each output
   Buffer y;  // f32 [n_batch, max(n_embd, n_q_dim, n_kv_dim, n_ff)] B · (A · x)
   int64_t max_rank = 0;
-  LoraRows all_rows, output_rows;  // the pass's groups, and those of the last layer's output rows
+  LoraRows all_rows, output_rows;    // the pass's groups, and those of the last layer's output rows
+  std::vector<LowRankGroup> groups;  // [n_batch] add_lora's, with this call's pairs
 
   LoraScratch() = default;
   LoraScratch(Backend& backend, const ModelConfig& c, int64_t n_batch, int64_t max_rank);
@@ -109,11 +112,9 @@ struct LoraOut {
 };
 
 // y[r] += scale[r] · B · (A · x[r]) for the rows r of `rows` and each of outs[n_outs] (at most
-// kMaxLoraOuts projections of the same input: q, k and v; gate and up), with each group's
+// kMaxLowRankOuts projections of the same input: q, k and v; gate and up), with each group's
 // adapter's pair of the output's target in layer il (a group whose adapter leaves it alone adds
-// nothing); x [*, n_in] and the y are rows of the pass's buffers. A group's rows are gathered
-// once and their A products taken in one matmul_many.
-inline constexpr int kMaxLoraOuts = 3;
+// nothing); x [*, n_in] and the y are rows of the pass's buffers. One Backend::add_low_rank.
 void add_lora(Backend& be, const ForwardBatch& batch, LoraScratch& s, const LoraRows& rows, int64_t il,
               const LoraOut* outs, int n_outs, const float* x, int64_t n_in);
 

@@ -33,6 +33,8 @@ class Model {
   // Ops run on the backend from const methods of their callers: the backend is the model's
   // executor, not part of its value.
   Backend& backend() const { return *backend_; }
+  // The same backend, shared: for what runs beside the model on it (a vision projector).
+  std::shared_ptr<Backend> shared_backend() const { return backend_; }
   // RoPE of layer il (local sliding-window layers have their own frequencies); long_context:
   // LongRoPE's long factors (see uses_long_rope).
   RopeParams rope_params(int64_t il = 0, bool long_context = false) const;

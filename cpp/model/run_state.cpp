@@ -20,6 +20,8 @@ Scratch::Scratch(Backend& backend, const ModelConfig& c, int64_t n_batch_, bool 
   // CPU: committed only as far as written.
   logits = floats(states ? c.n_embd : c.n_vocab);
   if (c.is_moe()) moe = MoeScratch(backend, c, n_batch);
+  row_ids.resize(n_batch);
+  for (int64_t i = 0; i < n_batch; ++i) row_ids[i] = static_cast<int32_t>(i);
   if (c.is_encoder()) {
     token_types.assign(n_batch, 0);
     key_bounds.resize(n_batch);

@@ -39,6 +39,7 @@ struct Scratch {
   // Host: encoders' per-row ids (the ops copy host tables as they record them).
   std::vector<int32_t> token_types;  // [n_batch] bert's segment ids (0, or 1 for a pair's second text)
   std::vector<int32_t> key_bounds;   // [n_batch] the last position each row attends to
+  std::vector<int32_t> row_ids;      // [n_batch] 0 .. n_batch - 1 (get_rows of consecutive rows)
 
   Scratch() = default;
   // states: see above (an encoder's scratch has them whatever it says).
@@ -62,6 +63,15 @@ struct SequenceRows {
     view.v += il * kv_layer_stride;
     return view;
   }
+};
+
+// Rows of a batch whose input is an embedding given by the caller instead of a token lookup (an
+// image's tokens: the vision projector's output, which the model's embedding scale does not
+// touch).
+struct RowEmbeddings {
+  const float* data = nullptr;    // [n_rows, n_embd] host memory
+  const int32_t* rows = nullptr;  // [n_rows] strictly ascending batch rows they stand for
+  int64_t n_rows = 0;
 };
 
 // One forward pass over rows of one or more sequences: the weight matmuls see all rows at once,
@@ -89,6 +99,13 @@ struct ForwardBatch {
   // Each adapted row's low-rank product on its own (the runner's batch invariance, where the
   // backend's f32 matmul rounds a row differently with other rows beside it).
   bool lora_row_at_a_time = false;
+
+  // Rows given as embeddings (RowEmbeddings), or null.
+  const RowEmbeddings* embeddings = nullptr;
+  // [n_tokens] the last position each row attends to (>= its own; the keys up to it are in the
+  // batch or the cache), or null: its own position (causal). Gemma 3's image tokens see their
+  // whole image. Decoders read it in every layer (model/blocks.h decoder_attention).
+  const int32_t* key_bounds = nullptr;
 
   int64_t vocab_rows(int64_t n_vocab) const { return n_vocab_rows > 0 ? n_vocab_rows : n_vocab; }
 };

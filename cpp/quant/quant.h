@@ -46,6 +46,8 @@ void quantize_row_q4_1(const float* src, void* dst, int64_t n);
 void quantize_row_q5_0(const float* src, void* dst, int64_t n);
 void quantize_row_q5_1(const float* src, void* dst, int64_t n);
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n);
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n);
 void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
 
 // dst = blocks of src[n] by llama.cpp's reference k-quant search (quantize_row_qX_K_ref, no
@@ -55,5 +57,10 @@ void quantize_row_q3_k(const float* src, void* dst, int64_t n);
 void quantize_row_q4_k(const float* src, void* dst, int64_t n);
 void quantize_row_q5_k(const float* src, void* dst, int64_t n);
 void quantize_row_q6_k(const float* src, void* dst, int64_t n);
+
+// dst = blocks of src[n] by llama.cpp's iq4 scale search (quantize_iq4_nl / quantize_iq4_xs without
+// an importance matrix): the same format, an error within llama.cpp's.
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
 
 }  // namespace ember

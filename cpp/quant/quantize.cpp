@@ -1,7 +1,7 @@
-// quant/quantize.cpp: reference quantizers of the 32-element block types (q4_0, q4_1, q5_0, q5_1,
-// q8_0, mxfp4), bit for bit as gguf-py's gguf.quants.quantize: the same f32 operations in the same
-// order, the same truncation and rounding, the same d == 0 handling, and the same float -> byte
-// casts numpy performs on x86-64 (so even overflowing inputs give gguf-py's bytes).
+// quant/quantize.cpp: reference quantizers of the types gguf-py writes (q4_0, q4_1, q5_0, q5_1,
+// q8_0, tq1_0, tq2_0, mxfp4), bit for bit as gguf-py's gguf.quants.quantize: the same f32 operations in the
+// same order, the same truncation and rounding, the same d == 0 handling, and the same float -> byte casts
+// numpy performs on x86-64 (so even overflowing inputs give gguf-py's bytes).
 #include <cmath>
 
 #include "quant/blocks.h"
@@ -120,6 +120,25 @@ void quantize_row_with_min(const float* src, void* dst, int64_t n) {
   }
 }
 
+// The ternary types' trits of one super-block: t = round(x / d) + 1 in {0, 1, 2}, d = max |x|
+// (returned), as gguf-py's TQ1_0 / TQ2_0.
+float ternary_trits(const float* x, uint8_t t[kQK_K]) {
+  float d = 0.0f;
+  for (int j = 0; j < kQK_K; ++j) d = std::fmax(d, std::fabs(x[j]));
+  const float id = inverse_or_zero(d);
+  for (int j = 0; j < kQK_K; ++j) t[j] = static_cast<uint8_t>(numpy_cast_byte(np_roundf(x[j] * id)) + 1);
+  return d;
+}
+
+// n trits as one tq1_0 byte: the base-3 number t[0] t[stride] ... (first trit most significant)
+// as a fraction of 3^n scaled to 256, rounded up, so that trit k reads back as (q * 3^k) >> ...
+uint8_t pack_trits(const uint8_t* t, int n, int stride) {
+  uint32_t v = 0;
+  for (int k = 0; k < n; ++k) v = 3 * v + t[k * stride];
+  for (int k = n; k < 5; ++k) v *= 3;  // qh bytes hold 4 trits, weighted as the first 4 of 5
+  return static_cast<uint8_t>((v * 256 + 242) / 243);
+}
+
 }  // namespace
 
 // src[n], n a multiple of 32; dst receives n / 32 blocks.
@@ -154,8 +173,36 @@ void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
-// MXFP4: the block's scale 2^(floor(log2(amax)) - 2) (e = that + 127, 0 for an all-zero block),
-// then each value's nearest code (the first on ties, as numpy's argmin), as gguf-py's MXFP4.
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockTQ2_0*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K) {
+    uint8_t t[kQK_K];
+    const float d = ternary_trits(src, t);
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 32; ++l) {
+        uint8_t q = 0;
+        for (int k = 0; k < 4; ++k) q |= static_cast<uint8_t>(t[128 * h + 32 * k + l] << (2 * k));
+        blocks[b].qs[32 * h + l] = q;
+      }
+    }
+    blocks[b].d = f32_to_f16(d);
+  }
+}
+
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockTQ1_0*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K) {
+    uint8_t t[kQK_K];
+    const float d = ternary_trits(src, t);
+    for (int l = 0; l < 32; ++l) blocks[b].qs[l] = pack_trits(t + l, 5, 32);
+    for (int l = 0; l < 16; ++l) blocks[b].qs[32 + l] = pack_trits(t + 160 + l, 5, 16);
+    for (int l = 0; l < 4; ++l) blocks[b].qh[l] = pack_trits(t + 240 + l, 4, 4);
+    blocks[b].d = f32_to_f16(d);
+  }
+}
+
+// e = floor(log2(max |x|)) - 2 + 127 (the largest code, 6 = 12 / 2, then reaches max |x|), each
+// value the nearest of the 16 codes times 2^(e - 128) (the first on ties), as gguf-py's MXFP4.
 void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockMXFP4*>(dst);
   for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
@@ -163,22 +210,21 @@ void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
     const uint8_t e = amax > 0.0f ? numpy_cast_byte(std::floor(std::log2(amax)) - 2.0f + 127.0f) : 0;
     const float d = e8m0_to_f32_half(e);
-    auto code = [&](float x) {
-      uint8_t best = 0;
-      float best_err = std::fabs(d * static_cast<float>(kMxfp4Values[0]) - x);
-      for (uint8_t q = 1; q < 16; ++q) {
-        const float err = std::fabs(d * static_cast<float>(kMxfp4Values[q]) - x);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) {
+      int best = 0;
+      float best_err = std::fabs(d * static_cast<float>(kMxfp4Values[0]) - src[j]);
+      for (int c = 1; c < 16; ++c) {
+        const float err = std::fabs(d * static_cast<float>(kMxfp4Values[c]) - src[j]);
         if (err < best_err) {
-          best = q;
           best_err = err;
+          best = c;
         }
       }
-      return best;
-    };
-    BlockMXFP4& y = blocks[b];
-    y.e = e;
-    for (int j = 0; j < kQK / 2; ++j)
-      y.qs[j] = static_cast<uint8_t>(code(src[j]) | (code(src[j + kQK / 2]) << 4));
+      q[j] = static_cast<uint8_t>(best);
+    }
+    blocks[b].e = e;
+    pack_nibbles(q, blocks[b].qs, nullptr);
   }
 }
 

@@ -29,10 +29,10 @@ constexpr TypeTraits kTypes[] = {
     {DType::iq2_xs, "iq2_xs", 256, 74, dequantize_row_iq2_xs, nullptr},
     {DType::iq3_xxs, "iq3_xxs", 256, 98, dequantize_row_iq3_xxs, nullptr},
     {DType::iq1_s, "iq1_s", 256, 50, dequantize_row_iq1_s, nullptr},
-    {DType::iq4_nl, "iq4_nl", 32, 18, dequantize_row_iq4_nl, nullptr},
+    {DType::iq4_nl, "iq4_nl", 32, 18, dequantize_row_iq4_nl, quantize_row_iq4_nl},
     {DType::iq3_s, "iq3_s", 256, 110, dequantize_row_iq3_s, nullptr},
     {DType::iq2_s, "iq2_s", 256, 82, dequantize_row_iq2_s, nullptr},
-    {DType::iq4_xs, "iq4_xs", 256, 136, dequantize_row_iq4_xs, nullptr},
+    {DType::iq4_xs, "iq4_xs", 256, 136, dequantize_row_iq4_xs, quantize_row_iq4_xs},
     {DType::i8, "i8", 1, 1, nullptr, nullptr},
     {DType::i16, "i16", 1, 2, nullptr, nullptr},
     {DType::i32, "i32", 1, 4, nullptr, nullptr},
@@ -40,8 +40,8 @@ constexpr TypeTraits kTypes[] = {
     {DType::f64, "f64", 1, 8, nullptr, nullptr},
     {DType::iq1_m, "iq1_m", 256, 56, dequantize_row_iq1_m, nullptr},
     {DType::bf16, "bf16", 1, 2, dequantize_row_bf16, quantize_row_bf16},
-    {DType::tq1_0, "tq1_0", 256, 54, dequantize_row_tq1_0, nullptr},
-    {DType::tq2_0, "tq2_0", 256, 66, dequantize_row_tq2_0, nullptr},
+    {DType::tq1_0, "tq1_0", 256, 54, dequantize_row_tq1_0, quantize_row_tq1_0},
+    {DType::tq2_0, "tq2_0", 256, 66, dequantize_row_tq2_0, quantize_row_tq2_0},
     {DType::mxfp4, "mxfp4", 32, 17, dequantize_row_mxfp4, quantize_row_mxfp4},
 };
 

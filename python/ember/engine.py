@@ -31,9 +31,11 @@ from ember.chat.template import ChatTemplate
 from ember.context_fit import Dropped
 from ember.core_attribute import CoreAttribute
 from ember.grammar import GrammarCompiler
+from ember.media import MEDIA_MARKER
 from ember.options import EngineOptions, engine_options, resolve_device  # noqa: F401 (re-exported)
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
+from ember.vision import ImagePrompts
 
 Prompt = Union[str, Sequence[int]]  # text (tokenized with the model's vocabulary) or token ids
 
@@ -71,6 +73,7 @@ class EngineStats:
     # The disk cache's files: files, bytes, written, read, rejected (bad files ignored), dropped
     # (writes a full queue refused), evicted (for cache_disk_bytes); all 0 without cache_dir.
     disk_cache: dict[str, int] = field(default_factory=dict)
+    images_encoded: int = 0       # images run through the vision encoder (repeats are not)
 
 
 class Request:
@@ -290,7 +293,8 @@ class Engine:
     parallel, kv_size / kv_bytes, block_size, max_batch_tokens, max_queue (past it submit
     raises EngineBusy), prefix_caching, kv_type, batch_invariant, speculative decoding (spec,
     draft_model, draft_max, draft_min, spec_adaptive: the output is the same, only sooner; a
-    request whose SamplingParams carry a prediction drafts from it), n_threads and device (None
+    request whose SamplingParams carry a prediction drafts from it), mmproj (a vision
+    projector: prompts may hold images, see tokenize_images and submit), n_threads and device (None
     reads $EMBER_DEVICE). lora: LoRA adapters by name ({"french": "french.gguf"}, see `ember
     convert --lora`), loaded once; each request picks one (or none) with SamplingParams' lora
     and lora_scale, and requests of different adapters share the engine's batches."""
@@ -315,12 +319,17 @@ class Engine:
         draft_model = self.options.draft_model
         if draft_model is not None and not Path(draft_model).is_file():
             raise FileNotFoundError(f"draft model {draft_model!r}: no such file")
+        mmproj = self.options.mmproj
+        if mmproj is not None and not Path(mmproj).is_file():
+            raise FileNotFoundError(f"vision projector (mmproj) {mmproj!r}: no such file")
         self._core = _core.Engine(str(self.path), self.options,
                                   lora=[str(p) for p in self.lora.values()])
         self._lora_index = {name: i for i, name in enumerate(self.lora)}
         self.tokenizer = _core.Tokenizer(str(self.path))
         self.last_sequence: list[int] = []  # prompt and output of the request that ended last
         self.stop_token_ids = [t for t in range(self.tokenizer.n_vocab) if self.tokenizer.is_eog(t)]
+        projector = self._core.vision_model
+        self._vision = ImagePrompts(projector, self.tokenizer) if projector is not None else None
         self._chat_template: ChatTemplate | None = None
         self._grammars: GrammarCompiler | None = None
 
@@ -370,12 +379,28 @@ class Engine:
     @property
     def vision(self) -> bool:
         """Whether the engine takes images (a vision projector is loaded); see ember.media."""
-        return False
+        return self._vision is not None
 
-    def tokenize_images(self, text: str, images: Sequence[Any]) -> list[int]:
+    def tokenize_images(self, text: str, images: Sequence[Any], add_special: bool = True,
+                        parse_special: bool = True) -> list[int]:
         """The prompt tokens of a text whose MEDIA_MARKERs stand for `images` (RGB uint8
-        arrays, see ember.media), each marker expanded to the model's run of image tokens."""
-        raise ValueError("this model takes no images (it has no vision projector)")
+        arrays, see ember.media), each marker expanded to the model's run of image tokens (its
+        begin token, one soft token per embedding, its end token: llama.cpp mtmd's framing).
+        The text between markers is tokenized piece by piece, as mtmd does (BOS before the
+        first only). ValueError when the markers and images differ in number."""
+        if self._vision is None:
+            raise ValueError("this model takes no images (it has no vision projector)")
+        pieces = text.split(MEDIA_MARKER)
+        if len(pieces) - 1 != len(images):
+            raise ValueError(f"the prompt has {len(pieces) - 1} image markers but "
+                             f"{len(images)} images were given")
+        tokens: list[int] = []
+        for i, piece in enumerate(pieces):
+            if i > 0:
+                tokens += self._vision.image_tokens(images[i - 1], i - 1)
+            if piece or (i == 0 and add_special):
+                tokens += self.tokenize(piece, add_special and i == 0, parse_special)
+        return tokens
 
     def submit(self, prompt_tokens: Sequence[int], params: SamplingParams | None = None, *,
                priority: int = 0, keep_tokens: Sequence[int] = (),
@@ -389,6 +414,8 @@ class Engine:
         if images and not self.vision:
             raise ValueError("this model takes no images (it has no vision projector)")
         tokens = [int(t) for t in prompt_tokens]
+        core_tokens, core_images = (self._vision.request_images(tokens, images) if images
+                                    else (tokens, []))
         # The Request (stop strings, decoder) and the C++ parameters are built before the engine
         # is told anything: a failure here leaves nothing running.
         request = Request(self, tokens, params, perf_counter(), keep_tokens)
@@ -402,11 +429,12 @@ class Engine:
         stop_ids = [] if params.ignore_eos else self.stop_token_ids
         stop_ids = stop_ids + [t for t in params.stop_token_ids if t not in stop_ids]
         request._handle = handle = self._core.submit(
-            tokens, core_params, max_tokens=max_tokens, stop_token_ids=stop_ids,
+            core_tokens, core_params, max_tokens=max_tokens, stop_token_ids=stop_ids,
             logprobs=params.top_logprobs if params.logprobs else -1, priority=priority,
             grammar=grammar, prediction=self._prediction_tokens(params.prediction),
             post_sampling_probs=params.post_sampling_probs, reuse_prefix=params.cache_prompt,
-            lora_adapter=self.lora_index(params.lora), lora_scale=params.lora_scale)
+            lora_adapter=self.lora_index(params.lora), lora_scale=params.lora_scale,
+            images=core_images)
         request._id = handle.id
         return request
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Union
 
@@ -30,6 +30,8 @@ from ember.embeddings import Embedder, EmbeddingInput, is_embedding_model
 from ember.engine import Engine
 from ember.grammar import Constraint
 from ember.hub.models import resolve_model
+from ember.images import LOCAL, ImageError, ImageRef, ImageSource, refs_in, with_images
+from ember.images import load as load_image
 from ember.openai_format import Formatter
 from ember.options import EngineOptions, engine_options
 from ember.results import Delta, GenerationResult
@@ -38,6 +40,17 @@ from ember.tools.prompt import PreparedChat, prepare_chat
 from ember.tools.request import parse_tools
 
 Prompt = Union[str, Sequence[int]]
+
+
+@dataclass
+class ChatPrompt:
+    """A chat's prompt, fitted into the context: its tokens, how to read the answer, what
+    fitting left out, and the RGB pixels of its image markers, in order."""
+
+    tokens: list[int]
+    chat: PreparedChat
+    dropped: Dropped
+    images: list[np.ndarray]
 
 
 class LLM:
@@ -56,7 +69,9 @@ class LLM:
         KV cache of kv_size tokens. Speculative decoding (same output, sooner): spec="ngram"
         (prompt lookup) or draft_model=PATH (a small model with the same vocabulary), at most
         draft_max drafts per step; a request's prediction= (text the output is expected to be)
-        drafts from that text. device "cpu", "cuda[:N]", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
+        drafts from that text. mmproj=PATH: the model's vision projector (llama.cpp's clip
+        layout, `ember convert` writes it beside a vision model), so prompts may hold images.
+        device "cpu", "cuda[:N]", "vulkan[:N]" or "auto" (default: $EMBER_DEVICE,
         else "auto": the first GPU, else the CPU; an embedding model runs on the CPU, see
         ember.embeddings.Embedder). chat_template: a built-in template's name (gemma, chatml,
         llama3) or a Jinja file, instead of the model's (see ember.chat.builtin). pooling: how
@@ -69,7 +84,8 @@ class LLM:
         result's usage.dropped_tokens and dropped_messages say what went. lora: LoRA adapters
         by name, {"french": "french.gguf"} (`ember convert --lora` makes them); a call picks
         one with lora="french" (and lora_scale=0.5, default 1), e.g. llm.generate(prompt,
-        lora="french"); without it the plain model answers."""
+        lora="french"); without it the plain model answers. mmproj: a vision model's projector
+        (an mmproj .gguf): chat() then takes images (see chat_deltas)."""
         self.context_overflow = check_policy(context_overflow)
         self.path: Path = resolve_model(model)
         self.model_name = self.path.name
@@ -142,16 +158,24 @@ class LLM:
                       | None = None, **variables: Any) -> list[int]:
         """The prompt tokens for `messages` (and OpenAI-shaped `tools`) in the model's chat
         template; other variables go to the template as they are."""
-        return self._chat_prompt(messages, tools, None, None, variables, fit=False)[0]
+        return self._chat_prompt(messages, tools, None, None, variables, fit=False).tokens
 
     def _chat_prompt(self, messages: Sequence[Message], tools: Any, tool_choice: Any,
                      parallel_tool_calls: Any, variables: Mapping[str, Any] | None = None, *,
-                     max_tokens: int | None = None, fit: bool = True
-                     ) -> tuple[list[int], PreparedChat, Dropped]:
-        """The prompt tokens, how to read tool calls in the answer (ember.tools.prompt), and
-        what fitting them into the context (`fit`, with max_tokens' room for the answer) left
-        out."""
+                     max_tokens: int | None = None, fit: bool = True,
+                     images: Sequence[ImageSource] = ()) -> ChatPrompt:
+        """The prompt tokens, how to read tool calls in the answer (ember.tools.prompt), what
+        fitting them into the context (`fit`, with max_tokens' room for the answer) left out,
+        and the pixels of its images (the messages' image_url parts and `images`, see
+        ember.images.with_images; ImageError for a bad one, ValueError for a model without
+        vision)."""
         request = parse_tools(tools, tool_choice, parallel_tool_calls)
+        messages = with_images(messages, images)
+        refs = refs_in(messages)
+        pixels = {id(ref): _load(ref) for ref in refs}
+        if refs and not self.engine.vision:
+            raise ValueError(f"'{refs[0].param}': this model takes no images; load it with "
+                             "mmproj=FILE (its vision projector; ember run/chat --mmproj)")
         prepared: dict[int, PreparedChat] = {}
 
         def tokens_of(kept: list[Message]) -> list[int]:
@@ -159,12 +183,16 @@ class LLM:
                                                       request)
             text = self.chat_template.render(chat.messages, add_generation_prompt=True,
                                              **{**(variables or {}), **chat.variables})
+            if pixels:
+                return self.engine.tokenize_images(text + chat.answer_prefix,
+                                                   [pixels[id(r)] for r in refs_in(kept)])
             return self.chat_template.tokenize(self.tokenizer, text + chat.answer_prefix)
 
         policy = self.context_overflow if fit else "error"
         kept, tokens, dropped = fit_chat(messages, tokens_of, policy, self.n_ctx, max_tokens,
                                          bos=self._bos())
-        return tokens, prepared[len(kept)], dropped
+        return ChatPrompt(tokens, prepared[len(kept)], dropped,
+                          [pixels[id(r)] for r in refs_in(kept)])
 
     def _bos(self) -> int | None:
         bos = self.engine.tokenize("", add_special=True)
@@ -188,11 +216,10 @@ class LLM:
         return iter(self.engine.submit(tokens, params, keep_tokens=keep_tokens,
                                        dropped=dropped))
 
-    def _chat_deltas(self, tokens: list[int], params: SamplingParams, chat: PreparedChat,
-                     dropped: Dropped) -> Iterator[Delta]:
+    def _chat_deltas(self, prompt: ChatPrompt, params: SamplingParams) -> Iterator[Delta]:
         """A fitted chat prompt's generation (ember.context_fit)."""
-        return iter(self.engine.submit(tokens, params, keep_tokens=chat.keep_tokens,
-                                       dropped=dropped))
+        return iter(self.engine.submit(prompt.tokens, params, keep_tokens=prompt.chat.keep_tokens,
+                                       dropped=prompt.dropped, images=prompt.images))
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None,
                  **sampling: Any) -> GenerationResult:
@@ -217,20 +244,25 @@ class LLM:
 
     def chat_deltas(self, messages: Sequence[Message], params: SamplingParams | None = None, *,
                     tools: Sequence[Mapping[str, Any]] | None = None,
-                    **sampling: Any) -> Iterator[Delta]:
+                    images: Sequence[ImageSource] = (), **sampling: Any) -> Iterator[Delta]:
         """Like stream_deltas, for the model's answer to `messages` (and `tools`, OpenAI's
         [{"type": "function", "function": {...}}]) in its chat template. The text is the
-        model's own, tool-call markup included (create_chat_completion parses it)."""
+        model's own, tool-call markup included (create_chat_completion parses it). images:
+        pictures for the last user message (paths, image file bytes, data URLs or RGB uint8
+        arrays [height, width, 3]), placed before its text; messages may also hold OpenAI's
+        image_url parts (a data URL, file:// URL or path). A vision model needs its projector:
+        LLM(model, mmproj=FILE)."""
         params = _params(params, sampling)
-        tokens, chat, dropped = self._chat_prompt(messages, tools, None, None,
-                                                  max_tokens=params.max_tokens)
-        return self._chat_deltas(tokens, params, chat, dropped)
+        prompt = self._chat_prompt(messages, tools, None, None, max_tokens=params.max_tokens,
+                                   images=images)
+        return self._chat_deltas(prompt, params)
 
     def chat(self, messages: Sequence[Message], params: SamplingParams | None = None, *,
-             tools: Sequence[Mapping[str, Any]] | None = None,
+             tools: Sequence[Mapping[str, Any]] | None = None, images: Sequence[ImageSource] = (),
              **sampling: Any) -> GenerationResult:
-        """The assistant's answer to `messages` ([{"role": ..., "content": ...}, ...])."""
-        return _last(self.chat_deltas(messages, params, tools=tools, **sampling))
+        """The assistant's answer to `messages` ([{"role": ..., "content": ...}, ...]), with
+        `images` for the last user message (see chat_deltas)."""
+        return _last(self.chat_deltas(messages, params, tools=tools, images=images, **sampling))
 
     def stream_chat(self, messages: Sequence[Message], params: SamplingParams | None = None,
                     **sampling: Any) -> Iterator[str]:
@@ -301,7 +333,8 @@ class LLM:
         tool_calls deltas; tool_choice "required" or a named function constrain the answer to
         a valid call of the allowed functions. prediction: Predicted Outputs, {"type":
         "content", "content": "..."} (or the text itself); the usage then has
-        completion_tokens_details.accepted/rejected_prediction_tokens."""
+        completion_tokens_details.accepted/rejected_prediction_tokens. User messages may hold
+        image_url parts, as the server takes them (see chat_deltas)."""
         if isinstance(prediction, Mapping):
             if prediction.get("type") != "content" or not isinstance(prediction.get("content"), str):
                 raise ValueError('prediction must be {"type": "content", "content": "..."}, got '
@@ -310,9 +343,9 @@ class LLM:
         params = _openai_params(sampling, max_tokens=max_completion_tokens or max_tokens,
                                 logprobs=logprobs, top_logprobs=top_logprobs or 0,
                                 prediction=prediction)
-        tokens, chat, dropped = self._chat_prompt(messages, tools, tool_choice,
-                                                  parallel_tool_calls,
-                                                  max_tokens=params.max_tokens)
+        prompt = self._chat_prompt(messages, tools, tool_choice, parallel_tool_calls,
+                                   max_tokens=params.max_tokens)
+        chat = prompt.chat
         if chat.constraint is not None:  # a forced call (tool_choice required / named)
             if params.constraint is not None:
                 raise ValueError("tool_choice forces a tool call, which constrains the whole "
@@ -321,8 +354,19 @@ class LLM:
         fmt = Formatter(chat=True, model=self.model_name, n_choices=1, logprobs=logprobs,
                         tool_format=chat.format, answer_prefix=chat.answer_prefix)
         include_usage = bool(stream_options and stream_options.get("include_usage"))
-        return _shaped(fmt, self._chat_deltas(tokens, params, chat, dropped), stream,
-                       include_usage)
+        return _shaped(fmt, self._chat_deltas(prompt, params), stream, include_usage)
+
+
+def _load(ref: ImageRef) -> np.ndarray:
+    """An image's pixels; ImageError naming it (its path, else where it was given)."""
+    try:
+        return load_image(ref.source, LOCAL)
+    except ImageError as err:
+        source = os.fspath(ref.source) if isinstance(ref.source, (str, os.PathLike)) else ""
+        shown = source if source and not source.startswith("data:") and len(source) <= 200 \
+            else ref.param
+        message = str(err) if str(err).startswith(shown) else f"{shown}: {err}"
+        raise ImageError(message, err.code, err.status) from None
 
 
 def _shaped(fmt: Formatter, deltas: Iterator[Delta], stream: bool,

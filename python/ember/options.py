@@ -22,11 +22,12 @@ def resolve_device(device: str | None) -> str:
 def engine_options(options: EngineOptions | None = None, **fields: Any) -> EngineOptions:
     """`options` (else the defaults) with `fields`, EngineOptions fields, on top. None keeps a
     field as it is (an unset n_ctx, kv_size, n_threads ... is the model's or the machine's
-    default); device None reads $EMBER_DEVICE; a draft_model path becomes a string. Raises
+    default); device None reads $EMBER_DEVICE; a draft_model or mmproj path becomes a string. Raises
     TypeError for a name that is no option; the values are checked by check()."""
     values = {name: value for name, value in fields.items() if value is not None}
-    if "draft_model" in values:
-        values["draft_model"] = os.fspath(values["draft_model"])
+    for path_field in ("draft_model", "mmproj"):
+        if path_field in values:
+            values[path_field] = os.fspath(values[path_field])
     if options is None:
         values.setdefault("device", resolve_device(None))
         return EngineOptions(**values)

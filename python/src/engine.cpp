@@ -4,6 +4,7 @@
 // Each request handle owns an eventfd (a pipe where there is none) the engine writes to on
 // every event, so asyncio can watch it with loop.add_reader.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -29,6 +30,7 @@
 #include "kv/paged_kv_cache.h"
 #include "load_model.h"
 #include "model/context.h"
+#include "vision.h"
 
 namespace nb = nanobind;
 using ember::EngineStats;
@@ -92,6 +94,7 @@ struct PyEngine {
   ember::EngineConfig config;
   ember::DType kv_type = ember::DType::f16;
   std::vector<std::shared_ptr<const ember::LoraAdapter>> adapters;  // the engine's, in index order
+  std::shared_ptr<ember::VisionModel> vision;                       // EngineOptions::mmproj's, or null
 };
 
 std::optional<std::string> finish_reason(const TokenEvent& e) {
@@ -165,6 +168,7 @@ nb::dict stats_dict(const EngineStats& s) {
   d["step_per_row_s"] = s.step_per_row_s;
   d["draft_fixed_s"] = s.draft_fixed_s;
   d["draft_per_row_s"] = s.draft_per_row_s;
+  d["images_encoded"] = s.n_images_encoded;
   return d;
 }
 
@@ -198,7 +202,8 @@ void init_engine_object(PyEngine* self, const std::string& path, std::optional<e
     for (const std::string& adapter : lora)
       adapters.push_back(ember::LoraAdapter::load(adapter, engine.model));
     engine.adapters = adapters;
-    engine.engine = ember::make_model_engine(engine.model, o, draft, std::move(adapters));
+    if (o.mmproj) engine.vision = ember::VisionModel::load(*o.mmproj, engine.model->shared_backend());
+    engine.engine = ember::make_model_engine(engine.model, o, draft, std::move(adapters), engine.vision);
   }
   new (self) PyEngine(std::move(engine));
 }
@@ -214,11 +219,15 @@ std::vector<int32_t> to_tokens(const std::vector<int64_t>& ids, const char* what
   return tokens;
 }
 
+// One image of submit(): (first position, tokens, content hash, preprocessed pixels).
+using ImagePixels = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using ImageArg = std::tuple<int64_t, int64_t, uint64_t, ImagePixels>;
+
 PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember::SamplingParams& sampling,
                  int64_t max_tokens, const std::vector<int64_t>& stop_token_ids, int32_t logprobs,
                  int priority, std::shared_ptr<ember::Grammar> grammar,
                  const std::vector<int64_t>& prediction, bool post_sampling_probs, bool reuse_prefix,
-                 int32_t lora_adapter, float lora_scale) {
+                 int32_t lora_adapter, float lora_scale, const std::vector<ImageArg>& images) {
   std::vector<int32_t> tokens = to_tokens(prompt, "prompt token");
   ember::RequestOptions o;
   o.max_tokens = max_tokens;
@@ -232,6 +241,19 @@ PyRequest submit(PyEngine& self, const std::vector<int64_t>& prompt, const ember
   o.prediction = to_tokens(prediction, "prediction token");
   o.lora_adapter = lora_adapter;
   o.lora_scale = lora_scale;
+  for (const auto& [pos, n_tokens, hash, pixels] : images) {
+    ember::RequestImage& image = o.images.emplace_back();
+    image.pos = pos;
+    image.n_tokens = n_tokens;
+    image.hash = hash;
+    if (pixels.shape(0) != 3) {
+      throw ember::InvalidRequest(ember::cat(
+          "[request] image pixels must be float32 [3, height, width], got ", pixels.shape(0), " planes"));
+    }
+    image.height = static_cast<int64_t>(pixels.shape(1));
+    image.width = static_cast<int64_t>(pixels.shape(2));
+    image.pixels = std::make_shared<const std::vector<float>>(pixels.data(), pixels.data() + pixels.size());
+  }
 
   PyRequest r;
   r.wake = std::make_shared<WakeFd>();
@@ -354,6 +376,8 @@ void init_engine(nb::module_& m) {
   field("draft_min", &ember::EngineOptions::draft_min, "a request given fewer drafts than this gets none");
   field("spec_adaptive", &ember::EngineOptions::spec_adaptive,
         "draft only as deep as the measured step cost says pays (False: always draft_max)");
+  field("mmproj", &ember::EngineOptions::mmproj,
+        "a vision projector .gguf (llama.cpp's clip layout, as --mmproj): prompts may hold images");
   field("n_threads", &ember::EngineOptions::n_threads, "CPU threads; None: the physical cores");
   field("device", &ember::EngineOptions::device,
         "'cpu', 'cuda' / 'cuda:N', 'vulkan' / 'vulkan:N', or 'auto' (the first GPU, else the CPU)");
@@ -394,6 +418,7 @@ void init_engine(nb::module_& m) {
            nb::arg("priority") = 0, nb::arg("grammar") = nb::none(),
            nb::arg("prediction") = std::vector<int64_t>{}, nb::arg("post_sampling_probs") = false,
            nb::arg("reuse_prefix") = true, nb::arg("lora_adapter") = -1, nb::arg("lora_scale") = 1.0f,
+           nb::arg("images") = std::vector<ImageArg>{},
            "Queues a request and returns its EngineRequest. Raises InvalidRequest (a ValueError; "
            "PromptTooLong for a prompt over the context) for a request that can never run (empty or "
            "too long prompt, bad ids), ValueError for bad sampling values, and EngineBusy when the "
@@ -403,7 +428,18 @@ void init_engine(nb::module_& m) {
            "(OpenAI's Predicted Outputs), drafted from (the output stays the same); post_sampling_probs: "
            "the logprobs are of the distribution after the sampler chain; reuse_prefix=False computes "
            "the whole prompt, no prefix-cache hit; lora_adapter: the index of a loaded LoRA adapter "
-           "(-1: none) and lora_scale the factor on its product.")
+           "(-1: none) and lora_scale the factor on its product; images: (first position, tokens, "
+           "content hash, float32 [3, height, width] preprocessed pixels) of each image of the prompt, "
+           "whose rows take the projector's embeddings (their tokens should be placeholders derived "
+           "from the hash: the prefix cache keys them).")
+      .def_prop_ro(
+          "vision_model",
+          [](const PyEngine& self) -> std::optional<PyVisionModel> {
+            if (!self.vision) return std::nullopt;
+            return PyVisionModel{self.vision, true};
+          },
+          "The engine's vision projector (a VisionModel whose encode() is refused: images go "
+          "through submit), or None.")
       .def(
           "cancel", [](PyEngine& self, ember::RequestId id) { self.engine->cancel(id); }, nb::arg("id"),
           "Ends a request (its stream gets a 'cancelled' event) and frees its KV blocks; unknown or "

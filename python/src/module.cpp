@@ -14,6 +14,7 @@ void init_sampling(nb::module_& m);
 void init_engine(nb::module_& m);
 void init_cpu(nb::module_& m);
 void init_devices(nb::module_& m);
+void init_vision(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ember's C++ core: GGUF files, quantization, tokenizers, models";
@@ -28,4 +29,5 @@ NB_MODULE(_core, m) {
   init_engine(m);
   init_cpu(m);
   init_devices(m);
+  init_vision(m);
 }

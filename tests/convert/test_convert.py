@@ -123,11 +123,14 @@ TYPE_CASES = [
     ("q4_1", 3, Q.Q4_1, Q.F16, Q.Q8_0),
     ("q5_0", 8, Q.Q5_0, Q.F16, Q.Q8_0),
     ("q5_1", 9, Q.Q5_1, Q.F16, Q.Q8_0),
-    ("q2_k", 10, Q.Q4_0, Q.F16, Q.Q8_0),   # k-quants need 256-rows: llama.cpp's fallbacks
-    ("q3_k_m", 12, Q.Q4_0, Q.F16, Q.Q8_0),
+    ("q2_k", 10, Q.IQ4_NL, Q.F16, Q.Q8_0),   # k-quants need 256-rows: llama.cpp's fallbacks
+    ("q3_k_m", 12, Q.IQ4_NL, Q.F16, Q.Q8_0),
     ("q4_k_m", 15, Q.Q5_0, Q.F16, Q.Q8_0),
     ("q5_k_m", 17, Q.Q5_1, Q.F16, Q.Q8_0),
     ("q6_k", 18, Q.Q8_0, Q.F16, Q.Q8_0),
+    ("tq1_0", 36, Q.Q4_0, Q.F16, Q.Q8_0),  # ternary needs 256-rows: q4_0, as llama.cpp
+    ("tq2_0", 37, Q.Q4_0, Q.F16, Q.Q8_0),
+    ("mxfp4_moe", 38, Q.Q8_0, Q.F16, Q.Q8_0),  # no experts: every matrix q8_0, as llama.cpp
 ]
 
 # Worst relative RMS error of a dequantized weight matrix against f32, per type (measured
@@ -374,6 +377,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
     assert supported_architectures() == sorted(["LlamaForCausalLM", "MistralForCausalLM",
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                 "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+                                                "Gemma3ForConditionalGeneration",
                                                 "Phi3ForCausalLM", "BertModel",
                                                 "BertForSequenceClassification",
                                                 "LlamaForSequenceClassification",

@@ -123,27 +123,24 @@ void expect_equal(const Pair& p, const std::string& what) {
   EXPECT(n_bad == 0, cat(what, ": ", n_bad, " of ", p.cpu.size(), " values differ"));
 }
 
-// Random iq4_nl blocks (ember has no iq4_nl quantizer): every codebook index, scales of either
-// sign with |d·value| up to about 1, as quantized random values would have.
-void random_iq4_nl(uint8_t* bytes, int64_t n_blocks) {
-  auto* blocks = reinterpret_cast<BlockIQ4_NL*>(bytes);
+// Random blocks of a type ember has no quantizer for (the grid i-quants): every byte random (every
+// grid row, sign pattern and sub-block scale is a valid encoding), then the block's scale set for
+// values of about 1 or less: the f16 d of either sign.
+void random_blocks(DType type, uint8_t* bytes, int64_t n_blocks) {
+  const int64_t size = type_traits(type).type_size;
+  for (int64_t i = 0; i < n_blocks * size; ++i) bytes[i] = static_cast<uint8_t>(rng()() & 0xff);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f) / 127);
-    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
-  }
-}
-
-// Random tq1_0 / tq2_0 blocks (ember has no ternary quantizer): every byte value, the f16 scale
-// last, of either sign up to about 1.
-template <typename Block>
-void random_ternary(uint8_t* bytes, int64_t n_blocks) {
-  auto* blocks = reinterpret_cast<Block*>(bytes);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    for (uint8_t& q : blocks[b].qs) q = static_cast<uint8_t>(rng()() & 0xff);
-    if constexpr (requires { blocks[b].qh; }) {
-      for (uint8_t& q : blocks[b].qh) q = static_cast<uint8_t>(rng()() & 0xff);
+    uint8_t* block = bytes + b * size;
+    const uint16_t d = f32_to_f16(uniform(-1.0f, 1.0f) / 128.0f);
+    if (type == DType::iq1_m) {  // d's nibbles top the four u16 scale words
+      uint16_t words[4];
+      std::memcpy(words, block + size - 8, 8);
+      for (int i = 0; i < 4; ++i)
+        words[i] = static_cast<uint16_t>((words[i] & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
+      std::memcpy(block + size - 8, words, 8);
+    } else {  // the other i-quants lead with d
+      std::memcpy(block, &d, 2);
     }
-    blocks[b].d = f32_to_f16(uniform(-1.0f, 1.0f));
   }
 }
 
@@ -152,12 +149,8 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_in, int64_t n_out, std
   const TypeTraits& t = type_traits(type);
   std::vector<float> src = randoms(n_in * n_out);
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(type, n_in) * n_out));
-  if (type == DType::iq4_nl) {
-    random_iq4_nl(bytes.data(), n_in * n_out / kQK);
-  } else if (type == DType::tq1_0) {
-    random_ternary<BlockTQ1_0>(bytes.data(), n_in * n_out / kQK_K);
-  } else if (type == DType::tq2_0) {
-    random_ternary<BlockTQ2_0>(bytes.data(), n_in * n_out / kQK_K);
+  if (t.quantize_row == nullptr) {
+    random_blocks(type, bytes.data(), n_in * n_out / t.block_size);
   } else {
     for (int64_t o = 0; o < n_out; ++o) {
       t.quantize_row(src.data() + o * n_in, bytes.data() + o * row_bytes(type, n_in), n_in);
@@ -253,6 +246,10 @@ WEIGHT_CASES(q5_k)
 WEIGHT_CASES(q6_k)
 WEIGHT_CASES(tq1_0)
 WEIGHT_CASES(tq2_0)
+WEIGHT_CASES(iq4_xs)
+WEIGHT_CASES(mxfp4)
+WEIGHT_CASES(iq2_xxs)
+WEIGHT_CASES(iq2_xs)
 
 // Every row's bits are the same whatever rows come with it (matmul_exact_min_rows() == 1), across
 // the device's decode and prefill kernels; else the same from matmul_exact_min_rows() rows on.
@@ -334,6 +331,26 @@ TEST(silu_gelu_mul) {
   }
 }
 
+TEST(gelu) {
+  const int64_t n = pick({1, 37, 1000, 70000});
+  const std::vector<float> x = randoms(n, 8);
+  const Pair p = run_both({x}, n, [&](Backend& be, auto& in, Buffer& y) {
+    be.gelu(in[0].template as<float>(), n, y.as<float>());
+  });
+  std::vector<double> tol(n);
+  for (int64_t i = 0; i < n; ++i) {
+    // The reference: the exact GELU in double; the CPU (std::erf in f32) within a few ulp of it.
+    const double a = x[i], want = 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+    EXPECT(std::fabs(p.cpu[i] - want) <= std::fabs(want) * 8 * kUlp + std::fabs(a) * 2 * kU + 1e-37,
+           cat("gelu: the CPU gives ", p.cpu[i], " for ", a, ", the exact value is ", want));
+    // The shader's erf (Abramowitz-Stegun 7.1.26) is within 1.5e-7 absolutely: 0.5|a| of that,
+    // plus the multiplies' rounding on both sides.
+    tol[i] = std::fabs(a) * 0.5 * 1.5e-7 + std::fabs(double(p.cpu[i])) * 8 * kUlp + std::fabs(a) * 2 * kU +
+             1e-37;
+  }
+  expect_close(p, tol, cat("gelu ", n));
+}
+
 TEST(softcap) {
   const int64_t n = pick({1, 37, 1000, 70000});
   const std::vector<float> x = randoms(n, 80);
@@ -359,6 +376,34 @@ TEST(rms_norm) {
   for (size_t i = 0; i < tol.size(); ++i)
     tol[i] = std::fabs(double(p.cpu[i])) * 2 * (n_cols + 8) * kU + 1e-37;
   expect_close(p, tol, cat("rms_norm ", n_rows, "x", n_cols));
+}
+
+// layer_norm: the CPU and the device sum the mean and the variance in different orders, each
+// within 2·(n + 8)·u relatively of its terms' magnitudes: a value moves by that much of
+// |w|·(|x - mean| + |mean|)/std, plus the bias's rounding.
+TEST(layer_norm) {
+  const int64_t n_rows = pick({1, 5, 40}), n_cols = pick({7, 64, 300, 2049});
+  const std::vector<float> x = randoms(n_rows * n_cols, 4), w = randoms(n_cols, 2), b = randoms(n_cols, 1);
+  const float eps = 1e-6f;
+  const Pair p = run_both({x, w, b}, n_rows * n_cols, [&](Backend& be, auto& in, Buffer& y) {
+    be.layer_norm(in[0].template as<float>(), in[1].template as<float>(), in[2].template as<float>(), n_rows,
+                  n_cols, eps, y.as<float>());
+  });
+  std::vector<double> tol(p.cpu.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n_cols; ++i) mean += x[r * n_cols + i];
+    mean /= n_cols;
+    for (int64_t i = 0; i < n_cols; ++i) var += (x[r * n_cols + i] - mean) * (x[r * n_cols + i] - mean);
+    const double inv_std = 1 / std::sqrt(var / n_cols + eps);
+    for (int64_t i = 0; i < n_cols; ++i) {
+      const double spread = std::fabs(w[i]) * (std::fabs(x[r * n_cols + i] - mean) + std::fabs(mean)) *
+                            inv_std;
+      tol[r * n_cols + i] = (spread + std::fabs(double(p.cpu[r * n_cols + i]))) * 2 * (n_cols + 8) * kU +
+                            1e-37;
+    }
+  }
+  expect_close(p, tol, cat("layer_norm ", n_rows, "x", n_cols));
 }
 
 TEST(softmax) {

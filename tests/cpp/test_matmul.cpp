@@ -60,6 +60,7 @@ const std::vector<ScaleFields>& scale_fields() {
       {DType::q4_k, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}},
       {DType::q5_k, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
       {DType::q6_k, {offsetof(BlockQ6_K, d)}},
+      {DType::iq4_xs, {offsetof(BlockIQ4_XS, d)}},
       {DType::tq1_0, {offsetof(BlockTQ1_0, d)}},
       {DType::tq2_0, {offsetof(BlockTQ2_0, d)}},
       {DType::iq2_xxs, {offsetof(BlockIQ2_XXS, d)}},
@@ -349,9 +350,9 @@ std::mt19937_64& rng() {
 
 const DType kSmallTypes[] = {DType::q4_0, DType::q4_1,   DType::q5_0, DType::q5_1,
                              DType::q8_0, DType::iq4_nl, DType::mxfp4};
-const DType kKTypes[] = {DType::q2_k,    DType::q3_k,  DType::q4_k,    DType::q5_k,   DType::q6_k,
-                         DType::tq1_0,   DType::tq2_0, DType::iq2_xxs, DType::iq2_xs, DType::iq2_s,
-                         DType::iq3_xxs, DType::iq3_s, DType::iq1_s,   DType::iq1_m};
+const DType kKTypes[] = {DType::q2_k,   DType::q3_k,    DType::q4_k,  DType::q5_k,    DType::q6_k,
+                         DType::iq4_xs, DType::tq1_0,   DType::tq2_0, DType::iq2_xxs, DType::iq2_xs,
+                         DType::iq2_s,  DType::iq3_xxs, DType::iq3_s, DType::iq1_s,   DType::iq1_m};
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 // Every (type, n_in, n_out, n_rows) the levels run. EMBER_TEST_SHAPES=small: fewer shapes, for

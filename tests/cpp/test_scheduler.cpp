@@ -108,6 +108,28 @@ TEST(scheduler_chunks_long_prompts_across_steps) {
   CHECK(h.results[1].tokens == reference_generate(prompt, opts(3), 4096).tokens);
 }
 
+// An image's rows run in one pass (Gemma 3's image tokens attend to each other both ways): a
+// chunk that would end inside one ends before it, the image comes whole in the next step, and
+// an image longer than a step's budget is refused at submission.
+TEST(scheduler_never_splits_an_image_across_chunks) {
+  SchedulerRig h(kv_config(64), sched_config(32));
+  const auto prompt = iota_tokens(100, 7);
+  RequestOptions o = opts(2);
+  RequestImage image;
+  image.pos = 20;
+  image.n_tokens = 24;  // positions 20 .. 43: the first chunk of 32 would end inside it
+  o.images = {image};
+  h.add(1, prompt, o);
+  std::vector<int64_t> chunks;
+  while (h.scheduler.has_unfinished()) chunks.push_back(h.step().seqs.at(0).n_tokens);
+  CHECK(chunks == (std::vector<int64_t>{20, 32, 32, 16, 1}));  // 20 | 20..51 | 52..83 | 84..99
+  CHECK(h.results[1].tokens == reference_generate(prompt, opts(2), 4096).tokens);
+  RequestOptions too_long = opts(2);
+  image.n_tokens = 40;
+  too_long.images = {image};
+  CHECK_THROWS(InvalidRequest, h.scheduler.validate(prompt, too_long), "max_batch_tokens");
+}
+
 TEST(scheduler_respects_parallel) {
   SchedulerRig h(kv_config(256), sched_config(512, 2));
   for (RequestId id = 1; id <= 5; ++id) h.add(id, iota_tokens(10, 100 * static_cast<int32_t>(id)), opts(5));

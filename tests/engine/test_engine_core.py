@@ -44,6 +44,7 @@ PROGRAMS = {
     "test_scheduler": [
         "scheduler_splits_the_token_budget",
         "scheduler_chunks_long_prompts_across_steps",
+        "scheduler_never_splits_an_image_across_chunks",
         "scheduler_respects_parallel",
         "scheduler_prefix_hit_for_a_90_percent_shared_prompt",
         "scheduler_partial_block_hits_copy_rows_and_keep_outputs",

@@ -98,6 +98,27 @@ def test_mixed_adapters_in_one_batch_match_peft_and_running_alone(lora_case: Lor
         np.testing.assert_array_equal(alone_logprobs, logprobs)
 
 
+def test_f16_adapters_match_peft_in_one_batch(lora_case: LoraCase, tmp_path) -> None:
+    """f16 adapter files (`ember convert --lora`'s default) run with f16 pairs: PEFT's f32 values
+    rounded to f16 once (alpha / rank is 2 and 0.5 here, so folding it into B rounds nothing
+    more), a relative 2^-11 of the adapters' O(1) share of the logits, far inside the tolerance."""
+    from ember.convert import convert_lora
+
+    paths = []
+    for name in ADAPTERS:
+        paths.append(str(tmp_path / f"{name}-f16.gguf"))
+        convert_lora(lora_case.adapter_dirs[name], paths[-1], "f16", base=str(lora_case.base_dir),
+                     progress=False)
+    engine = _core.Engine(str(lora_case.base_gguf), lora=paths, n_threads=2, parallel=4,
+                          kv_size=1024, prefix_caching=False)
+    mix = MIX[:4]
+    prompts = prompts_of(N_VOCAB, LENGTHS[:4], seed=9)
+    handles = [submit(engine, p, a, s) for p, (a, s) in zip(prompts, mix)]
+    for prompt, (adapter, scale), handle in zip(prompts, mix, handles):
+        tokens, logprobs, _ = collect(handle)
+        check_against_peft(lora_case, prompt, adapter, scale, tokens, logprobs)
+
+
 def test_prefix_cache_is_keyed_by_adapter_and_scale(lora_case: LoraCase) -> None:
     engine = engine_of(lora_case, parallel=2, kv_size=2048, block_size=16)
     prompt = prompts_of(N_VOCAB, [40], seed=7)[0]

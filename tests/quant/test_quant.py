@@ -28,7 +28,7 @@ DEQUANT_TYPES = [
     "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
 ]  # fmt: skip
 # bit-identical to gguf-py
-QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+QUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "tq1_0", "tq2_0", "mxfp4"]
 K_QUANT_TYPES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]  # gguf-py cannot write these
 
 # Byte offsets of the f16 scale fields inside each block (see cpp/quant/blocks.h).
@@ -233,7 +233,7 @@ def test_quantize_rounds_each_operation_like_numpy(name: str) -> None:
 @pytest.mark.parametrize("name", QUANT_TYPES)
 def test_quantize_shapes_and_conversion(name: str) -> None:
     rng = rng_for(name)
-    data = rng.standard_normal((3, 4, 64)).astype(np.float32)
+    data = rng.standard_normal((3, 4, 256)).astype(np.float32)
     flat = core.quantize(data.reshape(-1), name)
     assert core.quantize(data, name) == flat  # any leading shape: same blocks in C order
     assert core.quantize(data.astype(np.float64), name) == flat  # converted to float32 first
@@ -354,6 +354,26 @@ def test_k_quant_threaded_equals_row_by_row() -> None:
         assert whole[i * 144 : (i + 1) * 144] == core.quantize(data[i], "q4_k")
 
 
+# ---- iq4 quantizers (llama.cpp's search; gguf-py has none) -----------------------------------
+
+# rms error of llama.cpp's quantize_iq4_nl / quantize_iq4_xs (ggml_quantize_chunk, no imatrix) on
+# default_rng(0).standard_normal((256, 256)) float32, measured through its libggml-base; ember
+# wrote the same bytes.
+LLAMA_CPP_IQ4_RMS = {"iq4_nl": 0.07645, "iq4_xs": 0.07698}
+
+
+@pytest.mark.parametrize("name", list(LLAMA_CPP_IQ4_RMS))
+def test_iq4_round_trip_error_matches_llama_cpp(name: str) -> None:
+    data = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    back = core.dequantize(name, core.quantize(data, name), data.size).reshape(data.shape)
+    rms = float(np.sqrt(np.mean((back - data) ** 2)))
+    assert rms < LLAMA_CPP_IQ4_RMS[name] + 5e-6, f"{name}: rms {rms} vs llama.cpp {LLAMA_CPP_IQ4_RMS[name]}"
+    rows = np.zeros((2, 256), dtype=np.float32)
+    rows[1, ::17] = 3.0
+    back = core.dequantize(name, core.quantize(rows, name), rows.size).reshape(rows.shape)
+    assert np.array_equal(back[0], rows[0]) and float(np.max(np.abs(back[1] - rows[1]))) < 0.1
+
+
 # ---- errors ----------------------------------------------------------------------------------
 
 
@@ -389,9 +409,9 @@ def test_unsupported_types_list_the_supported_ones() -> None:
     ):
         core.dequantize("q8_k", bytes(292), 256)
     with pytest.raises(
-        ValueError, match=r"type 'iq4_nl' cannot be quantized; types that can: f32, f16, q4_0, q4_1"
+        ValueError, match=r"type 'iq2_xxs' cannot be quantized; types that can: f32, f16, q4_0, q4_1"
     ):
-        core.quantize(np.zeros(32, np.float32), "iq4_nl")
+        core.quantize(np.zeros(256, np.float32), "iq2_xxs")
 
 
 def test_raw_must_be_bytes_or_uint8() -> None:

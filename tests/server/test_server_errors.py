@@ -107,9 +107,9 @@ def test_messages_errors(server: RunningServer) -> None:
                  param="messages[0].role")
     assert_error(post(server, url, {"messages": [{"role": "user", "content": 5}]}), 400,
                  param="messages[0].content")
-    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-    assert_error(post(server, url, {"messages": image}), 400, param="messages[0].content",
-                 contains=("text",))
+    audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]
+    assert_error(post(server, url, {"messages": audio}), 400, param="messages[0].content[0]",
+                 code="unsupported_content", contains=("text parts", "image_url"))
 
 
 def test_prompt_longer_than_context(server: RunningServer) -> None:

@@ -48,9 +48,10 @@ if DEVICE is None:
     pytest.skip(f"no Vulkan: {why}", allow_module_level=True)
 
 WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q2_k", "q3_k",
-                "q4_k", "q5_k", "q6_k", "tq1_0", "tq2_0")
+                "q4_k", "q5_k", "q6_k", "tq1_0", "tq2_0", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs")
 OP_CASES = [f"{op}_{t}" for t in WEIGHT_TYPES for op in ("matmul", "get_rows")] + [
-    "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "softcap", "rms_norm", "softmax", "rope",
+    "matmul_rows_independent", "elementwise_exact", "silu_gelu_mul", "gelu", "softcap", "rms_norm",
+    "layer_norm", "softmax", "rope",
     "store_kv_f16", "store_kv_q8_0", "copy_kv", "attention_f16", "attention_q8_0",
     "one_submission_per_download"]
 
@@ -251,8 +252,8 @@ def test_lora_adapters_are_refused_on_vulkan(tmp_path: Path) -> None:
                lora={"all": case.adapter_ggufs["all"]})
 
 
-@pytest.mark.parametrize("name", ["tq1_0", "tq2_0"])
-def test_ternary_models_match_the_dequantized_weights(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["tq1_0", "tq2_0", "mxfp4", "iq2_xxs", "iq2_xs"])
+def test_typed_models_match_the_dequantized_weights(name: str, tmp_path: Path) -> None:
     import tiny_models
     from checkpoints import TWIN_MAX, TWIN_RMS, rel_rms
     from typed_models import dequantized_twin, make_model, write_typed
@@ -266,7 +267,7 @@ def test_ternary_models_match_the_dequantized_weights(name: str, tmp_path: Path)
     assert np.abs(ours - ref).max() < TWIN_MAX * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("name", ["mxfp4", "iq2_xxs", "iq1_m"])
+@pytest.mark.parametrize("name", ["iq2_s", "iq1_m"])
 def test_weight_types_without_shaders_are_refused_naming_the_type(name: str, tmp_path: Path) -> None:
     from typed_models import make_model, write_typed
 

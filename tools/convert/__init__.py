@@ -11,7 +11,7 @@ class name in registry.py; importing this package registers them all.
 
 from __future__ import annotations
 
-from . import bert, gemma3, gpt_oss, llama, phi3, qwen2, qwen3, qwen_moe, smollm3  # noqa: F401  (registers the families)
+from . import bert, gemma3, gemma3_vision, gpt_oss, llama, phi3, qwen2, qwen2vl, qwen3, qwen_moe, smollm3  # noqa: F401  (registers the families)
 from .convert import ConvertResult, convert
 from .errors import ConvertError
 from .lora import convert_lora

@@ -115,6 +115,11 @@ class DecoderFamily:
     # hidden_activation); SwiGLU's silu for the Llama-shaped families.
     activations: ClassVar[tuple[str, ...]] = ("silu", "swish")
 
+    @staticmethod
+    def text_config(config: dict) -> dict:
+        """config.json's text model part (a multimodal checkpoint nests it): what HParams reads."""
+        return config
+
     def __init__(self, hp: HParams, checkpoint: Checkpoint, where: str, config: dict) -> None:
         self.hp = hp
         self.checkpoint = checkpoint

@@ -37,6 +37,7 @@ class ConvertResult:
     n_tensors: int
     n_bytes: int
     tensor_types: dict[str, int] = field(default_factory=dict)  # type name -> tensor count
+    mmproj: Path | None = None  # the vision projector written beside it (a vision model's)
 
 
 def read_config(folder: Path) -> dict:
@@ -72,15 +73,29 @@ def _plan(family: DecoderFamily, out: OutputType) -> list[TensorPlan]:
 
 def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: bool = False,
             progress: bool | None = None, name: str | None = None,
-            revision: str | None = None) -> ConvertResult:
-    """Converts checkpoint SRC (folder or hub repo id) to the GGUF file OUT of type OUT_TYPE."""
+            revision: str | None = None, mmproj_out: str | Path | None = None) -> ConvertResult:
+    """Converts checkpoint SRC (folder or hub repo id) to the GGUF file OUT of type OUT_TYPE.
+    A vision model's tower and projector (a family with `mmproj`) go to a second file in
+    llama.cpp's clip layout: MMPROJ_OUT, by default mmproj-OUT's name beside OUT (the family's
+    mmproj(folder, config, out, out_type, ...) picks its matrices' type: a float OUT_TYPE's
+    own, f16 for a quantized one, as llama.cpp's --mmproj writes them)."""
     target = output_type(out_type)
     out = Path(out).expanduser()
     check_target(out, force)
     folder = resolve_source(str(src), revision)
-    config = read_config(folder)
+    full_config = read_config(folder)
     where = str(folder / "config.json")
-    family_class = family_for(config, where)
+    family_class = family_for(full_config, where)
+    config = family_class.text_config(full_config)
+    mmproj = getattr(family_class, "mmproj", None)
+    mmproj_path = None
+    if mmproj is not None:
+        mmproj_path = (Path(mmproj_out).expanduser() if mmproj_out is not None
+                       else out.with_name(f"mmproj-{out.name}"))
+        check_target(mmproj_path, force)
+    elif mmproj_out is not None:
+        raise ConvertError(f"{where}: {family_class.__name__} has no vision tower to write to "
+                           f"{mmproj_out}")
     hp = HParams.from_config(config, where)
     family: DecoderFamily = family_class(hp, Checkpoint(folder), where, config)
     plans = _plan(family, target)
@@ -99,5 +114,8 @@ def convert(src: str | Path, out: str | Path, out_type: str = "f16", *, force: b
 
     write_gguf(out, family.gguf_arch, set_metadata, plans, force=force, progress=progress,
                label=f"{folder.name} -> {target.name}")
+    if mmproj is not None:
+        mmproj(folder, full_config, mmproj_path, target, force=force, progress=progress,
+               name=model_name)
     return ConvertResult(out, family.gguf_arch, len(plans), out.stat().st_size,
-                         dict(Counter(type_name(p.qtype) for p in plans)))
+                         dict(Counter(type_name(p.qtype) for p in plans)), mmproj_path)

@@ -6,8 +6,9 @@ quantized types follow llama-quantize (llama_tensor_get_type in llama-quant.cpp)
 importance matrix: the output projection (or the token embedding when it doubles as the output)
 gets q6_k, and the *_k_m mixes give attn_v and ffn_down more bits in some layers. A tensor whose
 rows are not whole blocks of its type falls back the way llama.cpp does (q4_k -> q5_0, q5_k ->
-q5_1, q6_k -> q8_0, q2_k/q3_k -> iq4_nl in llama.cpp, q4_0 here since ember cannot write iq4_nl;
-then f16).
+q5_1, q6_k -> q8_0, q2_k/q3_k -> iq4_nl; then f16). Ternary (tq1_0, tq2_0): the token embedding
+gets q4_k, rows that are not whole blocks q4_0. mxfp4_moe: the experts' 3-D tensors mxfp4, every
+other matrix (the output included) q8_0.
 """
 
 from __future__ import annotations
@@ -38,18 +39,21 @@ def _output_type(name: str, llama_quantize: bool) -> OutputType:
     """general.file_type is gguf's MOSTLY_<NAME> (ALL_F32 for f32); most 2-D weights take the
     block type the name starts with (q4_k_m: q4_k)."""
     file_type = LlamaFileType.ALL_F32 if name == "f32" else LlamaFileType[f"MOSTLY_{name.upper()}"]
-    return OutputType(name, file_type, Q[name.upper().removesuffix("_M")], llama_quantize)
+    base = Q.MXFP4 if name == "mxfp4_moe" else Q[name.upper().removesuffix("_M")]
+    return OutputType(name, file_type, base, llama_quantize)
 
 
 # convert_hf_to_gguf.py's --outtype choices, then llama-quantize's.
 OUTPUT_TYPES: dict[str, OutputType] = {t.name: t for t in (
     *(_output_type(name, False) for name in ("f32", "f16", "bf16", "q8_0")),
     *(_output_type(name, True) for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m",
-                                             "q5_k_m", "q6_k")),
+                                             "q5_k_m", "q6_k", "tq1_0", "tq2_0", "mxfp4_moe")),
 )}
 
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
-_BLOCK_FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+_BLOCK_FALLBACK = {Q.Q2_K: Q.IQ4_NL, Q.Q3_K: Q.IQ4_NL, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0, Q.Q4_K: Q.Q5_0,
+                   Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+_TERNARY = (LlamaFileType.MOSTLY_TQ1_0, LlamaFileType.MOSTLY_TQ2_0)
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -119,7 +123,8 @@ def _llama_quantize_type(out: OutputType, name: str, row: int, model: ModelShape
         elif t != Q.Q8_0:
             t = Q.Q6_K
     elif name == "token_embd.weight":
-        pass
+        if ft in _TERNARY:
+            t = Q.Q4_K
     elif model.n_expert == 8 and ("attn_v.weight" in name or "attn_k.weight" in name):
         t = Q.Q8_0  # llama.cpp: "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
     elif "attn_v.weight" in name:
@@ -171,6 +176,8 @@ def tensor_type(out: OutputType, name: str, shape: tuple[int, ...], model: Model
     row = shape[-1]
     if not out.llama_quantize:  # q8_0, as convert_hf_to_gguf.py writes it
         return out.base if row % block_size(out.base) == 0 else Q.F16
+    if out.file_type == LlamaFileType.MOSTLY_MXFP4_MOE:  # experts mxfp4, every other matrix q8_0
+        return (Q.MXFP4 if len(shape) == 3 else Q.Q8_0) if row % 32 == 0 else Q.F16
     return _llama_quantize_type(out, name, row, model)
 
 

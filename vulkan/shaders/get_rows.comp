@@ -16,7 +16,7 @@ layout(push_constant) uniform Push {
 void main() {
   const uint i = group_index();
   if (i >= p.n_ids) return;
-  const uint row = uint(p.ids.v[i]) * row_u16(p.n_cols);
+  const uint row = row_start(uint(p.ids.v[i]), p.n_cols);
   const uint n_groups = (p.n_cols + 31u) / 32u;
   for (uint g = gl_LocalInvocationID.x; g < n_groups; g += 64u) {
     float v[32];

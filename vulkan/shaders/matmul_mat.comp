@@ -27,7 +27,6 @@ void main() {
   if (r0 >= p.n_rows) return;
   const uint t = gl_LocalInvocationID.x;
   const uint ty = t / 8u, tx = t % 8u;  // rows r0 + 4ty .., columns o0 + 4tx ..
-  const uint row_words = row_u16(p.n_in);
   const uint n_groups = (p.n_in + 31u) / 32u;
   precise float acc[4][4];
   for (uint i = 0u; i < 4u; ++i)
@@ -37,7 +36,7 @@ void main() {
       const uint o = o0 + t;
       float v[32];
       if (o < p.n_out) {
-        dq32(p.w, o * row_words, g, p.n_in, v);
+        dq32(p.w, row_start(o, p.n_in), g, p.n_in, v);
       } else {
         for (uint l = 0u; l < 32u; ++l) v[l] = 0.0;
       }

@@ -21,7 +21,7 @@ layout(push_constant) uniform Push {
 void main() {
   const uint o = gl_WorkGroupID.x * 64u + gl_LocalInvocationID.x, r0 = gl_WorkGroupID.y * 4u;
   if (o >= p.n_out || r0 >= p.n_rows) return;
-  const uint row = o * row_u16(p.n_in);
+  const uint row = row_start(o, p.n_in);
   const uint n_groups = (p.n_in + 31u) / 32u;
   const uint n_r = min(4u, p.n_rows - r0);
   precise float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);

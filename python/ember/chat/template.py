@@ -35,6 +35,8 @@ from ember.chat.limits import (
     RenderTimeout,
     bounded_render,
 )
+from ember.images import ImageRef
+from ember.media import MEDIA_MARKER
 
 Message = Mapping[str, Any]
 
@@ -113,19 +115,27 @@ def _compile(source: str) -> jinja2.Template:
 
 
 def _plain_content(message: Message) -> dict[str, Any]:
-    """A copy of the message whose content is a string when it was a list of text parts
-    (OpenAI's [{"type": "text", "text": ...}]), joined with "\n" as llama.cpp joins them;
-    templates expect strings."""
+    """A copy of the message whose content is a string when it was a list of parts: text parts
+    (OpenAI's [{"type": "text", "text": ...}]) joined with "\n", as llama.cpp joins them, and
+    each image (an ember.images.ImageRef) as MEDIA_MARKER, with no "\n" on either side (as
+    llama.cpp's media markers); templates expect strings."""
     out = dict(message)
     content = out.get("content")
     if isinstance(content, list):
-        texts = []
+        text = ""
+        after_image = False
         for part in content:
+            if isinstance(part, ImageRef):
+                text += MEDIA_MARKER
+                after_image = True
+                continue
             if not (isinstance(part, Mapping) and part.get("type") == "text"):
                 raise ChatTemplateError(f"message content part {part!r} is not supported "
-                                        "(only {'type': 'text', 'text': ...} parts are)")
-            texts.append(str(part.get("text", "")))
-        out["content"] = "\n".join(texts)
+                                        "(only {'type': 'text', 'text': ...} parts and images "
+                                        "are)")
+            text += ("\n" if text and not after_image else "") + str(part.get("text", ""))
+            after_image = False
+        out["content"] = text
     return out
 
 

@@ -1,25 +1,33 @@
 """`ember chat [MODEL]`: an interactive chat in the terminal.
 
 Each line is a user message; the answer streams to stdout, then its speed goes to stderr
-(dimmed on a terminal). /clear starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C
-stops an answer. With stdin from a pipe there is no prompt and no terminal styling, so
+(dimmed on a terminal). /image FILE attaches a picture to the next message (a vision model:
+--mmproj), /clear starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.
+With stdin from a pipe there is no prompt and no terminal styling, so
 `printf 'Hi!\\n' | ember chat` prints just the answers.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ember.commands import generation_options as opt
 from ember.context_fit import check_policy
+from ember.images import ImageRef
+from ember.images import load as load_image
 from ember.options import EngineOptions
 from ember.results import Usage
 from ember.sampling import SamplingParams
 
-HELP = "/clear: start over   /exit: quit   Ctrl-C: stop an answer   Ctrl-D: quit"
+if TYPE_CHECKING:
+    from ember.llm import LLM
+
+HELP = ("/image FILE: a picture for the next message   /clear: start over   /exit: quit   "
+        "Ctrl-C: stop an answer   Ctrl-D: quit")
 
 
 @opt.with_generation_flags
@@ -44,6 +52,7 @@ def chat(
 
     start: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     history = list(start)
+    pending: list[ImageRef] = []  # /image pictures for the next message
     while True:
         try:
             line = input(">>> " if interactive else "")
@@ -59,15 +68,22 @@ def chat(
             continue
         if text in ("/exit", "/quit", "/bye"):
             break
+        if text == "/image" or text.startswith("/image "):
+            note = _attach(llm, text.removeprefix("/image").strip(), pending)
+            print(opt.dim(note), file=sys.stderr)
+            continue
         if text == "/clear":
             history = list(start)
+            pending.clear()
             print(opt.dim("(new conversation)"), file=sys.stderr)
             continue
         if text in ("/help", "/?"):
             print(opt.dim(HELP), file=sys.stderr)
             continue
 
-        history.append({"role": "user", "content": text})
+        history.append({"role": "user", "content": [*pending, {"type": "text", "text": text}]}
+                       if pending else {"role": "user", "content": text})
+        pending.clear()
         answer: list[str] = []
         stats = ""
         try:
@@ -88,6 +104,22 @@ def chat(
         sys.stdout.write("\n")
         sys.stdout.flush()
         print(opt.dim(stats), file=sys.stderr)
+
+
+def _attach(llm: LLM, path: str, pending: list[ImageRef]) -> str:
+    """/image PATH: the picture decoded now (a bad file is said at once) and kept for the next
+    message; what to tell the user."""
+    if not path:
+        return "(/image FILE attaches a picture to the next message)"
+    if not llm.engine.vision:
+        return "(this model takes no images; start ember chat with --mmproj FILE, its vision " \
+               "projector)"
+    try:
+        pixels = load_image(os.path.expanduser(path))
+    except ValueError as err:
+        return f"({err})"
+    pending.append(ImageRef(pixels, f"/image {path}"))
+    return f"(image {path}: {pixels.shape[1]}x{pixels.shape[0]}, goes with the next message)"
 
 
 def _dropped_note(usage: Usage) -> str:

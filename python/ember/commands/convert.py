@@ -10,7 +10,8 @@ import typer
 if TYPE_CHECKING:
     from ember.convert import ConvertResult
 
-TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k"
+TYPES = ("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k, tq1_0, tq2_0, "
+         "mxfp4_moe")
 
 
 def summary(result: ConvertResult) -> str:
@@ -36,10 +37,13 @@ def convert(
     lora: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--lora", help="convert this PEFT LoRA adapter folder (adapter_config.json, "
                        "adapter_model.safetensors) to a LoRA GGUF instead; --type f32 or f16")] = None,
+    mmproj_out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--mmproj-out", help="a vision model's projector file (llama.cpp's clip layout, for "
+                             "--mmproj; default: mmproj-OUTPUT beside OUTPUT)")] = None,
 ) -> None:
     """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, the Qwen MoEs, Phi-3 with
-    LongRoPE, Gemma 2/3, SmolLM3, BERT) to a GGUF file, or a PEFT LoRA adapter of one (--lora) to
-    the LoRA GGUF that ember and llama.cpp load."""
+    LongRoPE, Gemma 2/3 (Gemma 3 with vision: and its mmproj), SmolLM3, BERT) to a GGUF file, or
+    a PEFT LoRA adapter of one (--lora) to the LoRA GGUF that ember and llama.cpp load."""
     from ember.convert import convert as run_convert
     from ember.convert import convert_lora
 
@@ -50,8 +54,11 @@ def convert(
         raise typer.BadParameter("give the checkpoint to convert (SRC), or --lora ADAPTER_DIR",
                                  param_hint="SRC")
     else:
-        result = run_convert(src, output, out_type, force=force, name=name, revision=revision)
+        result = run_convert(src, output, out_type, force=force, name=name, revision=revision,
+                             mmproj_out=mmproj_out)
     typer.echo(summary(result), err=True)
+    if getattr(result, "mmproj", None) is not None:
+        typer.echo(f"wrote {result.mmproj} (the vision projector: pass it as --mmproj)", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -87,6 +87,9 @@ Prediction = Annotated[Optional[str], typer.Option(
     "--prediction", help="the expected output (Predicted Outputs): text, or @FILE; drafts "
                          "come from it", show_default=False)]
 System = Annotated[Optional[str], typer.Option("--system", help="a system message for the chat")]
+MMPROJ_HELP = ("the model's vision projector (an mmproj .gguf, as llama.cpp's --mmproj): the model "
+               "then takes images")
+Mmproj = Annotated[Optional[Path], typer.Option("--mmproj", help=MMPROJ_HELP, show_default=False)]
 CHAT_TEMPLATE_HELP = ("NAME of a built-in template (chatml, gemma, llama3) or a Jinja FILE, instead "
                       "of the model's \\[default: the model's, else its architecture's, else chatml]")
 ChatTemplateOpt = Annotated[Optional[str], typer.Option(
@@ -156,6 +159,7 @@ def _generation_flags(
     draft_model: DraftModel = None,
     draft_max: DraftMax = _E.draft_max,
     draft_min: DraftMin = _E.draft_min,
+    mmproj: Mmproj = None,
 ) -> tuple[SamplingParams, EngineOptions]:
     """The flags `ember run` and `ember chat` share, as the request's SamplingParams and the
     engine's EngineOptions (one request at a time), both checked before the model loads."""
@@ -164,9 +168,11 @@ def _generation_flags(
         repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, seed=seed,
         max_tokens=max_tokens, stop=stop)
+    if mmproj is not None and not mmproj.is_file():
+        raise ValueError(f"--mmproj {mmproj}: no such file")
     options = engine_options(n_threads=threads, device=device, n_ctx=ctx_size, parallel=1,
                              spec=spec, draft_model=draft_model, draft_max=draft_max,
-                             draft_min=draft_min)
+                             draft_min=draft_min, mmproj=str(mmproj) if mmproj else None)
     return params, checked_options(options)
 
 

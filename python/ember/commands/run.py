@@ -24,6 +24,10 @@ def run(
     chat: Annotated[bool, typer.Option(
         "--chat", help="send the prompt as a user message in the model's chat template")] = False,
     system: opt.System = None,
+    image: Annotated[Optional[list[Path]], typer.Option(
+        "--image", help="an image file (PNG, JPEG, WebP, GIF, BMP) for the prompt, placed before "
+        "its text; repeatable; implies --chat and needs a vision model (--mmproj)",
+        show_default=False)] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="print one JSON object (text, finish_reason, usage, timings)")] = False,
     *,
@@ -46,8 +50,13 @@ def run(
         raise ValueError("no prompt: pass -p TEXT, or -p - to read it from stdin")
     if prompt == "-":
         prompt = sys.stdin.read().removesuffix("\n")  # the newline `echo` adds is not prompt
+    images = image or []
+    chat = chat or bool(images)
     if system is not None and not chat:
         raise ValueError("--system needs --chat")
+    for path in images:  # before the model loads
+        if not path.is_file():
+            raise ValueError(f"--image {path}: no such file")
     constraint = _constraint(json_schema, grammar)
     if constraint is not None:
         params = replace(params, constraint=constraint)
@@ -58,7 +67,8 @@ def run(
                        {lora.stem: lora} if lora else None)
     if chat:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
-        deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params)
+        deltas = llm.chat_deltas([*messages, {"role": "user", "content": prompt}], params,
+                                 images=images)
     else:
         deltas = llm.stream_deltas(prompt, params)
 

@@ -267,6 +267,31 @@ def serve(
         "--lora", help="NAME=FILE: a LoRA adapter .gguf of the model (ember convert --lora), "
         "picked by a request's model \"<served name>:NAME\" or its lora field; repeatable "
         "(one model served)")] = None,
+    mmproj: Annotated[Optional[Path], typer.Option(
+        "--mmproj", envvar="EMBER_MMPROJ",
+        help="the model's vision projector (an mmproj .gguf, as llama-server's --mmproj): "
+        "requests may then carry images (one model served)", show_default=False)] = None,
+    allowed_local_media_path: Annotated[Optional[Path], typer.Option(
+        "--allowed-local-media-path", envvar="EMBER_ALLOWED_LOCAL_MEDIA_PATH",
+        help="requests may name image files under this directory by file:// URL (vLLM's flag; "
+        "file://NAME is relative to it); only for trusted clients \\[default: no files]",
+        show_default=False)] = None,
+    allow_remote_images: Annotated[bool, typer.Option(
+        "--allow-remote-images", envvar="EMBER_ALLOW_REMOTE_IMAGES",
+        help="fetch http(s) image URLs of requests (within 10 s and --image-max-size; the server "
+        "then reaches any address a client names)")] = False,
+    image_max_size: Annotated[str, typer.Option(
+        "--image-max-size", envvar="EMBER_IMAGE_MAX_SIZE",
+        help="an image file's bytes at most (413 beyond; data URLs are also bounded by "
+        "--max-body-size)")] = "10M",
+    image_max_pixels: Annotated[int, typer.Option(
+        "--image-max-pixels", envvar="EMBER_IMAGE_MAX_PIXELS",
+        help="an image's width x height at most (checked before it is decoded)")
+    ] = _D.image_max_pixels,
+    limit_mm_per_prompt: Annotated[str, typer.Option(
+        "--limit-mm-per-prompt", envvar="EMBER_LIMIT_MM_PER_PROMPT",
+        help="images per request at most: image=N, or vLLM's JSON {\"image\": N}")
+    ] = f"image={_D.max_images}",
 ) -> None:
     """Serve a model, or several, over an OpenAI-compatible HTTP API (/v1/chat/completions,
     ...)."""
@@ -308,15 +333,48 @@ def serve(
         reasoning_budget=reasoning_budget, context_overflow=context_overflow,
         json_bounds=JsonBounds(json_int_digits, json_frac_digits, json_indent),
         cache_dir=cache_dir, cache_disk_bytes=_bytes(cache_disk_size, "--cache-disk-size"),
-        slot_save_path=slot_save_path, lora=_adapters(lora or []))
+        slot_save_path=slot_save_path, lora=_adapters(lora or []),
+        mmproj=_mmproj(mmproj),
+        allowed_local_media_path=str(allowed_local_media_path) if allowed_local_media_path
+        else None, allow_remote_images=allow_remote_images,
+        image_max_bytes=_bytes(image_max_size, "--image-max-size"),
+        image_max_pixels=image_max_pixels, max_images=_image_limit(limit_mm_per_prompt))
     if len(served_models(config)) > 1 and config.lora:  # also: a folder without models, ...
         raise typer.BadParameter("LoRA adapters go with one served model; this serves several",
                                  param_hint="--lora")
+    if len(served_models(config)) > 1 and config.mmproj:
+        raise typer.BadParameter("a vision projector goes with one served model; this serves "
+                                 "several", param_hint="--mmproj")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s",
                         stream=sys.stderr)
     status = run_server(config)
     if status:
         raise typer.Exit(status)
+
+
+def _mmproj(path: Path | None) -> str | None:
+    if path is not None and not path.expanduser().is_file():
+        raise typer.BadParameter(f"{path}: no such file", param_hint="--mmproj")
+    return str(path.expanduser()) if path is not None else None
+
+
+def _image_limit(value: str) -> int:
+    """--limit-mm-per-prompt: image=N or {"image": N} (vLLM's), as N."""
+    import json
+
+    text = value.strip()
+    try:
+        limits = json.loads(text) if text.startswith("{") else dict(
+            (name.strip(), int(number)) for name, _, number in
+            (item.partition("=") for item in text.split(",")))
+    except ValueError:
+        limits = None
+    ok = isinstance(limits, dict) and set(limits) == {"image"} \
+        and isinstance(limits["image"], int) and limits["image"] >= 1
+    if not ok:
+        raise typer.BadParameter(f"{value!r}: expected image=N or {{\"image\": N}} with N >= 1 "
+                                 "(ember takes images only)", param_hint="--limit-mm-per-prompt")
+    return int(limits["image"])  # type: ignore[index]
 
 
 def _adapters(values: list[str]) -> dict[str, str]:

@@ -28,6 +28,7 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from ember.images import ImageRef
 from ember.openai_format import dropped_fields
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
@@ -70,18 +71,46 @@ def _text(value: Any, where: str) -> str:
                       code="invalid_type")
 
 
+def _image(block: Mapping[str, Any], at: str, role: str) -> ImageRef:
+    """An image block, {"type": "image", "source": {"type": "base64", "media_type": ...,
+    "data": ...}} or {"type": "url", "url": ...}, as the ImageRef of its data URL or URL."""
+    if role != "user":
+        raise bad_request(f"'{at}': images go in user messages, not in {role} ones", param=at,
+                          code="unsupported_content")
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    item = Fields(source, f"{at}.source") if isinstance(source, Mapping) else None
+    if item is not None and kind == "base64":
+        media_type = item.required_string("media_type")
+        return ImageRef(f"data:{media_type};base64,{item.required_string('data')}", at)
+    if item is not None and kind == "url":
+        return ImageRef(item.required_string("url"), at)
+    raise bad_request(f"'{at}.source' must be {{\"type\": \"base64\", \"media_type\": ..., "
+                      f"\"data\": ...}} or {{\"type\": \"url\", \"url\": ...}}, got "
+                      f"{show(kind)}", param=f"{at}.source",
+                      code="unsupported_content" if kind == "file" else "invalid_value")
+
+
+def _content(parts: list[str | ImageRef]) -> str | list[Any]:
+    """Text blocks joined with "\n"; with images among them, chat content parts."""
+    if all(isinstance(p, str) for p in parts):
+        return "\n".join(parts)  # type: ignore[arg-type]
+    return [{"type": "text", "text": p} if isinstance(p, str) else p for p in parts]
+
+
 def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
     """One Messages message as chat messages, blocks in order: text blocks (joined with
-    "\n"); an assistant's tool_use blocks as its tool_calls; a user's tool_result blocks as
-    "tool" messages (text around them stays user messages)."""
+    "\n") and image blocks (a user's: ImageRefs among text parts); an assistant's tool_use
+    blocks as its tool_calls; a user's tool_result blocks as "tool" messages (text around
+    them stays user messages)."""
     if not isinstance(content, list):
         return [{"role": role, "content": _text(content, where)}]
     out: list[dict[str, Any]] = []
-    texts: list[str] = []  # the text blocks of the chat message being built
+    texts: list[str | ImageRef] = []  # the text and image blocks of the message being built
 
     def flush() -> None:
         if texts:
-            out.append({"role": role, "content": "\n".join(texts)})
+            out.append({"role": role, "content": _content(texts)})
             texts.clear()
 
     for j, block in enumerate(content):
@@ -96,7 +125,7 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
                     "function": {"name": item.required_string("name"),
                                  "arguments": json.dumps(arguments, ensure_ascii=False)}}
             if texts:
-                out.append({"role": role, "content": "\n".join(texts), "tool_calls": [call]})
+                out.append({"role": role, "content": _content(texts), "tool_calls": [call]})
                 texts.clear()
             elif out and out[-1].get("tool_calls"):
                 out[-1]["tool_calls"].append(call)
@@ -108,6 +137,8 @@ def _message(role: str, content: Any, where: str) -> list[dict[str, Any]]:
             call_id = Fields(block, at).required_string("tool_use_id")
             out.append({"role": "tool", "tool_call_id": call_id,
                         "content": "" if result is None else _text(result, f"{at}.content")})
+        elif kind == "image":
+            texts.append(_image(block, at, role))
         else:
             texts.append(_block_text(block, at, where))
     flush()
@@ -344,7 +375,7 @@ async def messages(request: HTTPRequest, ctx: AppContext) -> Response:
         request, ctx, chat, thinking_budget=budget)
     options = parsed.options
     generation = Generation([prompt.tokens], [options.choice_params(0)], options.stream,
-                            prompt.keep_tokens, [prompt.dropped])
+                            prompt.keep_tokens, [prompt.dropped], prompt.images)
     return await respond(request, ctx, MessagesShape(ctx.model_name, prompt), generation,
                          arrival)
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ember.embeddings import POOLINGS
 from ember.grammar import BOUNDS, JsonBounds
+from ember.images import ImagePolicy
 from ember.options import DEFAULTS as _ENGINE
 from ember.options import EngineOptions, engine_options
 
@@ -77,6 +79,15 @@ class ServerConfig:
     # "truncate-middle" (ember.context_fit)
     context_overflow: str = "error"
     lora: dict[str, str] = field(default_factory=dict)  # LoRA adapters by name (--lora NAME=FILE)
+    # Images (ember.images.ImagePolicy): the model's vision projector; the directory file://
+    # images may be read from (vLLM's --allowed-local-media-path; None: no files); http(s)
+    # image URLs fetched or refused; an image's bytes and pixels, and images per request, at most.
+    mmproj: str | None = None
+    allowed_local_media_path: str | None = None
+    allow_remote_images: bool = False
+    image_max_bytes: int = ImagePolicy.max_bytes
+    image_max_pixels: int = ImagePolicy.max_pixels
+    max_images: int = ImagePolicy.max_images
 
     def __post_init__(self) -> None:
         if self.rerank:
@@ -123,6 +134,7 @@ class ServerConfig:
         from ember.server.browser import cors_origins
 
         self.cors_origins = cors_origins(self.cors_origins)  # ValueError naming a bad one
+        self.image_policy  # noqa: B018  ValueError naming a bad limit or directory
         if self.api_key is not None and not self.api_key:
             self.api_key = None  # an empty key means no key
 
@@ -136,6 +148,13 @@ class ServerConfig:
             return self.keep_alive
         return 300.0 if self.several_models else math.inf
 
+    @cached_property
+    def image_policy(self) -> ImagePolicy:
+        """Where request images may come from and how large they may be (checked once)."""
+        return ImagePolicy(max_bytes=self.image_max_bytes, max_pixels=self.image_max_pixels,
+                           max_images=self.max_images, local_dir=self.allowed_local_media_path,
+                           remote=self.allow_remote_images)
+
     def engine_options(self) -> EngineOptions:
         """The engine's options: the fields above under their EngineOptions names."""
         return engine_options(n_ctx=self.ctx_size, parallel=self.parallel, kv_size=self.kv_size,
@@ -143,4 +162,4 @@ class ServerConfig:
                               max_queue=self.max_queue, spec=self.spec,
                               draft_model=self.draft_model, draft_max=self.draft_max,
                               draft_min=self.draft_min, cache_dir=self.cache_dir,
-                              cache_disk_bytes=self.cache_disk_bytes)
+                              cache_disk_bytes=self.cache_disk_bytes, mmproj=self.mmproj)

@@ -23,6 +23,7 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any
 
+from ember.images import ImageRef
 from ember.server.errors import APIError, bad_request
 
 MAX_PROMPTS = 64
@@ -188,21 +189,26 @@ class Fields:
             for piece in pieces:
                 if isinstance(piece, str):
                     check_text(piece, name)
+                elif isinstance(piece, ImageRef):
+                    continue
                 elif n_vocab is not None and not 0 <= piece < n_vocab:
                     raise bad_request(f"'{name}' token id {piece} is out of range [0, "
                                       f"{n_vocab})", param=name, code="invalid_value")
         return prompts
 
     @staticmethod
-    def _pieces(name: str, item: Any, shape: str, mixed: bool) -> list[str | int]:
+    def _pieces(name: str, item: Any, shape: str, mixed: bool) -> list[Any]:
         if isinstance(item, str):
             return [item]
         if mixed and isinstance(item, Mapping) and isinstance(item.get("prompt_string"), str):
-            if item.get("multimodal_data"):
-                raise bad_request(f"'{name}': multimodal_data needs a multimodal model; ember "
-                                  "runs text models only", param=name,
-                                  code="unsupported_parameter")
-            return [item["prompt_string"]]
+            # llama-server's images: base64 strings, one per media marker of the text
+            data = item.get("multimodal_data") or []
+            if not (isinstance(data, list) and all(isinstance(d, str) for d in data)):
+                raise bad_request(f"'{name}.multimodal_data' must be an array of base64 "
+                                  "strings", param=f"{name}.multimodal_data",
+                                  code="invalid_type")
+            return [item["prompt_string"], *(ImageRef(d, f"{name}.multimodal_data[{k}]")
+                                             for k, d in enumerate(data))]
         if isinstance(item, list) and all(_is_token(v) or mixed and isinstance(v, str)
                                            for v in item):
             return list(item)

@@ -25,13 +25,20 @@ from starlette.responses import Response
 
 from ember.build_info import build_info
 from ember.context_fit import Dropped
+from ember.images import ImageRef
 from ember.openai_format import dropped_fields
 from ember.results import Delta, GenerationResult, Timings, TokenLogprob, Usage
 from ember.sampling import SamplingParams
 from ember.server.context import AppContext
 from ember.server.errors import APIError, bad_request, json_response
 from ember.server.fields import SAMPLER_ORDER, Fields
-from ember.server.prompts import infill_tokens, prompt_tokens, render_chat, request_fit
+from ember.server.prompts import (
+    image_prompt,
+    infill_tokens,
+    prompt_tokens,
+    render_chat,
+    request_fit,
+)
 from ember.server.protocol import Options, parse_messages, parse_options, split_prefill
 from ember.server.reasoning import parse_request as parse_reasoning
 from ember.server.respond import Generation, respond, sse
@@ -225,7 +232,7 @@ async def _options(request: HTTPRequest, ctx: AppContext, body: dict[str, Any]) 
 
 async def _generate(request: HTTPRequest, ctx: AppContext, options: Options,
                     prompts: list[list[int]], arrival: float,
-                    dropped: Sequence[Dropped] = ()) -> Response:
+                    dropped: Sequence[Dropped] = (), images: Sequence[Any] = ()) -> Response:
     engine = ctx.require_ready()
     n = options.n
     texts = [engine.tokenizer.decode(p, skip_special=False) for p in prompts for _ in range(n)]
@@ -234,7 +241,8 @@ async def _generate(request: HTTPRequest, ctx: AppContext, options: Options,
     params = [options.choice_params(i) for _ in prompts for i in range(n)]
     cuts = [d for d in dropped for _ in range(n)]
     return await respond(request, ctx, shape,
-                         Generation(all_prompts, params, options.stream, dropped=cuts), arrival)
+                         Generation(all_prompts, params, options.stream, dropped=cuts,
+                                    images=images), arrival)
 
 
 async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
@@ -244,6 +252,13 @@ async def completion(request: HTTPRequest, ctx: AppContext) -> Response:
     pieces = await ctx.offload(request, Fields(body).token_prompts, "prompt",
                                n_vocab=engine.n_vocab, mixed=True)
     options = await _options(request, ctx, body)
+    refs = [piece for p in pieces for piece in p if isinstance(piece, ImageRef)]
+    if refs:  # {"prompt_string": ..., "multimodal_data": [...]}: images for its markers
+        if len(pieces) > 1:
+            raise bad_request("'prompt': a prompt with multimodal_data must be the request's "
+                              "only prompt", param="prompt", code="invalid_value")
+        tokens, images = await image_prompt(ctx, pieces[0][0], refs, "prompt")
+        return await _generate(request, ctx, options, [tokens], arrival, images=images)
     fitted = [await prompt_tokens(ctx, p, fit=request_fit(ctx, options)) for p in pieces]
     return await _generate(request, ctx, options, [tokens for tokens, _ in fitted], arrival,
                            [dropped for _, dropped in fitted])
@@ -313,7 +328,7 @@ async def props(request: HTTPRequest, ctx: AppContext) -> Response:
         "chat_template_caps": {},
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {"vision": engine.vision, "audio": False},
         "build_info": build_info(),
         "is_sleeping": False,
     })

@@ -140,7 +140,8 @@ async def chat_completions(request: HTTPRequest, ctx: AppContext) -> Response:
             fmt.echo(i, lead, [])
     generation = Generation([prompt.tokens] * options.n,
                             [options.choice_params(i) for i in range(options.n)],
-                            options.stream, prompt.keep_tokens, [prompt.dropped] * options.n)
+                            options.stream, prompt.keep_tokens, [prompt.dropped] * options.n,
+                            prompt.images)
     return await respond(request, ctx,
                          OpenAIShape(fmt, options, prompt.thinking,
                                      lead if prompt.thinking is not None else ""),

@@ -4,7 +4,9 @@ included, ember.tools.prompt), text and token-id prompts, fill-in-the-middle pro
 Every prompt a generation endpoint runs is made here, and checked here once, where its tokens
 are known: not UTF-8, empty, or longer than the context is a 400 naming the request's field.
 Texts are first held against PromptBound, which refuses a text certainly too long before
-tokenizing it. Rendering runs in a worker thread; short texts are tokenized on the event loop,
+tokenizing it. A chat's images (image_parts.py) are read and decoded first; the rendered text
+then holds a marker per image, which Engine.tokenize_images expands (ember.media).
+Rendering runs in a worker thread; short texts are tokenized on the event loop,
 longer ones in a thread.
 """
 
@@ -14,18 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from starlette.requests import Request as HTTPRequest
 
 from ember.chat.limits import RenderLimits
 from ember.chat.template import ChatTemplateError, ChatTemplateLimitError
 from ember.context_fit import Dropped, fit_chat, fit_tokens
 from ember.grammar import Constraint
+from ember.images import ImageRef, refs_in
 from ember.server import reasoning
 from ember.server.context import AppContext
 from ember.server.errors import bad_request, context_exceeded
 from ember.server.fields import check_text
 from ember.server.fim import infill_prompt
 from ember.server.fim import require as require_fim
+from ember.server.image_parts import Pixels, load_images
 from ember.server.prompt_bound import PromptBound
 from ember.server.protocol import ChatCompletionRequest, Options, parse_chat_request
 from ember.tools import prompt as tool_prompt
@@ -72,6 +77,7 @@ class ChatPrompt:
     constraint: Constraint | None = None  # a forced call: what the answer must be
     thinking: reasoning.Thinking | None = None  # read the answer's thinking out (chat_request)
     dropped: Dropped = field(default_factory=Dropped)  # what fitting it into the context left out
+    images: list[np.ndarray] = field(default_factory=list)  # the pixels of its markers, in order
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
                 add_generation_prompt: bool = True, tools: ToolRequest | None = None,
                 tokenize: bool = True, within_context: bool = True,
                 template_kwargs: dict[str, Any] | None = None,
-                fit: Fit | None = None) -> ChatPrompt:
+                fit: Fit | None = None, pixels: Pixels | None = None) -> ChatPrompt:
     """Checked messages (and tools) in the model's chat template; runs in a worker thread
     (ctx.in_worker). Tools go into the messages (ember.tools.prompt), the template renders
     under its limits, `prefill` (the reply's opening) follows the rendered text, then the
@@ -112,7 +118,9 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
     them or runs past its limits. template_kwargs: more variables of the template (vLLM's
     chat_template_kwargs); the tools' own win. fit (a generation's, tokenized): a policy
     other than "error" fits the prompt into the context instead of refusing it, rendering
-    the kept messages again (ChatPrompt.dropped says what went)."""
+    the kept messages again (ChatPrompt.dropped says what went). pixels (image_parts.
+    load_images'): the messages' images, whose markers the engine tokenizes (the kept
+    messages' images only)."""
     engine = ctx.require_ready()
     template = ctx.template
     assert template is not None
@@ -143,12 +151,25 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
         renders[len(kept)] = text, chat
         return text, chat
 
+    def images_of(kept: list[dict[str, Any]]) -> list[np.ndarray]:
+        return [pixels[id(ref)] for ref in refs_in(kept)] if pixels else []
+
+    def tokenize_text(text: str, kept: list[dict[str, Any]]) -> list[int]:
+        if not pixels:
+            return template.tokenize(engine.tokenizer, text)
+        try:
+            return engine.tokenize_images(text, images_of(kept))
+        except ValueError as err:  # e.g. a marker typed into the text as well
+            raise bad_request(f"'messages': {err}", param="messages",
+                              code="invalid_messages") from None
+
     dropped = Dropped()
+    kept = messages
     if fitting:
         assert fit is not None
 
         def tokens_of(kept: list[dict[str, Any]]) -> list[int]:
-            return template.tokenize(engine.tokenizer, render(kept)[0])
+            return tokenize_text(render(kept)[0], kept)
 
         kept, tokens, dropped = fit_chat(messages, tokens_of, fit.policy, engine.n_ctx,
                                          fit.max_tokens, fit.n_keep, _bos(ctx))
@@ -158,12 +179,12 @@ def render_chat(ctx: AppContext, messages: list[dict[str, Any]], *, prefill: str
         text, chat = render(messages)
         if within_context:
             bound.check(text, "messages")
-        tokens = template.tokenize(engine.tokenizer, text) if tokenize else []
+        tokens = tokenize_text(text, messages) if tokenize else []
         if tokenize and within_context:
             _check_tokens(ctx, tokens, "messages")
     return ChatPrompt(text, tokens, chat.format, chat.keep_tokens, chat.answer_prefix,
                       chat.constraint.grammar(ctx.config.json_bounds) if chat.constraint is not None
-                      else None, dropped=dropped)
+                      else None, dropped=dropped, images=images_of(kept))
 
 
 async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, Any],
@@ -182,10 +203,11 @@ async def chat_request(request: HTTPRequest, ctx: AppContext, body: dict[str, An
     asks = reasoning.parse_request(body, config.reasoning_format,
                                    None if config.reasoning_budget < 0 else config.reasoning_budget,
                                    thinking_budget)
+    pixels = await load_images(ctx, refs_in(parsed.messages))
     prompt = await ctx.in_worker(render_chat, ctx, parsed.messages, prefill=parsed.prefill,
                                  add_generation_prompt=parsed.add_generation_prompt,
                                  tools=parsed.tools, template_kwargs=asks.template_kwargs,
-                                 fit=request_fit(ctx, parsed.options, overflow))
+                                 fit=request_fit(ctx, parsed.options, overflow), pixels=pixels)
     params = parsed.options.params
     if prompt.constraint is not None:
         params = replace(params, constraint=prompt.constraint)
@@ -239,6 +261,23 @@ async def prompt_tokens(ctx: AppContext, pieces: Sequence[str | int], param: str
         out, dropped = fit_tokens(out, fit.policy, ctx.require_ready().n_ctx, fit.max_tokens,
                                   fit.n_keep, _bos(ctx))
     return _check_tokens(ctx, out, param), dropped
+
+
+async def image_prompt(ctx: AppContext, text: str, refs: Sequence[ImageRef], param: str
+                       ) -> tuple[list[int], list[np.ndarray]]:
+    """A checked text prompt whose MEDIA_MARKERs stand for `refs` (llama-server's
+    multimodal_data): its tokens, image tokens included, and the images' pixels. It is not
+    fitted into the context: one too long is a 400."""
+    engine = ctx.require_ready()
+    check_text(text, param)
+    _bound(ctx).check(text, param)
+    pixels = await load_images(ctx, refs)
+    images = [pixels[id(ref)] for ref in refs]
+    try:
+        tokens = await ctx.in_worker(engine.tokenize_images, text, images)
+    except ValueError as err:  # e.g. a marker count unlike the images'
+        raise bad_request(f"'{param}': {err}", param=param, code="invalid_value") from None
+    return _check_tokens(ctx, tokens, param), images
 
 
 def infill_tokens(ctx: AppContext, prefix: str | Sequence[str | int], suffix: str, param: str,

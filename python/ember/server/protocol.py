@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ember.grammar import BOUNDS, JsonBounds
+from ember.images import ImageError, ImageRef, image_part
 from ember.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from ember.server.constraints import FIELDS as CONSTRAINT_FIELDS
 from ember.server.constraints import parse_constraint
@@ -428,26 +429,50 @@ def _messages(body: Fields) -> list[dict[str, Any]]:
                               f"{show(role)}", param=f"{param}.role", code="invalid_value")
         content = message.get("content")
         if isinstance(content, list):
-            for j, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, Mapping) else None
-                if kind != "text" or not isinstance(part.get("text"), str):
-                    raise bad_request(
-                        f"'{param}.content[{j}]': only text parts "
-                        f"({{\"type\": \"text\", \"text\": ...}}) are supported, got "
-                        f"{show(kind or type_name(part))}", param=f"{param}.content",
-                        code="unsupported_content")
+            content = _parts(content, param, role)
         elif not (isinstance(content, str) or (content is None and role == "assistant")):
             raise bad_request(f"'{param}.content' must be a string or an array of text parts, "
                               f"got {type_name(content)}", param=f"{param}.content",
                               code="invalid_type")
         _check_strings(message, param)
         copy = dict(message)
+        if isinstance(content, list):
+            copy["content"] = content
         if content is None:
             copy["content"] = ""
         if role == "developer":  # OpenAI's newer name for the system role
             copy["role"] = "system"
         out.append(copy)
     return out
+
+
+def _parts(content: list[Any], param: str, role: str) -> list[Any]:
+    """A message's content parts: text parts as they are, image_url parts (and the ImageRefs
+    other APIs' images were translated to) as ImageRefs, in user messages only."""
+    out = []
+    for j, part in enumerate(content):
+        at = f"{param}.content[{j}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if isinstance(part, ImageRef) or kind == "image_url":
+            if role != "user":
+                raise bad_request(f"'{at}': images go in user messages, not in {role} ones",
+                                  param=at, code="unsupported_content")
+            out.append(part if isinstance(part, ImageRef) else _image_part(part, at))
+        elif kind == "text" and isinstance(part.get("text"), str):
+            out.append(part)
+        else:
+            raise bad_request(
+                f"'{at}': only text parts ({{\"type\": \"text\", \"text\": ...}}) and "
+                f"image_url parts are supported, got {show(kind or type_name(part))}",
+                param=at, code="unsupported_content")
+    return out
+
+
+def _image_part(part: Mapping[str, Any], param: str) -> ImageRef:
+    try:
+        return image_part(part, param)
+    except ImageError as err:
+        raise bad_request(str(err), param=param, code=err.code) from None
 
 
 def _check_strings(value: Any, param: str) -> None:
@@ -473,7 +498,7 @@ def parse_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _content_text(content: Any) -> str:
-    if isinstance(content, list):
+    if isinstance(content, list):  # an assistant's: text parts only (_parts)
         return "\n".join(part["text"] for part in content)
     return content or ""
 

@@ -174,7 +174,7 @@ def _submit(ctx: AppContext, generation: Generation) -> list[Request]:
     try:
         for prompt, params, cut in zip(generation.prompts, generation.params, dropped):
             requests.append(engine.submit(prompt, params, keep_tokens=generation.keep_tokens,
-                                          dropped=cut))
+                                          dropped=cut, images=generation.images))
     except BaseException as err:
         for request in requests:
             request.cancel()
@@ -223,13 +223,15 @@ class Generation:
     choice. keep_tokens: control tokens whose text stays in the output
     (ChatPrompt.keep_tokens). dropped: per choice, what fitting its prompt into the context
     left out (ember.context_fit; the usage reports it); choices of one prompt share its
-    list of tokens."""
+    list of tokens. images: the RGB pixels of the prompts' image markers (ember.media), which
+    every choice shares."""
 
     prompts: list[list[int]]
     params: list[SamplingParams]
     stream: bool
     keep_tokens: Sequence[int] = ()
     dropped: Sequence[Dropped] = ()
+    images: Sequence[Any] = ()
 
     def headers(self) -> dict[str, str]:
         """X-Context-Dropped-Tokens and -Messages: what fitting left out of the request's

@@ -24,6 +24,7 @@ from typing import Any
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
+from ember.images import ImageRef
 from ember.openai_format import dropped_fields
 from ember.server.answer_parts import Part, PartsShape
 from ember.server.context import AppContext
@@ -52,6 +53,38 @@ def _parts_text(value: Any, where: str) -> str:
         return "\n".join(texts)
     raise bad_request(f"'{where}' must be a string or an array of text parts", param=where,
                       code="invalid_type")
+
+
+def _content(value: Any, where: str, role: str) -> str | list[Any]:
+    """A message's content: its text, or with input_image parts (a user's) chat content parts,
+    each image an ImageRef of its image_url (a URL or data URL; a file_id is a 400: ember keeps
+    no files)."""
+    if not isinstance(value, list) or not any(
+            isinstance(p, Mapping) and p.get("type") == "input_image" for p in value):
+        return _parts_text(value, where)
+    parts: list[Any] = []
+    for j, part in enumerate(value):
+        at = f"{where}[{j}]"
+        if not (isinstance(part, Mapping) and part.get("type") == "input_image"):
+            parts.append({"type": "text", "text": _parts_text([part], where)})
+            continue
+        if role != "user":
+            raise bad_request(f"'{at}': images go in user messages, not in {role} ones",
+                              param=at, code="unsupported_content")
+        if part.get("file_id") is not None:
+            raise bad_request(f"'{at}.file_id': images by file id are not supported (ember "
+                              "keeps no files); send image_url, a URL or data URL",
+                              param=f"{at}.file_id", code="unsupported_parameter")
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise bad_request(f"'{at}.image_url' must be a URL or data URL string", param=
+                              f"{at}.image_url", code="invalid_value")
+        detail = part.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high"):
+            raise bad_request(f"'{at}.detail' must be 'auto', 'low' or 'high', got "
+                              f"{show(detail)}", param=f"{at}.detail", code="invalid_value")
+        parts.append(ImageRef(url, at))
+    return parts
 
 
 def input_messages(value: Any) -> list[dict[str, Any]]:
@@ -90,7 +123,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 raise bad_request(f"'{where}.role' must be one of {sorted(_ROLES)}, got "
                                   f"{show(role)}", param=f"{where}.role", code="invalid_value")
             out.append({"role": role,
-                        "content": _parts_text(item.get("content"), f"{where}.content")})
+                        "content": _content(item.get("content"), f"{where}.content", role)})
         else:
             raise bad_request(f"'{where}': items of type {show(kind)} are not supported by "
                               "this server (message, function_call and function_call_output "
@@ -352,7 +385,8 @@ async def create(request: HTTPRequest, ctx: AppContext) -> Response:
     shape = ResponsesShape(ctx.model_name, prompt, echo)
     answer = await respond(request, ctx, shape,
                            Generation([prompt.tokens], [params], options.stream,
-                                      prompt.keep_tokens, [prompt.dropped]), arrival)
+                                      prompt.keep_tokens, [prompt.dropped], prompt.images),
+                           arrival)
 
     def store_it() -> None:
         response = shape.response()
