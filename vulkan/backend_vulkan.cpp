@@ -58,7 +58,6 @@ bool VulkanBackend::supports(Op op, DType dtype) const {
     case Op::get_rows: return vk::has_weight_shaders(dtype);
     case Op::store_kv:
     case Op::attention: return dtype == DType::f16 || dtype == DType::q8_0;
-    case Op::layer_norm:  // no shader yet (the encoders' op): Model::load refuses those models
     case Op::add_rows_scaled: return false;  // nor for mixture-of-experts routing (its host-side top-k)
     default: return dtype == DType::f32;
   }
@@ -91,10 +90,7 @@ void VulkanBackend::download(const Buffer& src, size_t offset, void* dst, size_t
   device_.read(r, dst, n_bytes);
 }
 
-// Never called: supports() answers no for these, and Model::load refuses the models that need them.
-void VulkanBackend::layer_norm(const float*, const float*, const float*, int64_t, int64_t, float, float*) {
-  unreachable_op("layer_norm");
-}
+// Never called: supports() answers no for it, and Model::load refuses the models that need it.
 void VulkanBackend::add_rows_scaled(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
   unreachable_op("add_rows_scaled");
 }
