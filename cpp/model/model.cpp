@@ -66,14 +66,12 @@ std::shared_ptr<Model> Model::load_with(const std::string& path, std::shared_ptr
   model->file_ = GGUFFile::open(path);
   model->config_ = read_config(*model->file_);
   model->backend_ = std::move(backend);
-  if (model->config_.is_encoder()) {  // the encoders' ops, which not every backend has
-    for (Op op : {Op::layer_norm, Op::gelu}) {
-      if (!model->backend_->supports(op, DType::f32)) {
-        throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name, " models need the ",
-                              op_name(op), " op, which the ", model->backend_->name(),
-                              " backend lacks; use --device cpu"));
-      }
-    }
+  // The encoders (bert) run on the CPU only: their pooling and embedding reads use host memory
+  // (device_memory() is the backends with memory of their own).
+  if (model->config_.is_encoder() && model->backend_->device_memory()) {
+    throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name,
+                          " models run on the cpu backend only, not on the ", model->backend_->name(),
+                          " backend; use --device cpu"));
   }
   if (model->config_.is_moe() && !model->backend_->supports(Op::add_rows_scaled, DType::f32)) {
     throw Unsupported(cat("[model] ", path, ": ", model->config_.arch->name,

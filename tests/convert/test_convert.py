@@ -378,6 +378,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
                                                 "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                 "Gemma3ForCausalLM", "Gemma2ForCausalLM",
                                                 "Gemma3ForConditionalGeneration",
+                                                "Qwen2_5_VLForConditionalGeneration",
                                                 "Phi3ForCausalLM", "BertModel",
                                                 "BertForSequenceClassification",
                                                 "LlamaForSequenceClassification",

@@ -185,13 +185,14 @@ def test_no_loader_means_the_cpu_and_a_reason(stories_path: Path) -> None:
 
 
 def test_an_embedding_model_is_refused_on_vulkan_and_auto_means_the_cpu(tmp_path: Path) -> None:
-    """The Vulkan backend has no layer_norm or gelu (bert's ops): a bert on it is refused at load
-    with the way out, and "auto" (which would pick the GPU for a generation model) is the CPU."""
+    """The encoders run on the CPU only (their pooling reads host memory): a bert on Vulkan is
+    refused at load with the way out, and "auto" (which would pick the GPU for a generation
+    model) is the CPU."""
     from checkpoints import tiny_bert
 
     folder = tiny_bert(tmp_path / "hf", "mean_tokens")
     gguf = convert(folder, tmp_path / "tiny.gguf", "f32", progress=False).path
-    refusal = "bert models need the layer_norm op, which the vulkan backend lacks; use --device cpu"
+    refusal = "bert models run on the cpu backend only, not on the vulkan backend; use --device cpu"
     with pytest.raises(UnsupportedError, match=refusal):
         Embedder(gguf, n_threads=1, device=DEVICE)
     with pytest.raises(UnsupportedError, match=refusal):
