@@ -155,7 +155,7 @@ def test_an_unsupported_architecture_is_one_line(tmp_path: Path, command: str) -
     line = one_error_line(ember(command, str(path), *args, stdin=""))
     assert line == (f"error: [model] {path}: architecture 'phi2' is not supported; supported "
                     "architectures: llama, qwen2, qwen3, phi3, gemma3, gemma2, bert, qwen2moe, "
-                    "qwen3moe, smollm3, qwen2vl")
+                    "qwen3moe, smollm3, gpt-oss, qwen2vl")
 
 
 # --- ember chat through a pipe -------------------------------------------------------------------

@@ -385,7 +385,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, stories_hf_pat
                                                 "Qwen2ForSequenceClassification",
                                                 "Qwen3ForSequenceClassification",
                                                 "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                                                "SmolLM3ForCausalLM"])
+                                                "SmolLM3ForCausalLM", "GptOssForCausalLM"])
 
 
 def test_shape_mismatch_and_missing_tensor(tmp_path: Path, stories_hf_path: Path) -> None:

@@ -43,8 +43,8 @@ def convert(
 ) -> None:
     """Convert a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, the Qwen MoEs, Phi-3 with
     LongRoPE, Gemma 2/3 (Gemma 3 with vision: and its mmproj), Qwen2.5-VL (and its mmproj),
-    SmolLM3, BERT) to a GGUF file, or a PEFT LoRA adapter of one (--lora) to the LoRA GGUF that
-    ember and llama.cpp load."""
+    SmolLM3, gpt-oss (experts in MXFP4), BERT) to a GGUF file, or a PEFT LoRA adapter of one
+    (--lora) to the LoRA GGUF that ember and llama.cpp load."""
     from ember.convert import convert as run_convert
     from ember.convert import convert_lora
 
